@@ -20,6 +20,13 @@
 
 namespace tandem::gguf {
 
+// Alignment of the data section and of every tensor when the file has no general.alignment key.
+inline constexpr uint32_t kDefaultAlignment = 32;
+// Tensor names must be shorter than 64 bytes (ggml's GGML_MAX_NAME includes the NUL terminator).
+inline constexpr size_t kMaxTensorNameLength = 63;
+// Arrays of arrays may nest at most this deep; deeper files are rejected (bounds the reader's recursion).
+inline constexpr int kMaxArrayDepth = 16;
+
 // gguf_type ids of metadata values.
 enum class ValueType : int32_t {
   UINT8 = 0,
@@ -62,6 +69,8 @@ class Value {
 
   ValueType type() const { return type_; }
   ValueType element_type() const { return element_type_; }  // for arrays
+  // "uint32", "string", "array<int32>", "array<array>" (nested arrays carry their own element types).
+  std::string type_name() const;
   bool is_integer() const;
   bool is_float() const { return type_ == ValueType::FLOAT32 || type_ == ValueType::FLOAT64; }
 
@@ -154,8 +163,14 @@ class GgufWriter {
                   std::function<void(uint8_t* dst)> produce);
 
   void write(const std::string& path) const;
+  // The bytes write() would put in the file (tests and fuzzing; holds the whole file in memory).
+  std::vector<uint8_t> write_to_memory() const;
+  // general.alignment if set (validated: UINT32, non-zero power of two), else kDefaultAlignment.
+  size_t alignment() const;
 
  private:
+  // Emits the file's bytes in order through sink, producing streamed tensors one at a time.
+  void emit(const std::function<void(const void* bytes, size_t n)>& sink) const;
   struct PendingTensor {
     std::string name;
     DType type;
