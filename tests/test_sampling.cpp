@@ -31,9 +31,16 @@ std::vector<float> log_probs(const std::vector<double>& probs) {
   return l;
 }
 
+// The survivors of the last draw, in id order.
+std::vector<TokenCandidate> candidates(const Sampler& s) {
+  std::vector<TokenCandidate> c(s.last_candidates().begin(), s.last_candidates().end());
+  std::sort(c.begin(), c.end(), [](const TokenCandidate& a, const TokenCandidate& b) { return a.id < b.id; });
+  return c;
+}
+
 std::vector<int32_t> survivors(const Sampler& s) {
   std::vector<int32_t> ids;
-  for (const TokenCandidate& c : s.last_candidates()) ids.push_back(c.id);
+  for (const TokenCandidate& c : candidates(s)) ids.push_back(c.id);
   return ids;
 }
 
@@ -81,7 +88,7 @@ TEST(Sampling, RepetitionPenaltyDividesPositiveAndMultipliesNegativeLogits) {
   // logits: token 0 positive (halved), token 2 negative (doubled), token 1 untouched
   std::vector<float> logits = {2.0f, 1.0f, -0.5f};
   s.sample_with_uniform(logits, 0.5);
-  const auto c = s.last_candidates();
+  const auto c = candidates(s);
   ASSERT_EQ(c.size(), 3u);
   // final logits 1.0, 1.0, -1.0
   const double z = 2 * std::exp(1.0) + std::exp(-1.0);
@@ -100,7 +107,7 @@ TEST(Sampling, PresenceAndFrequencyPenaltiesCountOccurrencesInTheWindow) {
   for (int32_t t : {1, 1, 1, 3}) s.accept(t);
   std::vector<float> logits = {0.0f, 2.0f, 0.0f, 1.0f};
   s.sample_with_uniform(logits, 0.1);
-  const auto c = s.last_candidates();
+  const auto c = candidates(s);
   ASSERT_EQ(c.size(), 4u);
   EXPECT_FLOAT_EQ(c[0].logit, 0.0f);
   EXPECT_FLOAT_EQ(c[1].logit, 2.0f - 3 * 0.25f - 0.5f);
@@ -160,8 +167,8 @@ TEST(Sampling, TopPKeepsTheSmallestNucleus) {
   s.sample_with_uniform(log_probs(probs), 0.0);
   EXPECT_EQ(survivors(s), (std::vector<int32_t>{1, 2}));  // 0.5 + 0.25 >= 0.7
   // renormalised over the nucleus
-  EXPECT_NEAR(s.last_candidates()[0].p, 1.0 / 3.0, 1e-6);
-  EXPECT_NEAR(s.last_candidates()[1].p, 2.0 / 3.0, 1e-6);
+  EXPECT_NEAR(candidates(s)[0].p, 1.0 / 3.0, 1e-6);
+  EXPECT_NEAR(candidates(s)[1].p, 2.0 / 3.0, 1e-6);
 
   p.top_p = 0.8f;
   Sampler s2(p);
@@ -220,7 +227,7 @@ TEST(Sampling, TemperatureScalesLogitsBeforeTheDraw) {
   std::vector<float> logits = {1.0f, 0.0f};
   s.sample_with_uniform(logits, 0.0);
   const double e = std::exp(2.0);
-  EXPECT_NEAR(s.last_candidates()[0].p, e / (e + 1), 1e-6);
+  EXPECT_NEAR(candidates(s)[0].p, e / (e + 1), 1e-6);
 }
 
 TEST(Sampling, ChainOrderIsConfigurable) {
@@ -238,14 +245,19 @@ TEST(Sampling, ChainOrderIsConfigurable) {
   EXPECT_EQ(survivors(early), (std::vector<int32_t>{0}));
 }
 
-TEST(Sampling, DistWalksSurvivorsInIdOrder) {
+TEST(Sampling, DistWalksFromTheMostLikelyDown) {
   SamplingParams p = plain();
   Sampler s(p);
-  std::vector<float> logits = {0, 0, 0, 0};  // 0.25 each
+  std::vector<float> logits = {0, 0, 0, 0};  // 0.25 each: ties walk in id order
   EXPECT_EQ(s.sample_with_uniform(logits, 0.0), 0);
   EXPECT_EQ(s.sample_with_uniform(logits, 0.3), 1);
   EXPECT_EQ(s.sample_with_uniform(logits, 0.74), 2);
   EXPECT_EQ(s.sample_with_uniform(logits, 0.9999), 3);
+  const std::vector<double> probs = {0.1, 0.2, 0.3, 0.4};  // walk: 3 (0.4), 2 (0.7), 1 (0.9), 0
+  EXPECT_EQ(s.sample_with_uniform(log_probs(probs), 0.35), 3);
+  EXPECT_EQ(s.sample_with_uniform(log_probs(probs), 0.45), 2);
+  EXPECT_EQ(s.sample_with_uniform(log_probs(probs), 0.85), 1);
+  EXPECT_EQ(s.sample_with_uniform(log_probs(probs), 0.95), 0);
   std::vector<float> masked = {0, -INFINITY, 0, -INFINITY};
   EXPECT_EQ(s.sample_with_uniform(masked, 0.6), 2);
   EXPECT_EQ(s.sample_with_uniform(masked, 0.9999999), 2);  // never a zero-probability token
@@ -269,6 +281,40 @@ TEST(Sampling, SameSeedSameTokensDifferentSeedDifferentTokens) {
   }
   EXPECT_EQ(ta, tb);
   EXPECT_NE(ta, tc);
+  // a large vocabulary without truncation takes the head-then-full walk
+  std::vector<float> flat(3000);
+  for (float& l : flat) l = float(r.uniform() * 0.1);
+  SamplingParams pf = plain(1.0f);
+  Sampler f1(pf), f2(pf);
+  std::vector<int> seen(flat.size(), 0);
+  for (int i = 0; i < 200; ++i) {
+    const int32_t t = f1.sample(flat);
+    ASSERT_EQ(t, f2.sample(flat));
+    ASSERT_GE(t, 0);
+    ASSERT_LT(t, 3000);
+    ++seen[size_t(t)];
+  }
+  EXPECT_GT(std::count(seen.begin(), seen.end(), 0), 0);
+  // against a plain reference walk over a full sort
+  std::vector<int32_t> order(flat.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(),
+            [&](int32_t a, int32_t b) { return flat[a] > flat[b] || (flat[a] == flat[b] && a < b); });
+  const float mx = flat[order[0]];
+  double total = 0;
+  for (float l : flat) total += float(std::exp(double(l) - mx));
+  for (double u : {0.01, 0.5, 0.97}) {
+    double cum = 0;
+    int32_t expect = -1;
+    for (int32_t id : order) {
+      cum += float(std::exp(double(flat[id]) - mx));
+      if (cum > u * total) {
+        expect = id;
+        break;
+      }
+    }
+    EXPECT_EQ(f1.sample_with_uniform(flat, u), expect) << "u " << u;
+  }
   a.reset();
   for (int i = 0; i < 64; ++i) ASSERT_EQ(a.sample(logits), ta[size_t(i)]);
 }

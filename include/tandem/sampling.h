@@ -17,9 +17,8 @@
 // - temperature: logits /= temperature.
 // - dist: softmax over the surviving candidates; with u uniform in [0, 1) from the sequence's Rng, the result
 // is
-//   the first survivor, in increasing token id order, at which the running sum of probabilities exceeds
-//   u * (sum of all). Walking in id order (not probability order) makes the draw easy to reproduce on a
-//   device.
+//   the first survivor, from the most likely down (ties: lower id first), at which the running sum of
+//   probabilities exceeds u * (sum of all); the same walk as the device op Ops::sample_rows.
 // temperature <= 0 means greedy: the chain's penalties still apply, then the largest logit wins (lowest id on
 // a tie), and no random number is consumed. Every stage keeps at least one token.
 #pragma once
@@ -85,8 +84,8 @@ class Sampler {
   // Forgets the history and restarts the generator from the seed.
   void reset();
 
-  // The survivors of the last sample() call, in increasing id order, with their final probabilities (empty
-  // after a greedy pick).
+  // The survivors of the last sample() call, in no particular order, with their final logits and
+  // probabilities (empty after a greedy pick).
   std::span<const TokenCandidate> last_candidates() const { return cand_; }
   // The accepted tokens the penalties currently look at, oldest first.
   std::vector<int32_t> penalty_window() const;
