@@ -168,16 +168,18 @@ struct AttentionBatch {
   int max_seq_len = 0;     // upper bound of seq_lens in this batch (scratch sizing / kernel choice); > 0
 };
 
-// The device-side sampling chain of sample_rows. Applied per row in this order (llama.cpp's default order):
+// The device-side sampling chain of sample_rows. Tokens are ranked by descending logit, ties by lower token id.
+// Per row, in this order (llama.cpp's default order):
 //   1. temperature <= 0: greedy, out = first index of the maximum logit; nothing else applies.
-//   2. top_k > 0: keep the top_k largest logits (ties broken by lower token id).
-//   3. top_p < 1: on the softmax of the kept logits (temperature 1), sorted by descending probability, keep the
-//      smallest prefix whose probability sum is >= top_p (at least one token).
-//   4. min_p > 0: keep tokens whose probability (softmax of the kept logits, temperature 1) is >= min_p times the
-//      largest probability.
-//   5. softmax of logit / temperature over the kept tokens; with the kept tokens in descending probability order
-//      (ties: lower id first), return the first whose running probability sum exceeds u * total, where u is the
-//      row's uniform in [0, 1); the last kept token if rounding leaves none.
+//   2. top_k > 0: keep the top_k best-ranked tokens.
+//   3. top_p < 1: with p_i = softmax of the kept logits (temperature 1), keep the smallest best-ranked prefix whose
+//      probability sum is >= top_p (at least one token).
+//   4. min_p > 0: keep the kept tokens with exp(logit - max logit) >= min_p (p_i >= min_p * p_max).
+//   5. draw: weights w_i = exp((logit_i - max logit) / temperature) over the kept tokens, W = sum w_i; walking the
+//      kept tokens in ASCENDING TOKEN ID order, return the first whose running weight sum exceeds u * W, where u is
+//      the row's uniform in [0, 1); the last kept token if rounding leaves none.
+// Every step keeps a best-ranked prefix, so the kept set is {v : v ranks at or above a cutoff token}. Drawing in
+// id order (not rank order) means no sort is needed unless top_p is on.
 struct SamplerParams {
   float temperature = 1.0f;
   int top_k = 0;       // 0 = off
@@ -211,7 +213,9 @@ class Ops {
   // y[o, t] = sum_i W[i, o] * x[i, t].  W {in, out} of dtype F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K or Q6_K (in a
   // multiple of the block size; W rows may be strided by nb[1]); x F32 {in, T}; y F32 {out, T}.
   // Quantized weights use an integer dot product against x quantized to 8 bits per 32 (Q8_0/Q4_0) or 256 (K
-  // types) values, as ggml does: relative error vs the exact product is ~1e-3 (CPU reference tolerance).
+  // types) values, as ggml does: each x value is rounded to a multiple of d = max|x over its block| / 127, so
+  // |y - exact product with the dequantized W| <= sum_i |W[i, o]| * d(i) / 2 (plus f32 rounding); on typical
+  // data about 0.3-1% of the rms of y. F32/F16/BF16 weights are multiplied in f32 with f32 accumulation.
   virtual void matmul(Stream& s, const Tensor& W, const Tensor& x, const Tensor& y) = 0;
 
   // out[:, t] = table[:, ids[t]] as F32. table {n_embd, n_vocab} of any weight dtype; ids I32 {T} contiguous;
