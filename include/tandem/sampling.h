@@ -17,8 +17,8 @@
 // - temperature: logits /= temperature.
 // - dist: softmax over the surviving candidates; with u uniform in [0, 1) from the sequence's Rng, the result
 // is
-//   the first survivor, from the most likely down (ties: lower id first), at which the running sum of
-//   probabilities exceeds u * (sum of all); the same walk as the device op Ops::sample_rows.
+//   the first survivor, in increasing token id order, at which the running sum of probabilities exceeds
+//   u * (sum of all); the same draw as the device op Ops::sample_rows.
 // temperature <= 0 means greedy: the chain's penalties still apply, then the largest logit wins (lowest id on
 // a tie), and no random number is consumed. Every stage keeps at least one token.
 #pragma once

@@ -235,9 +235,9 @@ int32_t Sampler::sample_with_uniform(std::span<const float> logits, double u) {
     }
   }
 
-  // dist: softmax over the survivors, walked from the most likely down (ties: lower id first), the order the
-  // device op sample_rows uses. The walk usually ends early, so sort a head first and the rest only if
-  // needed.
+  // dist: softmax over the survivors, walked in increasing token id order (as Ops::sample_rows does: no sort
+  // is needed when no truncating stage ran).
+  sort_by_id();
   float max_logit = cand_.front().logit;
   for (const TokenCandidate& c : cand_) max_logit = std::max(max_logit, c.logit);
   double total = 0.0;
@@ -247,34 +247,19 @@ int32_t Sampler::sample_with_uniform(std::span<const float> logits, double u) {
     total += c.p;  // the same float values the walk below adds up
   }
   const double threshold = u * total;
-  size_t n_sorted = cand_.size();
-  if (!sorted_by_logit_ && cand_.size() > 1024) {
-    n_sorted = 1024;
-    std::partial_sort(cand_.begin(), cand_.begin() + 1024, cand_.end(), logit_before);
-  } else {
-    sort_by_logit();
-  }
+  double cum = 0.0;
   int32_t chosen = -1;
-  for (int pass = 0; pass < 2 && chosen < 0; ++pass) {
-    double cum = 0.0;
-    for (size_t i = 0; i < n_sorted; ++i) {
-      cum += cand_[i].p;
-      if (cum > threshold && cand_[i].p > 0.0f) {
-        chosen = cand_[i].id;
-        break;
-      }
-    }
-    if (chosen < 0 && n_sorted < cand_.size()) {  // the head did not reach u: sort everything and walk again
-      std::sort(cand_.begin() + ptrdiff_t(n_sorted), cand_.end(), logit_before);
-      n_sorted = cand_.size();
-    } else {
+  for (const TokenCandidate& c : cand_) {
+    cum += c.p;
+    if (cum > threshold && c.p > 0.0f) {
+      chosen = c.id;
       break;
     }
   }
   if (chosen < 0) {  // rounding left the threshold at or above the sum: the last token with mass
-    for (size_t i = n_sorted; i-- > 0;)
-      if (cand_[i].p > 0.0f) {
-        chosen = cand_[i].id;
+    for (auto it = cand_.rbegin(); it != cand_.rend(); ++it)
+      if (it->p > 0.0f) {
+        chosen = it->id;
         break;
       }
   }
