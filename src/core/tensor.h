@@ -70,11 +70,17 @@ struct Tensor {
     return t;
   }
   std::string shape_string() const {
-    std::string s = "{" + std::to_string(ne[0]);
+    // Appends only: GCC 12 at -O3 reports a false -Wrestrict on `"literal" + std::string`.
+    std::string s = "{";
+    s += std::to_string(ne[0]);
     int n = 4;
     while (n > 1 && ne[n - 1] == 1) --n;
-    for (int i = 1; i < n; ++i) s += ", " + std::to_string(ne[i]);
-    return s + "}";
+    for (int i = 1; i < n; ++i) {
+      s += ", ";
+      s += std::to_string(ne[i]);
+    }
+    s += "}";
+    return s;
   }
 };
 
