@@ -1,0 +1,42 @@
+#include "backend/cpu/cpu_features.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
+namespace tandem::cpu {
+namespace {
+
+bool detect_avx2() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#else
+  return false;
+#endif
+}
+
+bool env_disables_avx2() {
+  const char* v = std::getenv("TANDEM_CPU_NO_AVX2");
+  return v != nullptr && *v != '\0' && std::strcmp(v, "0") != 0;
+}
+
+bool default_enabled() {
+  static const bool enabled = detect_avx2() && !env_disables_avx2();
+  return enabled;
+}
+
+std::atomic<bool> g_forced_off{false};
+
+}  // namespace
+
+bool cpu_has_avx2() {
+  static const bool has = detect_avx2();
+  return has;
+}
+
+bool simd_enabled() { return default_enabled() && !g_forced_off.load(std::memory_order_relaxed); }
+
+void set_simd_enabled(bool enabled) { g_forced_off.store(!enabled, std::memory_order_relaxed); }
+
+}  // namespace tandem::cpu

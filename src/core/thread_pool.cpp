@@ -1,0 +1,116 @@
+#include "core/thread_pool.h"
+
+#include <chrono>
+
+#include "core/error.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define TANDEM_CPU_RELAX() _mm_pause()
+#else
+#define TANDEM_CPU_RELAX() std::this_thread::yield()
+#endif
+
+namespace tandem {
+namespace {
+
+// Spin about this long before sleeping: long enough to bridge the gap between two ops of a decode step, short
+// enough that a pool on a busy machine gives its cores back quickly.
+constexpr auto kSpinTime = std::chrono::microseconds(200);
+
+thread_local bool t_inside_task = false;  // a nested parallel_for runs serially
+
+}  // namespace
+
+ThreadPool::ThreadPool(int n_threads) {
+  if (n_threads <= 0) n_threads = int(std::thread::hardware_concurrency());
+  n_threads_ = n_threads < 1 ? 1 : n_threads;
+  workers_.reserve(size_t(n_threads_ - 1));
+  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_main(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  stop_.store(true);
+  generation_.fetch_add(1);
+  generation_.notify_all();
+  for (auto& w : workers_) w.join();
+}
+
+void ThreadPool::work_on_current_job(int thread_id) {
+  const bool was_inside = t_inside_task;
+  t_inside_task = true;
+  for (;;) {
+    if (failed_.load(std::memory_order_relaxed)) break;
+    const int64_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
+    if (task >= job_tasks_) break;
+    try {
+      job_fn_(job_ctx_, task, thread_id);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mutex_);
+      if (!error_) error_ = std::current_exception();
+      failed_.store(true);
+    }
+  }
+  t_inside_task = was_inside;
+}
+
+void ThreadPool::worker_main(int thread_id) {
+  uint64_t seen = 0;
+  for (;;) {
+    // Wait for a new job: spin first, then sleep on the generation counter.
+    uint64_t gen = generation_.load(std::memory_order_acquire);
+    if (gen == seen) {
+      const auto spin_until = std::chrono::steady_clock::now() + kSpinTime;
+      int spins = 0;
+      while ((gen = generation_.load(std::memory_order_acquire)) == seen) {
+        TANDEM_CPU_RELAX();
+        if (++spins % 64 == 0 && std::chrono::steady_clock::now() > spin_until) {
+          sleeping_.fetch_add(1);
+          generation_.wait(seen);
+          sleeping_.fetch_sub(1);
+        }
+      }
+    }
+    seen = gen;
+    if (stop_.load()) return;
+    work_on_current_job(thread_id);
+    busy_workers_.fetch_sub(1, std::memory_order_release);
+  }
+}
+
+void ThreadPool::run(int64_t n_tasks, TaskFn fn, void* ctx) {
+  if (n_tasks <= 0) return;
+  if (n_threads_ == 1 || n_tasks == 1 || t_inside_task) {
+    for (int64_t t = 0; t < n_tasks; ++t) fn(ctx, t, 0);
+    return;
+  }
+  job_fn_ = fn;
+  job_ctx_ = ctx;
+  job_tasks_ = n_tasks;
+  error_ = nullptr;
+  failed_.store(false, std::memory_order_relaxed);
+  next_task_.store(0, std::memory_order_relaxed);
+  busy_workers_.store(n_threads_ - 1, std::memory_order_relaxed);
+  generation_.fetch_add(1);  // seq_cst: publishes the job; pairs with the sleeping_ check below
+  if (sleeping_.load() > 0) generation_.notify_all();
+
+  work_on_current_job(0);
+
+  // Wait for the workers to leave the job (they may still be running their last task).
+  // On an oversubscribed machine a worker may be descheduled: yield after a short spin instead of burning it.
+  for (int spins = 0; busy_workers_.load(std::memory_order_acquire) != 0; ++spins) {
+    if (spins < 4096) {
+      TANDEM_CPU_RELAX();
+    } else {
+      std::this_thread::yield();
+    }
+  }
+
+  if (error_) {
+    std::exception_ptr e = error_;
+    error_ = nullptr;
+    std::rethrow_exception(e);
+  }
+}
+
+}  // namespace tandem
