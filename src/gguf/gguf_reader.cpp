@@ -17,11 +17,12 @@ namespace {
 static_assert(std::endian::native == std::endian::little, "the GGUF reader assumes a little-endian host");
 
 constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as a little-endian uint32
-// Fewest bytes one entry can take, used to reject counts that cannot fit in what is left of the file:
-// key length (8) + 1-byte key + value type (4) + 1-byte value.
-constexpr uint64_t kMinKvBytes = 8 + 1 + 4 + 1;
-// name length (8) + 1-byte name + n_dims (4) + type (4) + offset (8).
-constexpr uint64_t kMinTensorInfoBytes = 8 + 1 + 4 + 4 + 8;
+// Fewest bytes one entry can take, used to reject counts that cannot fit in what is left of the file (an empty
+// key or name is counted as possible here, so that it is reported as such when it comes):
+// key length (8) + value type (4) + 1-byte value.
+constexpr uint64_t kMinKvBytes = 8 + 4 + 1;
+// name length (8) + n_dims (4) + type (4) + offset (8).
+constexpr uint64_t kMinTensorInfoBytes = 8 + 4 + 4 + 8;
 // Upper bound on metadata values (array elements included) in one file. The largest real tokenizers have a few
 // hundred thousand tokens times three arrays; the bound keeps a hostile file from making us build billions of
 // Value objects (~48 bytes each) out of a big array of bytes.
