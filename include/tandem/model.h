@@ -1,0 +1,56 @@
+// A model loaded from a GGUF file: its hyperparameters and weights on a device (the CPU for now; the weights
+// are views into the memory-mapped file). Sessions (session.h) run it. Loading validates every tensor's name,
+// shape and type and throws tandem::Error with a message naming the problem.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tandem {
+
+struct ModelParams {
+  int32_t n_threads = 0;  // CPU threads for the compute pool; 0 = all hardware threads
+};
+
+struct ModelInfo {
+  std::string path;
+  std::string arch;  // general.architecture: "qwen3", "llama"
+  std::string name;  // general.name (may be empty)
+  int64_t n_vocab = 0;
+  int64_t n_ctx_train = 0;
+  int64_t n_embd = 0;
+  int64_t n_layer = 0;
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim = 0;
+  int64_t n_ff = 0;
+  int32_t bos_id = -1;           // tokenizer.ggml.bos_token_id, -1 if absent
+  std::vector<int32_t> eos_ids;  // tokens that end generation: eos, eot, eom ids when present
+  uint64_t n_params = 0;         // elements of all tensors
+  uint64_t weight_bytes = 0;     // bytes of all tensors
+  std::string device;            // "cpu:0 (...)"
+};
+
+class Model {
+ public:
+  // Loads and validates path. Throws tandem::Error (bad file, unknown architecture, missing or mis-shaped
+  // tensor).
+  static std::shared_ptr<Model> load(const std::string& path, const ModelParams& params = {});
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelInfo& info() const;
+
+  // Internals, for the runtime (src/model/model_impl.h).
+  struct Impl;
+  Impl& impl() const { return *impl_; }
+
+ private:
+  explicit Model(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tandem

@@ -1,0 +1,52 @@
+// Hyperparameters of a decoder-only transformer, read from the GGUF metadata (GGUF-ARCH-FACTS B.1).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "backend/backend.h"
+#include "gguf/gguf.h"
+
+namespace tandem {
+
+struct ModelHparams {
+  std::string arch;  // general.architecture
+  std::string name;  // general.name, may be empty
+  int64_t n_vocab = 0;
+  int64_t n_ctx_train = 0;
+  int64_t n_embd = 0;
+  int64_t n_layer = 0;
+  int64_t n_ff = 0;
+  int64_t n_head = 0;
+  int64_t n_head_kv = 0;
+  int64_t head_dim_k = 0;
+  int64_t head_dim_v = 0;
+  int64_t n_rot = 0;
+  float rms_eps = 1e-6f;
+  float attn_scale = 0.0f;  // 0: 1/sqrt(head_dim_k)
+  RopeMode rope_mode = RopeMode::Norm;
+  float rope_freq_base = 10000.0f;
+  float rope_freq_scale = 1.0f;
+  float rope_attn_factor = 1.0f;
+  std::string rope_scaling_type = "none";
+  bool qk_norm = false;  // per-head RMS norm of Q and K before rope (qwen3)
+
+  int64_t n_embd_q() const { return n_head * head_dim_k; }
+  int64_t n_embd_k() const { return n_head_kv * head_dim_k; }
+  int64_t n_embd_v() const { return n_head_kv * head_dim_v; }
+  float attention_scale() const;
+};
+
+// Reads the keys every decoder of this family shares, with the defaults of B.1, for arch `arch` (the key
+// prefix). n_vocab comes from <arch>.vocab_size, else the length of tokenizer.ggml.tokens, else 0 (the caller
+// then takes it from token_embd). Checks every value's range and the relations between them (head_count_kv
+// divides head_count, n_rot even and <= key_length, ...) and throws Error naming the key otherwise.
+ModelHparams read_decoder_hparams(const gguf::GgufFile& file, const std::string& arch);
+
+// A per-layer integer key (scalar, or an array with one entry per layer) whose entries must all be equal for
+// the architectures tandem supports; returns that value, or `fallback` when the key is absent (no fallback:
+// required, Error).
+int64_t read_uniform_layer_int(const gguf::GgufFile& file, const std::string& key, int64_t n_layer,
+                               std::optional<int64_t> fallback = std::nullopt);
+
+}  // namespace tandem

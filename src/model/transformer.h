@@ -1,0 +1,70 @@
+// The pre-norm decoder block shared by llama and qwen3 (GGUF-ARCH-FACTS B.3): RMS norm, Q/K/V projections
+// (+ optional biases), optional per-head Q/K RMS norm, rope, paged attention with GQA, output projection,
+// residual; RMS norm, SwiGLU feed-forward, residual. The architecture files (llama.cpp, qwen3.cpp) only
+// decide hparams, rope mode and which optional tensors exist; gemma4 and dflash will be their own
+// DecoderModels reusing the helpers here where they fit.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "model/decoder.h"
+#include "model/weight_loader.h"
+
+namespace tandem {
+
+struct TransformerLayerWeights {
+  Tensor attn_norm;
+  Tensor wq, wk, wv, wo;
+  std::optional<Tensor> bq, bk, bv, bo;
+  std::optional<Tensor> q_norm, k_norm;  // {head_dim_k}, qwen3
+  Tensor ffn_norm;
+  Tensor gate, up, down;
+  std::optional<Tensor> b_gate, b_up, b_down;
+};
+
+struct TransformerWeights {
+  Tensor tok_embd;     // {n_embd, n_vocab}
+  Tensor output_norm;  // {n_embd}
+  Tensor output;       // {n_embd, n_vocab}; token_embd itself when the head is tied
+  bool tied_output = false;
+  std::optional<Tensor> rope_freqs;  // {n_rot / 2}: llama3 rope scaling factors (theta is divided by them)
+  std::vector<TransformerLayerWeights> layers;
+};
+
+// What an architecture allows beyond the common tensor set.
+struct TransformerVariant {
+  bool qk_norm = false;             // requires attn_q_norm / attn_k_norm (qwen3)
+  bool allow_qkv_bias = false;      // optional attn_{q,k,v}.bias
+  bool allow_out_ffn_bias = false;  // optional attn_output.bias, ffn_{gate,up,down}.bias (llama)
+  bool allow_rope_freqs = false;    // optional rope_freqs.weight (llama3 scaling)
+};
+
+class Transformer : public DecoderModel {
+ public:
+  Transformer(ModelHparams hp, TransformerWeights weights, std::unique_ptr<WeightLoader> loader);
+
+  const ModelHparams& hparams() const override { return hp_; }
+  const TransformerWeights& weights() const { return w_; }
+  std::vector<KvLayerShape> kv_layer_shapes() const override;
+  std::unique_ptr<ForwardScratch> plan_scratch(Device& device, int64_t max_rows, int64_t max_out,
+                                               WorkspacePlan& plan) const override;
+  void forward(Stream& stream, Ops& ops, const ForwardInputs& in, std::span<const KvLayerView> kv,
+               ForwardScratch& scratch) const override;
+
+ private:
+  ModelHparams hp_;
+  TransformerWeights w_;
+  std::unique_ptr<WeightLoader> loader_;  // owns converted vectors the weights may point to
+  RopeParams rope_;
+};
+
+// Loads the tensors of GGUF-ARCH-FACTS B.2 for hp (whose rope mode and qk_norm the caller has set). Fills
+// hp.n_vocab from token_embd when the metadata has none. Throws Error for a missing or mis-shaped tensor, and
+// for any tensor the variant does not use (an unsupported variant would otherwise give silently wrong
+// output).
+std::unique_ptr<Transformer> load_transformer(const gguf::GgufFile& file, DeviceId device, ModelHparams hp,
+                                              const TransformerVariant& variant);
+
+}  // namespace tandem
