@@ -1,0 +1,234 @@
+// Paged flash-decoding: attention for any number of query rows, split over the cache length.
+//
+// Grid: (split, kv head, row). A block takes the cache positions [split * kDecodeSplit, +kDecodeSplit) of one
+// row that the row may see, for all query heads that share the KV head (GQA: K/V are read once per group, never
+// repeated in memory), and writes an unnormalised partial output with its running max and sum. A second kernel
+// combines the splits of each (row, head). Scores are f32; softmax is the usual max-subtracted exp.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "backend/cuda/attention_common.cuh"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/device_utils.cuh"
+
+namespace tandem::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+
+struct DecodeShape {
+  int64_t n_head, n_kv_head, hd_k, hd_v;
+  int n_splits;
+  float scale;
+};
+
+template <class KTag, class VTag, int G>
+__global__ void __launch_bounds__(kThreads)
+    attention_split_kernel(RowView q, const char* __restrict__ kc, size_t k_nb1, size_t k_slot,
+                           const char* __restrict__ vc, size_t v_nb1, size_t v_slot, AttnMeta meta,
+                           DecodeShape sh, int gqa, float* __restrict__ part_o, float2* __restrict__ part_ml) {
+  extern __shared__ int64_t smem_i64[];
+  int64_t* slot_s = smem_i64;                                  // [kDecodeSplit]
+  float* q_s = reinterpret_cast<float*>(slot_s + kDecodeSplit);  // [gqa][hd_k]
+  float* p_s = q_s + gqa * sh.hd_k;                            // [gqa][kDecodeSplit]
+  __shared__ float red[32];
+
+  const int split = blockIdx.x;
+  const int g = blockIdx.y;
+  const int64_t r = blockIdx.z;
+  const int tid = threadIdx.x;
+  const RowRange rr = row_range(meta, r);
+  if (rr.seq < 0) return;  // padding row: the combine kernel writes zeros
+  const int j0 = max(rr.lo, split * kDecodeSplit);
+  const int j1 = min(rr.hi, (split + 1) * kDecodeSplit);
+  const int64_t part_base = (r * sh.n_head + int64_t(g) * gqa) * sh.n_splits + split;  // head h adds h*n_splits
+  if (j0 >= j1) {
+    for (int h = tid; h < gqa; h += blockDim.x)
+      part_ml[part_base + int64_t(h) * sh.n_splits] = make_float2(-INFINITY, 0.0f);
+    return;
+  }
+  const int n = j1 - j0;
+
+  for (int64_t idx = tid; idx < gqa * sh.hd_k; idx += blockDim.x) {
+    const int64_t h = idx / sh.hd_k, d = idx % sh.hd_k;
+    q_s[idx] = q.row_as<const float>(r * sh.n_head + int64_t(g) * gqa + h)[d] * sh.scale;
+  }
+  for (int jj = tid; jj < n; jj += blockDim.x) slot_s[jj] = cache_slot(meta, rr.seq, j0 + jj);
+  __syncthreads();
+
+  // Scores: one thread per position, all heads of the group.
+  for (int jj = tid; jj < n; jj += blockDim.x) {
+    const auto* kp = reinterpret_cast<const typename KTag::storage*>(kc + slot_s[jj] * k_slot + g * k_nb1);
+    float acc[G];
+#pragma unroll
+    for (int h = 0; h < G; ++h) acc[h] = 0.0f;
+    for (int64_t d = 0; d < sh.hd_k; ++d) {
+      const float kv = KTag::load(kp + d);
+#pragma unroll
+      for (int h = 0; h < G; ++h)
+        if (h < gqa) acc[h] += q_s[h * sh.hd_k + d] * kv;
+    }
+#pragma unroll
+    for (int h = 0; h < G; ++h)
+      if (h < gqa) p_s[h * kDecodeSplit + jj] = acc[h];
+  }
+  __syncthreads();
+
+  // Softmax pieces per head: max, exp, sum.
+  for (int h = 0; h < gqa; ++h) {
+    float m = -INFINITY;
+    for (int jj = tid; jj < n; jj += blockDim.x) m = fmaxf(m, p_s[h * kDecodeSplit + jj]);
+    m = block_max(m, red);
+    float l = 0.0f;
+    for (int jj = tid; jj < n; jj += blockDim.x) {
+      const float e = expf(p_s[h * kDecodeSplit + jj] - m);
+      p_s[h * kDecodeSplit + jj] = e;
+      l += e;
+    }
+    l = block_sum(l, red);
+    if (tid == 0) part_ml[part_base + int64_t(h) * sh.n_splits] = make_float2(m, l);
+  }
+  __syncthreads();
+
+  // Unnormalised output: one thread per (head, dim), coalesced along the V row.
+  for (int64_t idx = tid; idx < gqa * sh.hd_v; idx += blockDim.x) {
+    const int64_t h = idx / sh.hd_v, d = idx % sh.hd_v;
+    const float* ph = p_s + h * kDecodeSplit;
+    float acc = 0.0f;
+    for (int jj = 0; jj < n; ++jj) {
+      const auto* vp = reinterpret_cast<const typename VTag::storage*>(vc + slot_s[jj] * v_slot + g * v_nb1);
+      acc += ph[jj] * VTag::load(vp + d);
+    }
+    part_o[(part_base + h * sh.n_splits) * sh.hd_v + d] = acc;
+  }
+}
+
+__global__ void attention_combine_kernel(const float* __restrict__ part_o, const float2* __restrict__ part_ml,
+                                         AttnMeta meta, int64_t n_head, int64_t hd_v, int n_splits, RowView out) {
+  const int64_t h = blockIdx.x, r = blockIdx.y;
+  float* o = out.row_as<float>(r * n_head + h);
+  const int seq = meta.seq_slot[r];
+  const int64_t base = (r * n_head + h) * n_splits;
+  float M = -INFINITY;
+  if (seq >= 0) {
+    for (int s = 0; s < n_splits; ++s) {
+      const float2 ml = part_ml[base + s];
+      if (ml.y > 0.0f) M = fmaxf(M, ml.x);
+    }
+  }
+  if (M == -INFINITY) {  // padding row, or a row that sees no position
+    for (int64_t d = threadIdx.x; d < hd_v; d += blockDim.x) o[d] = 0.0f;
+    return;
+  }
+  float den = 0.0f;
+  for (int s = 0; s < n_splits; ++s) {
+    const float2 ml = part_ml[base + s];
+    if (ml.y > 0.0f) den += expf(ml.x - M) * ml.y;
+  }
+  const float inv = 1.0f / den;
+  for (int64_t d = threadIdx.x; d < hd_v; d += blockDim.x) {
+    float num = 0.0f;
+    for (int s = 0; s < n_splits; ++s) {
+      const float2 ml = part_ml[base + s];
+      if (ml.y > 0.0f) num += expf(ml.x - M) * part_o[(base + s) * hd_v + d];
+    }
+    o[d] = num * inv;
+  }
+}
+
+int n_splits_for(int64_t max_seq_len) { return int(std::max<int64_t>(1, (max_seq_len + kDecodeSplit - 1) / kDecodeSplit)); }
+
+size_t align256(size_t n) { return (n + 255) & ~size_t(255); }
+
+template <class KTag, class VTag, int G>
+void launch_split(const AttentionArgs& a, const DecodeShape& sh, int gqa, float* part_o, float2* part_ml,
+                  cudaStream_t stream) {
+  const size_t smem = size_t(gqa) * size_t(sh.hd_k) * 4 + size_t(gqa) * kDecodeSplit * 4 + kDecodeSplit * 8;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(attention_split_kernel<KTag, VTag, G>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024));
+  });
+  check(smem <= 160 * 1024, "CUDA attention: too many query heads per KV head for the decode kernel");
+  const dim3 grid(unsigned(sh.n_splits), unsigned(sh.n_kv_head), unsigned(a.q.ne[2]));
+  attention_split_kernel<KTag, VTag, G><<<grid, kThreads, smem, stream>>>(
+      row_view(a.q), static_cast<const char*>(a.kv.k.data), a.kv.k.nb[1], a.kv.k.nb[2],
+      static_cast<const char*>(a.kv.v.data), a.kv.v.nb[1], a.kv.v.nb[2], make_meta(a), sh, gqa, part_o, part_ml);
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+template <class KTag, class VTag>
+void launch_group(const AttentionArgs& a, const DecodeShape& sh, int gqa, float* part_o, float2* part_ml,
+                  cudaStream_t stream) {
+  if (gqa <= 1) return launch_split<KTag, VTag, 1>(a, sh, gqa, part_o, part_ml, stream);
+  if (gqa <= 2) return launch_split<KTag, VTag, 2>(a, sh, gqa, part_o, part_ml, stream);
+  if (gqa <= 4) return launch_split<KTag, VTag, 4>(a, sh, gqa, part_o, part_ml, stream);
+  if (gqa <= 8) return launch_split<KTag, VTag, 8>(a, sh, gqa, part_o, part_ml, stream);
+  if (gqa <= 16) return launch_split<KTag, VTag, 16>(a, sh, gqa, part_o, part_ml, stream);
+  throw Error("CUDA attention: more than 16 query heads per KV head are not supported");
+}
+
+template <class KTag>
+void launch_v(const AttentionArgs& a, const DecodeShape& sh, int gqa, float* part_o, float2* part_ml,
+              cudaStream_t stream) {
+  switch (a.kv.v.type) {
+    case DType::F32:
+      return launch_group<KTag, F32Tag>(a, sh, gqa, part_o, part_ml, stream);
+    case DType::F16:
+      return launch_group<KTag, F16Tag>(a, sh, gqa, part_o, part_ml, stream);
+    case DType::BF16:
+      return launch_group<KTag, BF16Tag>(a, sh, gqa, part_o, part_ml, stream);
+    default:
+      throw Error(std::string("CUDA attention: unsupported V cache dtype ") + dtype_name(a.kv.v.type));
+  }
+}
+
+}  // namespace
+
+size_t attention_decode_scratch_bytes(int64_t T, int64_t n_head, int64_t hd_v, int64_t max_seq_len) {
+  const size_t n = size_t(T) * size_t(n_head) * size_t(n_splits_for(max_seq_len));
+  return align256(n * size_t(hd_v) * 4) + align256(n * sizeof(float2));
+}
+
+void launch_attention_decode(const AttentionArgs& a, void* partials, size_t partials_bytes, cudaStream_t stream) {
+  const int64_t T = a.q.ne[2];
+  if (T == 0) return;
+  DecodeShape sh;
+  sh.n_head = a.q.ne[1];
+  sh.n_kv_head = a.kv.k.ne[1];
+  sh.hd_k = a.q.ne[0];
+  sh.hd_v = a.kv.v.ne[0];
+  sh.n_splits = n_splits_for(a.max_seq_len);
+  sh.scale = a.scale;
+  const int gqa = int(sh.n_head / sh.n_kv_head);
+  const size_t need = attention_decode_scratch_bytes(T, sh.n_head, sh.hd_v, a.max_seq_len);
+  check(partials_bytes >= need, "CUDA attention: workspace too small (" + std::to_string(partials_bytes) +
+                                    " bytes, need " + std::to_string(need) + "); reserve() a larger plan");
+  check(T <= 65535, "CUDA attention: at most 65535 rows per call");
+  const size_t n = size_t(T) * size_t(sh.n_head) * size_t(sh.n_splits);
+  float* part_o = static_cast<float*>(partials);
+  float2* part_ml = reinterpret_cast<float2*>(static_cast<char*>(partials) + align256(n * size_t(sh.hd_v) * 4));
+  switch (a.kv.k.type) {
+    case DType::F32:
+      launch_v<F32Tag>(a, sh, gqa, part_o, part_ml, stream);
+      break;
+    case DType::F16:
+      launch_v<F16Tag>(a, sh, gqa, part_o, part_ml, stream);
+      break;
+    case DType::BF16:
+      launch_v<BF16Tag>(a, sh, gqa, part_o, part_ml, stream);
+      break;
+    default:
+      throw Error(std::string("CUDA attention: unsupported K cache dtype ") + dtype_name(a.kv.k.type));
+  }
+  const dim3 grid(unsigned(sh.n_head), unsigned(T));
+  const int threads = int(std::min<int64_t>(256, (sh.hd_v + 31) / 32 * 32));
+  attention_combine_kernel<<<grid, threads, 0, stream>>>(part_o, part_ml, make_meta(a), sh.n_head, sh.hd_v,
+                                                         sh.n_splits, row_view(a.out));
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tandem::cuda

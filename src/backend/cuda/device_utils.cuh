@@ -1,0 +1,89 @@
+// Small device-side helpers shared by the CUDA kernels: 16-bit float loads, warp and block reductions, and
+// unaligned 32-bit reads from shared memory.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tandem::cuda {
+
+constexpr int kWarpSize = 32;
+
+__device__ __forceinline__ float bf16_bits_to_float(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
+__device__ __forceinline__ float fp16_bits_to_float(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+
+// Round-to-nearest-even conversions to the 16-bit storage types (the CPU reference uses the same rounding).
+__device__ __forceinline__ uint16_t float_to_bf16_bits(float f) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
+__device__ __forceinline__ uint16_t float_to_fp16_bits(float f) { return __half_as_ushort(__float2half_rn(f)); }
+
+// Storage type tags: how one element of a plain (non-block) dtype is read and written.
+struct F32Tag {
+  using storage = float;
+  static __device__ __forceinline__ float load(const float* p) { return *p; }
+  static __device__ __forceinline__ void store(float* p, float v) { *p = v; }
+};
+struct F16Tag {
+  using storage = uint16_t;
+  static __device__ __forceinline__ float load(const uint16_t* p) { return fp16_bits_to_float(*p); }
+  static __device__ __forceinline__ void store(uint16_t* p, float v) { *p = float_to_fp16_bits(v); }
+};
+struct BF16Tag {
+  using storage = uint16_t;
+  static __device__ __forceinline__ float load(const uint16_t* p) { return bf16_bits_to_float(*p); }
+  static __device__ __forceinline__ void store(uint16_t* p, float v) { *p = float_to_bf16_bits(v); }
+};
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over the whole block; every thread gets the result. scratch: >= 32 floats of shared memory. Contains
+// __syncthreads, so every thread of the block must call it.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int n_warps = (blockDim.x + kWarpSize - 1) / kWarpSize;
+  v = warp_sum(v);
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < n_warps ? scratch[lane] : 0.0f;
+  return warp_sum(v);
+}
+__device__ __forceinline__ float block_max(float v, float* scratch) {
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  const int n_warps = (blockDim.x + kWarpSize - 1) / kWarpSize;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < n_warps ? scratch[lane] : -INFINITY;
+  return warp_max(v);
+}
+
+// 32 bits starting at any byte address p of shared memory (reads the aligned word after it too, so the buffer
+// needs 4 bytes of padding at its end).
+__device__ __forceinline__ uint32_t load_u32_unaligned(const uint8_t* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(a & ~uintptr_t(3));
+  return __funnelshift_r(w[0], w[1], unsigned(a & 3) * 8u);
+}
+__device__ __forceinline__ uint16_t load_u16_unaligned(const uint8_t* p) {
+  return uint16_t(p[0] | (uint32_t(p[1]) << 8));
+}
+
+// Integer dot product of 4 packed signed bytes, accumulated into c.
+__device__ __forceinline__ int dot4(int a, int b, int c) { return __dp4a(a, b, c); }
+
+}  // namespace tandem::cuda

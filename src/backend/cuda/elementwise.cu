@@ -1,0 +1,375 @@
+// Row-wise and elementwise kernels: rms_norm, rope, SwiGLU/GeGLU, add/mul, scale/softcap/fill, softmax,
+// dtype copies, kv_store and get_rows. Each is memory-bound and small next to the matmuls; they are written for
+// clarity, with one block (or warp) per row and coalesced accesses along ne[0].
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/quant_device.cuh"
+#include "backend/cuda/tensor_rows.h"
+
+namespace tandem::cuda {
+namespace {
+
+constexpr int kRowThreads = 256;
+
+int threads_for_row(int64_t ne0) { return int(std::min<int64_t>(kRowThreads, ((ne0 + 31) / 32) * 32)); }
+
+// ---- rms_norm: one warp per row --------------------------------------------------------------------------
+__global__ void rms_norm_kernel(RowView x, const float* __restrict__ weight, float eps, RowView out) {
+  const int64_t r = int64_t(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
+  if (r >= x.n_rows()) return;
+  const int lane = threadIdx.x % kWarpSize;
+  const float* xr = x.row_as<const float>(r);
+  float* yr = out.row_as<float>(r);
+  float ss = 0.0f;
+  for (int64_t i = lane; i < x.ne0; i += kWarpSize) ss += xr[i] * xr[i];
+  ss = warp_sum(ss);
+  const float inv = 1.0f / sqrtf(ss / float(x.ne0) + eps);
+  for (int64_t i = lane; i < x.ne0; i += kWarpSize) yr[i] = weight ? xr[i] * inv * weight[i] : xr[i] * inv;
+}
+
+// ---- rope: one thread per rotated pair ----------------------------------------------------------------------
+__global__ void rope_kernel(RowView x, int64_t n_head, const int32_t* __restrict__ positions, int n_rot,
+                            bool neox, float theta_scale, float freq_scale, float attn_factor,
+                            const float* __restrict__ freq_factors, int64_t total) {
+  const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= total) return;
+  const int half = n_rot / 2;
+  const int i = int(idx % half);
+  const int64_t r = idx / half;
+  const int64_t t = r / n_head;
+  // theta exactly as the CPU reference (and ggml) computes it: a running float product from theta_0 = p.
+  float theta = float(positions[t]);
+  for (int k = 0; k < i; ++k) theta *= theta_scale;
+  const float ff = freq_factors ? freq_factors[i] : 1.0f;
+  theta = freq_scale * (theta / ff);
+  const float c = cosf(theta) * attn_factor, s = sinf(theta) * attn_factor;
+  float* xr = x.row_as<float>(r);
+  const int i0 = neox ? i : 2 * i;
+  const int i1 = neox ? i + half : 2 * i + 1;
+  const float x0 = xr[i0], x1 = xr[i1];
+  xr[i0] = x0 * c - x1 * s;
+  xr[i1] = x0 * s + x1 * c;
+}
+
+// ---- gated activations ------------------------------------------------------------------------------------------
+template <GluKind K>
+__global__ void glu_kernel(RowView gate, RowView up, RowView out) {
+  const int64_t r = blockIdx.x;
+  const float* g = gate.row_as<const float>(r);
+  const float* u = up.row_as<const float>(r);
+  float* o = out.row_as<float>(r);
+  for (int64_t i = threadIdx.x; i < gate.ne0; i += blockDim.x) {
+    const float x = g[i];
+    float a;
+    if constexpr (K == GluKind::Silu) {
+      a = x / (1.0f + expf(-x));
+    } else {
+      a = 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+    }
+    o[i] = a * u[i];
+  }
+}
+
+template <BinaryKind K>
+__global__ void binary_kernel(RowView a, RowView b, bool broadcast_b, RowView out) {
+  const int64_t r = blockIdx.x;
+  const float* pa = a.row_as<const float>(r);
+  const float* pb = b.row_as<const float>(broadcast_b ? 0 : r);
+  float* po = out.row_as<float>(r);
+  for (int64_t i = threadIdx.x; i < a.ne0; i += blockDim.x) {
+    if constexpr (K == BinaryKind::Add) {
+      po[i] = pa[i] + pb[i];
+    } else {
+      po[i] = pa[i] * pb[i];
+    }
+  }
+}
+
+template <UnaryKind K>
+__global__ void unary_kernel(RowView x, float value, RowView out) {
+  const int64_t r = blockIdx.x;
+  float* po = out.row_as<float>(r);
+  if constexpr (K == UnaryKind::Fill) {
+    for (int64_t i = threadIdx.x; i < out.ne0; i += blockDim.x) po[i] = value;
+  } else {
+    const float* px = x.row_as<const float>(r);
+    for (int64_t i = threadIdx.x; i < x.ne0; i += blockDim.x) {
+      if constexpr (K == UnaryKind::Scale) {
+        po[i] = px[i] * value;
+      } else {
+        po[i] = value * tanhf(px[i] / value);
+      }
+    }
+  }
+}
+
+// ---- softmax: one block per row ----------------------------------------------------------------------------
+__global__ void softmax_kernel(RowView x, RowView out) {
+  __shared__ float scratch[32];
+  const int64_t r = blockIdx.x;
+  const float* px = x.row_as<const float>(r);
+  float* po = out.row_as<float>(r);
+  float m = -INFINITY;
+  for (int64_t i = threadIdx.x; i < x.ne0; i += blockDim.x) m = fmaxf(m, px[i]);
+  m = block_max(m, scratch);
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < x.ne0; i += blockDim.x) sum += expf(px[i] - m);
+  sum = block_sum(sum, scratch);
+  const float inv = 1.0f / sum;
+  // x may alias out: every thread reads its own elements before writing them.
+  for (int64_t i = threadIdx.x; i < x.ne0; i += blockDim.x) po[i] = expf(px[i] - m) * inv;
+}
+
+// ---- copies ------------------------------------------------------------------------------------------------
+template <class Src, class Dst>
+__global__ void convert_kernel(RowView src, RowView dst) {
+  const int64_t r = blockIdx.x;
+  const auto* ps = src.row_as<const typename Src::storage>(r);
+  auto* pd = dst.row_as<typename Dst::storage>(r);
+  for (int64_t i = threadIdx.x; i < src.ne0; i += blockDim.x) Dst::store(pd + i, Src::load(ps + i));
+}
+
+__global__ void copy_bytes_kernel(RowView src, RowView dst, size_t row_bytes) {
+  const int64_t r = blockIdx.x;
+  const uint8_t* ps = src.row_as<const uint8_t>(r);
+  uint8_t* pd = dst.row_as<uint8_t>(r);
+  for (size_t i = threadIdx.x; i < row_bytes; i += blockDim.x) pd[i] = ps[i];
+}
+
+template <class Src, class Dst>
+void launch_convert(const Tensor& src, const Tensor& dst, cudaStream_t stream) {
+  const RowView s = row_view(src), d = row_view(dst);
+  if (s.n_rows() == 0 || s.ne0 == 0) return;
+  convert_kernel<Src, Dst><<<unsigned(s.n_rows()), threads_for_row(s.ne0), 0, stream>>>(s, d);
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+template <class Dst>
+void launch_convert_from(const Tensor& src, const Tensor& dst, cudaStream_t stream) {
+  switch (src.type) {
+    case DType::F32:
+      return launch_convert<F32Tag, Dst>(src, dst, stream);
+    case DType::F16:
+      return launch_convert<F16Tag, Dst>(src, dst, stream);
+    case DType::BF16:
+      return launch_convert<BF16Tag, Dst>(src, dst, stream);
+    default:
+      throw Error(std::string("CUDA copy: cannot convert from ") + dtype_name(src.type));
+  }
+}
+
+// ---- kv_store: one block per (row t, kv head g) --------------------------------------------------------------
+template <class Dst>
+__global__ void kv_store_kernel(RowView src, const int32_t* __restrict__ slot_mapping, char* cache, size_t nb1,
+                                size_t nb2, size_t nb3, int block_size) {
+  const int64_t r = blockIdx.x;  // r = g + n_kv_head * t
+  const int64_t t = r / src.ne1, g = r % src.ne1;
+  const int32_t slot = slot_mapping[t];
+  if (slot < 0) return;
+  const float* ps = src.row_as<const float>(r);
+  auto* pd = reinterpret_cast<typename Dst::storage*>(cache + size_t(slot % block_size) * nb2 +
+                                                      size_t(slot / block_size) * nb3 + size_t(g) * nb1);
+  for (int64_t i = threadIdx.x; i < src.ne0; i += blockDim.x) Dst::store(pd + i, ps[i]);
+}
+
+void store_one(const Tensor& cache, int block_size, const Tensor& src, const int32_t* slots, cudaStream_t stream) {
+  const RowView s = row_view(src);
+  if (s.n_rows() == 0) return;
+  char* base = static_cast<char*>(cache.data);
+  const unsigned grid = unsigned(s.n_rows());
+  const int threads = threads_for_row(s.ne0);
+  switch (cache.type) {
+    case DType::F32:
+      kv_store_kernel<F32Tag><<<grid, threads, 0, stream>>>(s, slots, base, cache.nb[1], cache.nb[2], cache.nb[3],
+                                                            block_size);
+      break;
+    case DType::F16:
+      kv_store_kernel<F16Tag><<<grid, threads, 0, stream>>>(s, slots, base, cache.nb[1], cache.nb[2], cache.nb[3],
+                                                            block_size);
+      break;
+    case DType::BF16:
+      kv_store_kernel<BF16Tag><<<grid, threads, 0, stream>>>(s, slots, base, cache.nb[1], cache.nb[2],
+                                                             cache.nb[3], block_size);
+      break;
+    default:
+      throw Error(std::string("CUDA kv_store: unsupported cache dtype ") + dtype_name(cache.type));
+  }
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+// ---- get_rows: one block per output column -------------------------------------------------------------------
+template <class Src>
+__global__ void get_rows_plain_kernel(const char* table, size_t row_stride, const int32_t* __restrict__ ids,
+                                      RowView out) {
+  const int64_t t = blockIdx.x;
+  const auto* ps = reinterpret_cast<const typename Src::storage*>(table + size_t(ids[t]) * row_stride);
+  float* po = out.row_as<float>(t);
+  for (int64_t i = threadIdx.x; i < out.ne0; i += blockDim.x) po[i] = Src::load(ps + i);
+}
+
+template <DType QT>
+__global__ void get_rows_quant_kernel(const char* table, size_t row_stride, const int32_t* __restrict__ ids,
+                                      RowView out, int block_elems, int block_bytes) {
+  const int64_t t = blockIdx.x;
+  const uint8_t* row = reinterpret_cast<const uint8_t*>(table + size_t(ids[t]) * row_stride);
+  float* po = out.row_as<float>(t);
+  for (int64_t j8 = int64_t(threadIdx.x) * 8; j8 < out.ne0; j8 += int64_t(blockDim.x) * 8) {
+    float v[8];
+    dequant8<QT>(row + (j8 / block_elems) * block_bytes, int(j8 % block_elems), v);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) po[j8 + k] = v[k];
+  }
+}
+
+}  // namespace
+
+void launch_rms_norm(const Tensor& x, const float* weight, float eps, const Tensor& out, cudaStream_t stream) {
+  const RowView xv = row_view(x), ov = row_view(out);
+  const int64_t rows = xv.n_rows();
+  if (rows == 0) return;
+  constexpr int kWarps = 8;
+  rms_norm_kernel<<<unsigned((rows + kWarps - 1) / kWarps), kWarps * kWarpSize, 0, stream>>>(xv, weight, eps, ov);
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+void launch_rope(const Tensor& x, const int32_t* positions, const RopeParams& p, const float* freq_factors,
+                 cudaStream_t stream) {
+  const RowView xv = row_view(x);
+  const int64_t total = xv.n_rows() * (p.n_rot / 2);
+  if (total == 0) return;
+  const float theta_scale = powf(p.freq_base, -2.0f / float(p.n_rot));
+  constexpr int kThreads = 256;
+  rope_kernel<<<unsigned((total + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      xv, x.ne[1], positions, p.n_rot, p.mode == RopeMode::Neox, theta_scale, p.freq_scale, p.attn_factor,
+      freq_factors, total);
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+void launch_glu(GluKind kind, const Tensor& gate, const Tensor& up, const Tensor& out, cudaStream_t stream) {
+  const RowView g = row_view(gate), u = row_view(up), o = row_view(out);
+  if (g.n_rows() == 0 || g.ne0 == 0) return;
+  const unsigned grid = unsigned(g.n_rows());
+  const int threads = threads_for_row(g.ne0);
+  if (kind == GluKind::Silu) {
+    glu_kernel<GluKind::Silu><<<grid, threads, 0, stream>>>(g, u, o);
+  } else {
+    glu_kernel<GluKind::Gelu><<<grid, threads, 0, stream>>>(g, u, o);
+  }
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+void launch_binary(BinaryKind kind, const Tensor& a, const Tensor& b, const Tensor& out, cudaStream_t stream) {
+  const RowView av = row_view(a), bv = row_view(b), ov = row_view(out);
+  if (av.n_rows() == 0 || av.ne0 == 0) return;
+  const bool broadcast = bv.n_rows() == 1 && av.n_rows() > 1;
+  const unsigned grid = unsigned(av.n_rows());
+  const int threads = threads_for_row(av.ne0);
+  if (kind == BinaryKind::Add) {
+    binary_kernel<BinaryKind::Add><<<grid, threads, 0, stream>>>(av, bv, broadcast, ov);
+  } else {
+    binary_kernel<BinaryKind::Mul><<<grid, threads, 0, stream>>>(av, bv, broadcast, ov);
+  }
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+void launch_unary(UnaryKind kind, const Tensor& x, float value, const Tensor& out, cudaStream_t stream) {
+  const RowView xv = row_view(x), ov = row_view(out);
+  if (ov.n_rows() == 0 || ov.ne0 == 0) return;
+  const unsigned grid = unsigned(ov.n_rows());
+  const int threads = threads_for_row(ov.ne0);
+  switch (kind) {
+    case UnaryKind::Scale:
+      unary_kernel<UnaryKind::Scale><<<grid, threads, 0, stream>>>(xv, value, ov);
+      break;
+    case UnaryKind::Softcap:
+      unary_kernel<UnaryKind::Softcap><<<grid, threads, 0, stream>>>(xv, value, ov);
+      break;
+    case UnaryKind::Fill:
+      unary_kernel<UnaryKind::Fill><<<grid, threads, 0, stream>>>(ov, value, ov);
+      break;
+  }
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+void launch_softmax_rows(const Tensor& x, const Tensor& out, cudaStream_t stream) {
+  const RowView xv = row_view(x), ov = row_view(out);
+  if (xv.n_rows() == 0 || xv.ne0 == 0) return;
+  softmax_kernel<<<unsigned(xv.n_rows()), threads_for_row(xv.ne0), 0, stream>>>(xv, ov);
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+void launch_copy(const Tensor& src, const Tensor& dst, cudaStream_t stream) {
+  if (src.type == dst.type && src.type != DType::F32 && src.type != DType::F16 && src.type != DType::BF16) {
+    const RowView s = row_view(src), d = row_view(dst);
+    if (s.n_rows() == 0) return;
+    const size_t bytes = src.row_bytes();
+    copy_bytes_kernel<<<unsigned(s.n_rows()), int(std::min<size_t>(256, (bytes + 31) / 32 * 32)), 0, stream>>>(
+        s, d, bytes);
+    TANDEM_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  switch (dst.type) {
+    case DType::F32:
+      return launch_convert_from<F32Tag>(src, dst, stream);
+    case DType::F16:
+      return launch_convert_from<F16Tag>(src, dst, stream);
+    case DType::BF16:
+      return launch_convert_from<BF16Tag>(src, dst, stream);
+    default:
+      throw Error(std::string("CUDA copy: cannot convert to ") + dtype_name(dst.type));
+  }
+}
+
+void launch_kv_store(const KvLayerView& kv, const Tensor& k, const Tensor& v, const int32_t* slot_mapping,
+                     cudaStream_t stream) {
+  store_one(kv.k, kv.block_size, k, slot_mapping, stream);
+  store_one(kv.v, kv.block_size, v, slot_mapping, stream);
+}
+
+void launch_get_rows(const Tensor& table, const int32_t* ids, const Tensor& out, cudaStream_t stream) {
+  const RowView o = row_view(out);
+  const int64_t T = o.n_rows();
+  if (T == 0 || o.ne0 == 0) return;
+  const char* base = static_cast<const char*>(table.data);
+  const size_t stride = table.nb[1];
+  const unsigned grid = unsigned(T);
+  const int threads = threads_for_row(o.ne0);
+  const int qthreads = threads_for_row((o.ne0 + 7) / 8);
+  switch (table.type) {
+    case DType::F32:
+      get_rows_plain_kernel<F32Tag><<<grid, threads, 0, stream>>>(base, stride, ids, o);
+      break;
+    case DType::F16:
+      get_rows_plain_kernel<F16Tag><<<grid, threads, 0, stream>>>(base, stride, ids, o);
+      break;
+    case DType::BF16:
+      get_rows_plain_kernel<BF16Tag><<<grid, threads, 0, stream>>>(base, stride, ids, o);
+      break;
+    case DType::Q8_0:
+      get_rows_quant_kernel<DType::Q8_0><<<grid, qthreads, 0, stream>>>(base, stride, ids, o, 32, 34);
+      break;
+    case DType::Q4_0:
+      get_rows_quant_kernel<DType::Q4_0><<<grid, qthreads, 0, stream>>>(base, stride, ids, o, 32, 18);
+      break;
+    case DType::Q4_K:
+      get_rows_quant_kernel<DType::Q4_K><<<grid, qthreads, 0, stream>>>(base, stride, ids, o, 256, 144);
+      break;
+    case DType::Q5_K:
+      get_rows_quant_kernel<DType::Q5_K><<<grid, qthreads, 0, stream>>>(base, stride, ids, o, 256, 176);
+      break;
+    case DType::Q6_K:
+      get_rows_quant_kernel<DType::Q6_K><<<grid, qthreads, 0, stream>>>(base, stride, ids, o, 256, 210);
+      break;
+    default:
+      throw Error(std::string("CUDA get_rows: unsupported table dtype ") + dtype_name(table.type));
+  }
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tandem::cuda

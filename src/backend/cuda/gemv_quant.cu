@@ -1,0 +1,268 @@
+// Matrix-vector products for decode with block-quantized weights (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K).
+//
+// x is first quantized to 8 bits per 32 values (launch_quantize_q8: int8 q, scale d and d * sum q per 32), so
+// that every 32 weights become eight 4-byte integer dot products (dp4a). GGUF blocks are 18, 34, 144, 176 or 210
+// bytes, so most blocks are not 16-byte aligned; instead of narrow loads from global memory, each block of 4
+// warps copies the bytes of its 4 rows into shared memory with 16-byte asynchronous copies (the aligned interior
+// of each row; a few head and tail bytes one by one) and then decodes from shared memory, one warp per row.
+// Shared memory keeps the global reads wide and in flight whatever the block size.
+#include <cuda_pipeline.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/device_utils.cuh"
+#include "quant/blocks.h"
+
+namespace tandem::cuda {
+namespace {
+
+constexpr int kRowsPerBlock = 4;  // one warp per row
+constexpr int kMaxSmem = 200 * 1024;
+
+size_t align256(size_t n) { return (n + 255) & ~size_t(255); }
+
+// ---- activation quantization: one warp per 32 values ------------------------------------------------------
+__global__ void quantize_q8_kernel(const float* __restrict__ x, int64_t x_ld, int64_t K, int64_t n_blocks_total,
+                                   int8_t* __restrict__ xq, float2* __restrict__ xds) {
+  const int64_t bi = int64_t(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
+  if (bi >= n_blocks_total) return;
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t per_col = K / 32;
+  const int64_t t = bi / per_col, b = bi % per_col;
+  const float v = x[t * x_ld + b * 32 + lane];
+  const float amax = warp_max(fabsf(v));
+  const float d = amax / 127.0f;
+  const int q = amax > 0.0f ? __float2int_rn(v / d) : 0;
+  xq[t * K + b * 32 + lane] = int8_t(q);
+  const int sum = __reduce_add_sync(0xffffffffu, q);
+  if (lane == 0) xds[bi] = make_float2(d, d * float(sum));
+}
+
+// ---- per-type decoding of one 32-value sub-block i of a row held in shared memory -------------------------
+// Produces 8 packed int8x4 weights w (values in the order of the 32 activations), and a0, a1, bias such that
+// sum_j W_j x_j ~= d_x * (a0 * dot(w[0..3], xq[0..15]) + a1 * dot(w[4..7], xq[16..31])) + bias * (d_x sum xq).
+struct SubBlock {
+  int w[8];
+  float a0, a1, bias;
+};
+
+template <DType QT>
+__device__ __forceinline__ SubBlock decode_sub_block(const uint8_t* row, int64_t i) {
+  SubBlock r;
+  if constexpr (QT == DType::Q8_0) {
+    const uint8_t* b = row + i * 34;
+    const float d = fp16_bits_to_float(load_u16_unaligned(b));
+#pragma unroll
+    for (int k = 0; k < 8; ++k) r.w[k] = int(load_u32_unaligned(b + 2 + 4 * k));
+    r.a0 = r.a1 = d;
+    r.bias = 0.0f;
+  } else if constexpr (QT == DType::Q4_0) {
+    const uint8_t* b = row + i * 18;
+    const float d = fp16_bits_to_float(load_u16_unaligned(b));
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t q = load_u32_unaligned(b + 2 + 4 * k);
+      r.w[k] = int(q & 0x0F0F0F0Fu);             // values 4k .. 4k+3
+      r.w[4 + k] = int((q >> 4) & 0x0F0F0F0Fu);  // values 16 + 4k ..
+    }
+    r.a0 = r.a1 = d;
+    r.bias = -8.0f * d;
+  } else if constexpr (QT == DType::Q4_K || QT == DType::Q5_K) {
+    constexpr int kBytes = QT == DType::Q4_K ? 144 : 176;
+    constexpr int kQs = QT == DType::Q4_K ? 16 : 48;
+    const uint8_t* b = row + (i / 8) * kBytes;
+    const int s = int(i % 8), c = s / 2, shift = 4 * (s & 1);
+    const float d = fp16_bits_to_float(load_u16_unaligned(b));
+    const float dmin = fp16_bits_to_float(load_u16_unaligned(b + 2));
+    uint8_t sc, m;
+    quant::unpack_scale_min_k4(b + 4, s, sc, m);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      uint32_t q = (load_u32_unaligned(b + kQs + 32 * c + 4 * k) >> shift) & 0x0F0F0F0Fu;
+      if constexpr (QT == DType::Q5_K) q |= ((load_u32_unaligned(b + 16 + 4 * k) >> s) & 0x01010101u) << 4;
+      r.w[k] = int(q);
+    }
+    r.a0 = r.a1 = d * float(sc);
+    r.bias = -dmin * float(m);
+  } else if constexpr (QT == DType::Q6_K) {
+    const uint8_t* b = row + (i / 8) * 210;
+    const int s = int(i % 8), h = s / 4, kq = s % 4;
+    const float d = fp16_bits_to_float(load_u16_unaligned(b + 208));
+    const uint8_t* ql = b + 64 * h + 32 * (kq & 1);
+    const uint8_t* qh = b + 128 + 32 * h;
+    const int lo_shift = 4 * (kq >> 1), hi_shift = 2 * kq;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const uint32_t lo = (load_u32_unaligned(ql + 4 * k) >> lo_shift) & 0x0F0F0F0Fu;
+      const uint32_t hi = ((load_u32_unaligned(qh + 4 * k) >> hi_shift) & 0x03030303u) << 4;
+      r.w[k] = int(__vsubss4(lo | hi, 0x20202020u));  // level - 32, in -32 .. 31
+    }
+    const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192);
+    r.a0 = d * float(scales[8 * h + 2 * kq]);
+    r.a1 = d * float(scales[8 * h + 2 * kq + 1]);
+    r.bias = 0.0f;
+  }
+  return r;
+}
+
+template <DType QT, int NC>
+__global__ void __launch_bounds__(kRowsPerBlock* kWarpSize)
+    gemv_quant_kernel(const char* __restrict__ W, size_t w_ld, int64_t K, int64_t N, size_t row_bytes,
+                      size_t pitch, const int8_t* __restrict__ xq, const float2* __restrict__ xds,
+                      float* __restrict__ y, int64_t y_ld) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int64_t row0 = int64_t(blockIdx.x) * kRowsPerBlock;
+  const int tid = threadIdx.x;
+
+  // Stage the rows in shared memory, each at the same offset mod 16 as in global memory.
+  for (int r = 0; r < kRowsPerBlock && row0 + r < N; ++r) {
+    const uint8_t* g = reinterpret_cast<const uint8_t*>(W + (row0 + r) * w_ld);
+    const uintptr_t gb = reinterpret_cast<uintptr_t>(g), ge = gb + row_bytes;
+    uint8_t* s = smem + r * pitch + (gb & 15);
+    const uintptr_t a0 = (gb + 15) & ~uintptr_t(15), a1 = ge & ~uintptr_t(15);
+    if (a0 <= a1) {
+      const int64_t n16 = int64_t(a1 - a0) / 16;
+      for (int64_t k = tid; k < n16; k += blockDim.x)
+        __pipeline_memcpy_async(s + (a0 - gb) + 16 * k, reinterpret_cast<const void*>(a0 + 16 * k), 16);
+      for (int64_t k = tid; k < int64_t(a0 - gb); k += blockDim.x) s[k] = g[k];
+      for (int64_t k = tid; k < int64_t(ge - a1); k += blockDim.x) s[(a1 - gb) + k] = g[(a1 - gb) + k];
+    } else {
+      for (int64_t k = tid; k < int64_t(row_bytes); k += blockDim.x) s[k] = g[k];
+    }
+  }
+  __pipeline_commit();
+  __pipeline_wait_prior(0);
+  __syncthreads();
+
+  const int warp = tid / kWarpSize, lane = tid % kWarpSize;
+  const int64_t row = row0 + warp;
+  if (row >= N) return;
+  const uint8_t* rowp = smem + warp * pitch + (reinterpret_cast<uintptr_t>(W + row * w_ld) & 15);
+  const int64_t n_sub = K / 32;
+  float acc[NC];
+#pragma unroll
+  for (int c = 0; c < NC; ++c) acc[c] = 0.0f;
+  for (int64_t i = lane; i < n_sub; i += kWarpSize) {
+    const SubBlock sb = decode_sub_block<QT>(rowp, i);
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+      const int4* xv = reinterpret_cast<const int4*>(xq + c * K + 32 * i);
+      const int4 x0 = __ldg(xv), x1 = __ldg(xv + 1);
+      const int lo = dot4(sb.w[3], x0.w, dot4(sb.w[2], x0.z, dot4(sb.w[1], x0.y, dot4(sb.w[0], x0.x, 0))));
+      const int hi = dot4(sb.w[7], x1.w, dot4(sb.w[6], x1.z, dot4(sb.w[5], x1.y, dot4(sb.w[4], x1.x, 0))));
+      const float2 ds = __ldg(xds + c * n_sub + i);
+      acc[c] += ds.x * (sb.a0 * float(lo) + sb.a1 * float(hi)) + sb.bias * ds.y;
+    }
+  }
+#pragma unroll
+  for (int c = 0; c < NC; ++c) {
+    const float s = warp_sum(acc[c]);
+    if (lane == 0) y[c * y_ld + row] = s;
+  }
+}
+
+size_t row_pitch(size_t row_bytes) { return (row_bytes + 16 + 16 + 15) & ~size_t(15); }
+
+template <DType QT, int NC>
+void launch_one(const char* W, size_t w_ld, int64_t K, int64_t N, size_t row_bytes, const int8_t* xq,
+                const float2* xds, float* y, int64_t y_ld, cudaStream_t stream) {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    TANDEM_CUDA_CHECK(
+        cudaFuncSetAttribute(gemv_quant_kernel<QT, NC>, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
+  });
+  const size_t pitch = row_pitch(row_bytes);
+  const unsigned grid = unsigned((N + kRowsPerBlock - 1) / kRowsPerBlock);
+  gemv_quant_kernel<QT, NC><<<grid, kRowsPerBlock * kWarpSize, kRowsPerBlock * pitch, stream>>>(
+      W, w_ld, K, N, row_bytes, pitch, xq, xds, y, y_ld);
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+template <DType QT>
+void launch_type(const char* W, size_t w_ld, int64_t K, int64_t N, const void* scratch, int64_t T, float* y,
+                 int64_t y_ld, cudaStream_t stream) {
+  const size_t row_bytes = dtype_row_bytes(QT, K);
+  const int8_t* xq = static_cast<const int8_t*>(scratch);
+  const float2* xds = reinterpret_cast<const float2*>(static_cast<const char*>(scratch) + align256(size_t(K * T)));
+  for (int64_t t0 = 0; t0 < T; t0 += kGemvMaxCols) {
+    const int nc = int(std::min<int64_t>(kGemvMaxCols, T - t0));
+    const int8_t* xq_c = xq + t0 * K;
+    const float2* xds_c = xds + t0 * (K / 32);
+    float* y_c = y + t0 * y_ld;
+    switch (nc) {
+#define TANDEM_GEMVQ_CASE(n)                                                            \
+  case n:                                                                               \
+    launch_one<QT, n>(W, w_ld, K, N, row_bytes, xq_c, xds_c, y_c, y_ld, stream);        \
+    break;
+      TANDEM_GEMVQ_CASE(1)
+      TANDEM_GEMVQ_CASE(2)
+      TANDEM_GEMVQ_CASE(3)
+      TANDEM_GEMVQ_CASE(4)
+      TANDEM_GEMVQ_CASE(5)
+      TANDEM_GEMVQ_CASE(6)
+      TANDEM_GEMVQ_CASE(7)
+      TANDEM_GEMVQ_CASE(8)
+#undef TANDEM_GEMVQ_CASE
+    }
+  }
+}
+
+}  // namespace
+
+size_t q8_activation_bytes(int64_t K, int64_t T) {
+  return align256(size_t(K * T)) + align256(size_t(K / 32 * T) * sizeof(float2));
+}
+
+void launch_quantize_q8(const float* x, int64_t x_ld, int64_t K, int64_t T, void* scratch, cudaStream_t stream) {
+  const int64_t n_blocks = K / 32 * T;
+  if (n_blocks == 0) return;
+  int8_t* xq = static_cast<int8_t*>(scratch);
+  float2* xds = reinterpret_cast<float2*>(static_cast<char*>(scratch) + align256(size_t(K * T)));
+  constexpr int kWarps = 8;
+  quantize_q8_kernel<<<unsigned((n_blocks + kWarps - 1) / kWarps), kWarps * kWarpSize, 0, stream>>>(
+      x, x_ld, K, n_blocks, xq, xds);
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+bool gemv_quant_supports(DType wt, int64_t K) {
+  switch (wt) {
+    case DType::Q8_0:
+    case DType::Q4_0:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
+      break;
+    default:
+      return false;
+  }
+  if (K % dtype_block_size(wt) != 0) return false;
+  return kRowsPerBlock * row_pitch(dtype_row_bytes(wt, K)) <= size_t(kMaxSmem);
+}
+
+void launch_gemv_quant(DType wt, const void* W, size_t w_ld, int64_t K, int64_t N, const void* scratch,
+                       int64_t T, float* y, int64_t y_ld, cudaStream_t stream) {
+  check(gemv_quant_supports(wt, K), std::string("CUDA quantized matrix-vector product: ") + dtype_name(wt) +
+                                        " rows of " + std::to_string(K) + " values are not supported");
+  if (N == 0 || T == 0) return;
+  const char* w = static_cast<const char*>(W);
+  switch (wt) {
+    case DType::Q8_0:
+      return launch_type<DType::Q8_0>(w, w_ld, K, N, scratch, T, y, y_ld, stream);
+    case DType::Q4_0:
+      return launch_type<DType::Q4_0>(w, w_ld, K, N, scratch, T, y, y_ld, stream);
+    case DType::Q4_K:
+      return launch_type<DType::Q4_K>(w, w_ld, K, N, scratch, T, y, y_ld, stream);
+    case DType::Q5_K:
+      return launch_type<DType::Q5_K>(w, w_ld, K, N, scratch, T, y, y_ld, stream);
+    case DType::Q6_K:
+      return launch_type<DType::Q6_K>(w, w_ld, K, N, scratch, T, y, y_ld, stream);
+    default:
+      break;
+  }
+}
+
+}  // namespace tandem::cuda
