@@ -206,8 +206,6 @@ void SafetensorsFile::Impl::parse(const uint8_t* base, size_t size) {
                               "F8_E4M3, F8_E5M2)");
     t.dtype = *dt;
 
-    // Element count, checked against the data size as we go so the product cannot overflow (every element
-    // takes at least one byte, so a valid count never exceeds data_size).
     for (const auto& d : entry["shape"]) {
       check(d.is_number_unsigned() || (d.is_number_integer() && d.get<int64_t>() >= 0),
             where + "shape " + entry["shape"].dump() + " has a dimension that is not a non-negative integer");
@@ -215,20 +213,16 @@ void SafetensorsFile::Impl::parse(const uint8_t* base, size_t size) {
       check(v <= uint64_t(INT64_MAX), where + "shape dimension " + std::to_string(v) + " is too large");
       t.shape.push_back(int64_t(v));
     }
-    uint64_t nelem = 1;
-    if (std::find(t.shape.begin(), t.shape.end(), 0) != t.shape.end()) {
-      nelem = 0;
-    } else {
-      for (int64_t v : t.shape) {
-        check(nelem <= data_size / uint64_t(v),
-              where + "shape " + entry["shape"].dump() + " has more elements than the file holds");
-        nelem *= uint64_t(v);
-      }
-    }
+    // Byte count with overflow checks; it is compared with the data offsets below.
     const size_t esize = st_dtype_size(t.dtype);
-    check(nelem <= data_size / esize,
-          where + "shape " + entry["shape"].dump() + " of " + dtype_name + " needs more bytes than the file holds");
-    const uint64_t expected_bytes = nelem * esize;
+    uint64_t expected_bytes = esize;
+    bool overflow = false;
+    if (std::find(t.shape.begin(), t.shape.end(), 0) != t.shape.end()) {
+      expected_bytes = 0;
+    } else {
+      for (int64_t v : t.shape) overflow = overflow || __builtin_mul_overflow(expected_bytes, uint64_t(v), &expected_bytes);
+    }
+    check(!overflow, where + "shape " + entry["shape"].dump() + " has more elements than any file can hold");
 
     const auto& offs = entry["data_offsets"];
     check(offs[0].is_number_unsigned() && offs[1].is_number_unsigned(),
@@ -243,7 +237,6 @@ void SafetensorsFile::Impl::parse(const uint8_t* base, size_t size) {
     t.data = data + begin;
     t.nbytes = size_t(expected_bytes);
     if (expected_bytes > 0) ranges.emplace_back(begin, end);
-    index[t.name] = tensors.size();
     tensors.push_back(std::move(t));
   }
 

@@ -1,0 +1,905 @@
+// `tandem convert` (convert/hf_to_gguf.h): tiny Hugging Face checkpoints written here in C++ (config.json,
+// safetensors, a byte-level BPE tokenizer.json) are converted and read back with GgufFile. The expectations
+// (keys, names, shapes, the llama Q/K permutation, rope_freqs) are written out independently of the converter,
+// from ../shared/GGUF-ARCH-FACTS.md B.1, B.2, B.5, B.6.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "convert/hf_config.h"
+#include "convert/hf_to_gguf.h"
+#include "convert/safetensors_writer.h"
+#include "convert/tensor_plan.h"
+#include "core/error.h"
+#include "core/half.h"
+#include "gguf/gguf.h"
+#include "quant/quant.h"
+
+namespace tandem::convert {
+namespace {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+class TempDir {
+ public:
+  explicit TempDir(const std::string& name)
+      : path_(fs::temp_directory_path() / ("tandem_convert_test_" + std::to_string(::getpid()) + "_" + name)) {
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+  fs::path operator/(const std::string& s) const { return path_ / s; }
+
+ private:
+  fs::path path_;
+};
+
+// ---- the tiny checkpoint ---------------------------------------------------------------------------------
+
+struct Spec {
+  std::string hf_arch = "Qwen3ForCausalLM";
+  int64_t n_layer = 2, n_embd = 64, n_ff = 96, n_head = 4, n_head_kv = 2, head_dim = 32, n_vocab = 272;
+  bool write_head_dim = true;
+  bool tied = false;
+  bool attention_bias = false;
+  StDType dtype = StDType::BF16;
+  double rope_theta = 1000000.0;
+  json rope_scaling = nullptr;
+  int shards = 1;  // > 1: model-0000k-of-0000n.safetensors + index
+  uint32_t seed = 42;
+
+  bool llama() const { return hf_arch == "LlamaForCausalLM"; }
+};
+
+struct SourceTensor {
+  std::vector<int64_t> shape;  // HF order
+  std::vector<float> values;   // exactly what the checkpoint stores (already rounded to its dtype)
+  std::vector<uint8_t> bytes;  // the raw checkpoint bytes
+};
+
+// The HF tensors of a spec, written out by hand (not from the converter's plan).
+std::map<std::string, std::vector<int64_t>> hf_tensor_shapes(const Spec& s) {
+  std::map<std::string, std::vector<int64_t>> t;
+  const int64_t q = s.n_head * s.head_dim, kv = s.n_head_kv * s.head_dim;
+  t["model.embed_tokens.weight"] = {s.n_vocab, s.n_embd};
+  t["model.norm.weight"] = {s.n_embd};
+  if (!s.tied) t["lm_head.weight"] = {s.n_vocab, s.n_embd};
+  for (int64_t i = 0; i < s.n_layer; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    t[p + "input_layernorm.weight"] = {s.n_embd};
+    t[p + "post_attention_layernorm.weight"] = {s.n_embd};
+    t[p + "self_attn.q_proj.weight"] = {q, s.n_embd};
+    t[p + "self_attn.k_proj.weight"] = {kv, s.n_embd};
+    t[p + "self_attn.v_proj.weight"] = {kv, s.n_embd};
+    t[p + "self_attn.o_proj.weight"] = {s.n_embd, q};
+    if (s.attention_bias) {
+      t[p + "self_attn.q_proj.bias"] = {q};
+      t[p + "self_attn.k_proj.bias"] = {kv};
+      t[p + "self_attn.v_proj.bias"] = {kv};
+      t[p + "self_attn.o_proj.bias"] = {s.n_embd};
+    }
+    if (!s.llama()) {
+      t[p + "self_attn.q_norm.weight"] = {s.head_dim};
+      t[p + "self_attn.k_norm.weight"] = {s.head_dim};
+    }
+    t[p + "mlp.gate_proj.weight"] = {s.n_ff, s.n_embd};
+    t[p + "mlp.up_proj.weight"] = {s.n_ff, s.n_embd};
+    t[p + "mlp.down_proj.weight"] = {s.n_embd, s.n_ff};
+  }
+  return t;
+}
+
+json config_of(const Spec& s) {
+  json c = {{"architectures", {s.hf_arch}},
+            {"model_type", s.llama() ? "llama" : "qwen3"},
+            {"num_hidden_layers", s.n_layer},
+            {"hidden_size", s.n_embd},
+            {"intermediate_size", s.n_ff},
+            {"num_attention_heads", s.n_head},
+            {"num_key_value_heads", s.n_head_kv},
+            {"vocab_size", s.n_vocab},
+            {"max_position_embeddings", 4096},
+            {"rms_norm_eps", 1e-5},
+            {"rope_theta", s.rope_theta},
+            {"tie_word_embeddings", s.tied},
+            {"attention_bias", s.attention_bias},
+            {"torch_dtype", s.dtype == StDType::BF16 ? "bfloat16" : "float32"},
+            {"rope_scaling", s.rope_scaling}};
+  if (s.write_head_dim) c["head_dim"] = s.head_dim;
+  return c;
+}
+
+void write_text(const fs::path& p, const std::string& text) {
+  std::ofstream out(p, std::ios::binary | std::ios::trunc);
+  out << text;
+}
+
+// GPT-2's byte -> printable character map, as UTF-8: the vocabulary of every byte-level BPE tokenizer.json.
+std::string byte_token(int b) {
+  int cp = b;
+  const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF);
+  if (!printable) {
+    int n = 0;
+    for (int x = 0; x < b; ++x) {
+      const bool p = (x >= '!' && x <= '~') || (x >= 0xA1 && x <= 0xAC) || (x >= 0xAE && x <= 0xFF);
+      if (!p) ++n;
+    }
+    cp = 256 + n;
+  }
+  std::string s;
+  if (cp < 0x80) {
+    s += char(cp);
+  } else {
+    s += char(0xC0 | (cp >> 6));
+    s += char(0x80 | (cp & 0x3F));
+  }
+  return s;
+}
+
+// A minimal, valid byte-level BPE tokenizer.json of HF format (Qwen2-style pre-tokenizer): 256 byte tokens,
+// three merges and two special tokens; the config's vocab_size (272) pads it, as real checkpoints do.
+void write_tokenizer(const fs::path& dir) {
+  json vocab = json::object();
+  for (int b = 0; b < 256; ++b) vocab[byte_token(b)] = b;
+  vocab["he"] = 256;
+  vocab["ll"] = 257;
+  vocab["hell"] = 258;
+  const std::string regex =
+      "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+      "\\s+(?!\\S)|\\s+";
+  json tok = {
+      {"version", "1.0"},
+      {"added_tokens",
+       {{{"id", 259}, {"content", "<|endoftext|>"}, {"special", true}, {"single_word", false}, {"lstrip", false},
+         {"rstrip", false}, {"normalized", false}},
+        {{"id", 260}, {"content", "<|im_start|>"}, {"special", true}, {"single_word", false}, {"lstrip", false},
+         {"rstrip", false}, {"normalized", false}}}},
+      {"normalizer", {{"type", "NFC"}}},
+      {"pre_tokenizer",
+       {{"type", "Sequence"},
+        {"pretokenizers",
+         {{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}},
+          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}}}}}},
+      {"post_processor", nullptr},
+      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}}},
+      {"model",
+       {{"type", "BPE"},
+        {"dropout", nullptr},
+        {"unk_token", nullptr},
+        {"continuing_subword_prefix", ""},
+        {"end_of_word_suffix", ""},
+        {"fuse_unk", false},
+        {"byte_fallback", false},
+        {"vocab", vocab},
+        {"merges", {"h e", "l l", "he ll"}}}}};
+  write_text(dir / "tokenizer.json", tok.dump(1));
+  write_text(dir / "tokenizer_config.json",
+             json({{"eos_token", "<|endoftext|>"}, {"pad_token", "<|endoftext|>"}, {"bos_token", nullptr}}).dump(1));
+}
+
+// Writes config.json, the safetensors file(s) and the tokenizer into dir; returns the source tensors.
+std::map<std::string, SourceTensor> write_checkpoint(const fs::path& dir, const Spec& s) {
+  fs::create_directories(dir);
+  write_text(dir / "config.json", config_of(s).dump(2));
+  write_tokenizer(dir);
+
+  std::mt19937 rng(s.seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::map<std::string, SourceTensor> src;
+  std::vector<SafetensorsWriter> writers(size_t(s.shards));
+  std::map<std::string, std::string> weight_map;
+  size_t k = 0;
+  for (const auto& [name, shape] : hf_tensor_shapes(s)) {
+    SourceTensor t;
+    t.shape = shape;
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    t.values.resize(size_t(n));
+    for (auto& v : t.values) v = normal(rng);
+    if (s.dtype == StDType::BF16) {
+      t.bytes.resize(size_t(n) * 2);
+      for (int64_t i = 0; i < n; ++i) {
+        const uint16_t h = fp32_to_bf16(t.values[size_t(i)]);
+        t.values[size_t(i)] = bf16_to_fp32(h);
+        std::memcpy(t.bytes.data() + 2 * i, &h, 2);
+      }
+    } else {
+      t.bytes.resize(size_t(n) * 4);
+      std::memcpy(t.bytes.data(), t.values.data(), t.bytes.size());
+    }
+    const size_t shard = k++ % size_t(s.shards);
+    writers[shard].add(name, s.dtype, shape, t.bytes);
+    if (s.shards > 1) {
+      weight_map[name] = "model-0000" + std::to_string(shard + 1) + "-of-0000" + std::to_string(s.shards) +
+                         ".safetensors";
+    }
+    src[name] = std::move(t);
+  }
+  // Checkpoints often carry tensors llama.cpp does not use; the converter must skip them.
+  writers[0].add_f32("model.layers.0.self_attn.rotary_emb.inv_freq", {s.head_dim / 2},
+                     std::vector<float>(size_t(s.head_dim / 2), 0.5f));
+  if (s.shards == 1) {
+    writers[0].write(dir / "model.safetensors");
+  } else {
+    for (int i = 0; i < s.shards; ++i)
+      writers[size_t(i)].write(dir / ("model-0000" + std::to_string(i + 1) + "-of-0000" + std::to_string(s.shards) +
+                                      ".safetensors"));
+    weight_map["model.layers.0.self_attn.rotary_emb.inv_freq"] =
+        "model-00001-of-0000" + std::to_string(s.shards) + ".safetensors";
+    write_safetensors_index(dir, weight_map);
+  }
+  return src;
+}
+
+// GGUF name -> HF name, written out by hand from the facts file's table B.2.
+std::map<std::string, std::string> expected_names(const Spec& s) {
+  std::map<std::string, std::string> m;
+  m["token_embd.weight"] = "model.embed_tokens.weight";
+  m["output_norm.weight"] = "model.norm.weight";
+  if (!s.tied) m["output.weight"] = "lm_head.weight";
+  for (int64_t i = 0; i < s.n_layer; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".", h = "model.layers." + std::to_string(i) + ".";
+    m[b + "attn_norm.weight"] = h + "input_layernorm.weight";
+    m[b + "attn_q.weight"] = h + "self_attn.q_proj.weight";
+    m[b + "attn_k.weight"] = h + "self_attn.k_proj.weight";
+    m[b + "attn_v.weight"] = h + "self_attn.v_proj.weight";
+    m[b + "attn_output.weight"] = h + "self_attn.o_proj.weight";
+    m[b + "ffn_norm.weight"] = h + "post_attention_layernorm.weight";
+    m[b + "ffn_gate.weight"] = h + "mlp.gate_proj.weight";
+    m[b + "ffn_up.weight"] = h + "mlp.up_proj.weight";
+    m[b + "ffn_down.weight"] = h + "mlp.down_proj.weight";
+    if (!s.llama()) {
+      m[b + "attn_q_norm.weight"] = h + "self_attn.q_norm.weight";
+      m[b + "attn_k_norm.weight"] = h + "self_attn.k_norm.weight";
+    }
+    if (s.attention_bias) {
+      m[b + "attn_q.bias"] = h + "self_attn.q_proj.bias";
+      m[b + "attn_k.bias"] = h + "self_attn.k_proj.bias";
+      m[b + "attn_v.bias"] = h + "self_attn.v_proj.bias";
+      m[b + "attn_output.bias"] = h + "self_attn.o_proj.bias";
+    }
+  }
+  return m;
+}
+
+ConvertResult convert(const fs::path& dir, const fs::path& out, OutType type, std::vector<std::string>* log = nullptr) {
+  ConvertOptions o;
+  o.hf_dir = dir;
+  o.output = out;
+  o.type = type;
+  o.threads = 2;
+  o.name = "tiny";
+  if (log) o.log = [log](const std::string& s) { log->push_back(s); };
+  return convert_hf_to_gguf(o);
+}
+
+std::vector<float> gguf_values(const gguf::GgufFile& f, const gguf::TensorInfo& t) {
+  std::vector<float> out(size_t(t.nelements()));
+  quant::dequantize_row(t.type, f.tensor_data(t), out.data(), t.nelements());
+  return out;
+}
+
+// Row r of an HF tensor whose rows are its outermost dim.
+const float* hf_row(const SourceTensor& t, int64_t r) {
+  int64_t row_elems = 1;
+  for (size_t i = 1; i < t.shape.size(); ++i) row_elems *= t.shape[i];
+  return t.values.data() + r * row_elems;
+}
+
+// The llama permutation, formulated as llama.cpp's converter states it: view the rows as
+// [n_head, 2, d/2] and swap the last two axes, giving [n_head, d/2, 2]. GGUF row (h, i, half) <- HF row (h, half, i).
+std::vector<float> llama_permute_reference(const SourceTensor& t, int64_t n_head) {
+  const int64_t rows = t.shape[0];
+  const int64_t row_elems = t.shape.size() > 1 ? t.shape[1] : 1;
+  const int64_t d = rows / n_head;
+  std::vector<float> out(t.values.size());
+  for (int64_t h = 0; h < n_head; ++h)
+    for (int64_t half = 0; half < 2; ++half)
+      for (int64_t i = 0; i < d / 2; ++i) {
+        const int64_t dst = h * d + i * 2 + half, from = h * d + half * (d / 2) + i;
+        std::copy_n(hf_row(t, from), row_elems, out.begin() + dst * row_elems);
+      }
+  return out;
+}
+
+void expect_u32(const gguf::GgufFile& f, const std::string& key, uint64_t v) {
+  const gguf::Value* x = f.find(key);
+  ASSERT_NE(x, nullptr) << key;
+  EXPECT_EQ(x->type(), gguf::ValueType::UINT32) << key;
+  EXPECT_EQ(x->as_uint(), v) << key;
+}
+void expect_f32(const gguf::GgufFile& f, const std::string& key, double v) {
+  const gguf::Value* x = f.find(key);
+  ASSERT_NE(x, nullptr) << key;
+  EXPECT_EQ(x->type(), gguf::ValueType::FLOAT32) << key;
+  EXPECT_EQ(float(x->as_float()), float(v)) << key;
+}
+
+// Checks the tensor table against the hand-written names (and nothing else), shapes = HF shape reversed.
+void expect_tensor_table(const gguf::GgufFile& f, const Spec& s, const std::map<std::string, SourceTensor>& src,
+                         const std::set<std::string>& extra = {}) {
+  const auto names = expected_names(s);
+  std::set<std::string> got, want(extra);
+  for (const auto& t : f.tensors()) got.insert(t.name);
+  for (const auto& [g, h] : names) want.insert(g);
+  EXPECT_EQ(got, want);
+  for (const auto& [g, h] : names) {
+    const gguf::TensorInfo* t = f.find_tensor(g);
+    ASSERT_NE(t, nullptr) << g;
+    const auto& shape = src.at(h).shape;
+    ASSERT_EQ(t->n_dims, shape.size()) << g;
+    for (size_t d = 0; d < shape.size(); ++d) EXPECT_EQ(t->ne[d], shape[shape.size() - 1 - d]) << g << " dim " << d;
+    if (shape.size() == 1) {
+      EXPECT_EQ(t->type, DType::F32) << g << ": 1-D tensors are always f32";
+    }
+  }
+}
+
+double rel_rms(const std::vector<float>& ref, const std::vector<float>& got) {
+  return quant::relative_rms_error(ref.data(), got.data(), int64_t(ref.size()));
+}
+
+// ---- conversions -----------------------------------------------------------------------------------------
+
+TEST(Convert, Qwen3Bf16KeepsSourceBytesKeysNamesAndShapes) {
+  TempDir tmp("qwen3_bf16");
+  Spec s;  // qwen3, bf16, untied, head_dim 32 so n_head * head_dim (128) != n_embd (64)
+  const auto src = write_checkpoint(tmp / "hf", s);
+  std::vector<std::string> log;
+  const auto r = convert(tmp / "hf", tmp / "out.gguf", OutType::BF16, &log);
+  EXPECT_EQ(r.arch, "qwen3");
+  EXPECT_EQ(r.type, OutType::BF16);
+  EXPECT_FALSE(fs::exists(tmp / "out.gguf.tmp"));
+
+  const auto f = gguf::GgufFile::open((tmp / "out.gguf").string());
+  EXPECT_EQ(f.get_string("general.architecture"), "qwen3");
+  EXPECT_EQ(f.get_string("general.name"), "tiny");
+  expect_u32(f, "qwen3.block_count", 2);
+  expect_u32(f, "qwen3.context_length", 4096);
+  expect_u32(f, "qwen3.embedding_length", 64);
+  expect_u32(f, "qwen3.feed_forward_length", 96);
+  expect_u32(f, "qwen3.attention.head_count", 4);
+  expect_u32(f, "qwen3.attention.head_count_kv", 2);
+  expect_u32(f, "qwen3.attention.key_length", 32);
+  expect_u32(f, "qwen3.attention.value_length", 32);
+  expect_f32(f, "qwen3.rope.freq_base", 1000000.0);
+  expect_f32(f, "qwen3.attention.layer_norm_rms_epsilon", 1e-5);
+  expect_u32(f, "general.file_type", 32);
+  expect_u32(f, "general.quantization_version", 2);
+  // qwen3 gets no rope.dimension_count (n_rot = key_length) and no vocab_size (facts B.1).
+  EXPECT_EQ(f.find("qwen3.rope.dimension_count"), nullptr);
+  EXPECT_EQ(f.find("qwen3.vocab_size"), nullptr);
+  EXPECT_EQ(f.find("qwen3.rope.scaling.type"), nullptr);
+  // The tokenizer helper's keys are there.
+  ASSERT_NE(f.find("tokenizer.ggml.model"), nullptr);
+  EXPECT_EQ(f.get_string("tokenizer.ggml.model"), "gpt2");
+  ASSERT_NE(f.find("tokenizer.ggml.tokens"), nullptr);
+
+  expect_tensor_table(f, s, src);
+  for (const auto& [g, h] : expected_names(s)) {
+    const auto* t = f.find_tensor(g);
+    const auto& st = src.at(h);
+    if (st.shape.size() == 2) {
+      // Matrices: bf16 bytes exactly as in the checkpoint; qwen3 is never permuted.
+      EXPECT_EQ(t->type, DType::BF16) << g;
+      ASSERT_EQ(t->nbytes, st.bytes.size()) << g;
+      EXPECT_EQ(std::memcmp(f.tensor_data(*t), st.bytes.data(), st.bytes.size()), 0) << g;
+    } else {
+      EXPECT_EQ(gguf_values(f, *t), st.values) << g;  // bf16 -> f32 is exact
+    }
+  }
+  // The unused rotary inv_freq was reported, not converted.
+  EXPECT_TRUE(std::any_of(r.notes.begin(), r.notes.end(), [](const std::string& n) {
+    return n.find("rotary_emb.inv_freq") != std::string::npos;
+  }));
+  EXPECT_GE(log.size(), f.tensors().size());  // one progress line per tensor
+}
+
+TEST(Convert, LlamaF32PermutesQAndKRowsAndKeepsValues) {
+  TempDir tmp("llama_f32");
+  Spec s;
+  s.hf_arch = "LlamaForCausalLM";
+  s.dtype = StDType::F32;
+  s.head_dim = 16;  // n_head * head_dim = n_embd, as in real llama configs
+  s.write_head_dim = false;
+  s.attention_bias = true;
+  s.rope_theta = 10000.0;
+  const auto src = write_checkpoint(tmp / "hf", s);
+  const auto r = convert(tmp / "hf", tmp / "out.gguf", OutType::F32);
+  EXPECT_EQ(r.arch, "llama");
+
+  const auto f = gguf::GgufFile::open((tmp / "out.gguf").string());
+  EXPECT_EQ(f.get_string("general.architecture"), "llama");
+  expect_u32(f, "llama.block_count", 2);
+  expect_u32(f, "llama.embedding_length", 64);
+  expect_u32(f, "llama.attention.head_count", 4);
+  expect_u32(f, "llama.attention.head_count_kv", 2);
+  expect_u32(f, "llama.vocab_size", 272);
+  expect_u32(f, "llama.rope.dimension_count", 16);
+  expect_f32(f, "llama.rope.freq_base", 10000.0);
+  expect_u32(f, "general.file_type", 0);
+  // No head_dim in config.json: llama.cpp writes no key_length / value_length.
+  EXPECT_EQ(f.find("llama.attention.key_length"), nullptr);
+  EXPECT_EQ(f.find("llama.attention.value_length"), nullptr);
+  EXPECT_EQ(f.find_tensor("rope_freqs.weight"), nullptr);
+
+  expect_tensor_table(f, s, src);
+  for (const auto& [g, h] : expected_names(s)) {
+    const auto* t = f.find_tensor(g);
+    EXPECT_EQ(t->type, DType::F32) << g;
+    const auto& st = src.at(h);
+    const auto got = gguf_values(f, *t);
+    const bool is_q = g.find(".attn_q.") != std::string::npos, is_k = g.find(".attn_k.") != std::string::npos;
+    if (is_q || is_k) {
+      const auto want = llama_permute_reference(st, is_q ? s.n_head : s.n_head_kv);
+      EXPECT_EQ(got, want) << g << " is not permuted as llama needs";
+      EXPECT_NE(got, st.values) << g;  // (the permutation moved something)
+    } else {
+      EXPECT_EQ(got, st.values) << g;  // f32 values preserved exactly, v / o / ffn unpermuted
+    }
+  }
+}
+
+TEST(Convert, LlamaPermutationRowMapMatchesFacts) {
+  // Facts B.5 in words: within each head of d rows, HF row r < d/2 goes to 2r and row d/2 + r to 2r + 1.
+  const int64_t n_heads = 3, d = 8, rows = n_heads * d;
+  for (int64_t h = 0; h < n_heads; ++h)
+    for (int64_t r = 0; r < d / 2; ++r) {
+      EXPECT_EQ(llama_permuted_source_row(h * d + 2 * r, rows, n_heads), h * d + r);
+      EXPECT_EQ(llama_permuted_source_row(h * d + 2 * r + 1, rows, n_heads), h * d + d / 2 + r);
+    }
+}
+
+TEST(Convert, TiedEmbeddingsHaveNoOutputTensor) {
+  TempDir tmp("tied");
+  Spec s;
+  s.tied = true;
+  const auto src = write_checkpoint(tmp / "hf", s);
+  convert(tmp / "hf", tmp / "out.gguf", OutType::AUTO);
+  const auto f = gguf::GgufFile::open((tmp / "out.gguf").string());
+  EXPECT_EQ(f.find_tensor("output.weight"), nullptr);
+  expect_tensor_table(f, s, src);
+  // auto on a bf16 checkpoint is bf16.
+  EXPECT_EQ(f.find_tensor("token_embd.weight")->type, DType::BF16);
+  expect_u32(f, "general.file_type", 32);
+}
+
+TEST(Convert, TiedConfigWithAnLmHeadInTheCheckpointIgnoresIt) {
+  TempDir tmp("tied_extra");
+  Spec s;  // the checkpoint has lm_head.weight, then config.json says tied
+  write_checkpoint(tmp / "hf", s);
+  Spec tied = s;
+  tied.tied = true;
+  write_text(tmp / "hf" / "config.json", config_of(tied).dump());
+  const auto r = convert(tmp / "hf", tmp / "out.gguf", OutType::BF16);
+  const auto f = gguf::GgufFile::open((tmp / "out.gguf").string());
+  EXPECT_EQ(f.find_tensor("output.weight"), nullptr);
+  EXPECT_TRUE(std::any_of(r.notes.begin(), r.notes.end(),
+                          [](const std::string& n) { return n.find("lm_head.weight") != std::string::npos; }));
+}
+
+TEST(Convert, F16FromBf16AndAutoFromF32) {
+  TempDir tmp("f16");
+  Spec s;
+  s.tied = true;
+  const auto src = write_checkpoint(tmp / "hf", s);
+  convert(tmp / "hf", tmp / "out.gguf", OutType::F16);
+  {
+    const auto f = gguf::GgufFile::open((tmp / "out.gguf").string());
+    expect_u32(f, "general.file_type", 1);
+    const auto* t = f.find_tensor("blk.1.ffn_down.weight");
+    ASSERT_NE(t, nullptr);
+    EXPECT_EQ(t->type, DType::F16);
+    const auto& st = src.at("model.layers.1.mlp.down_proj.weight");
+    const auto got = gguf_values(f, *t);
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], fp16_to_fp32(fp32_to_fp16(st.values[i]))) << i;
+  }
+  // auto on an f32 checkpoint is f16, like llama.cpp's converter.
+  Spec s32 = s;
+  s32.dtype = StDType::F32;
+  write_checkpoint(tmp / "hf32", s32);
+  const auto r = convert(tmp / "hf32", tmp / "out32.gguf", OutType::AUTO);
+  EXPECT_EQ(r.type, OutType::F16);
+  const auto f = gguf::GgufFile::open((tmp / "out32.gguf").string());
+  EXPECT_EQ(f.find_tensor("blk.0.attn_q.weight")->type, DType::F16);
+  EXPECT_EQ(f.find_tensor("blk.0.attn_norm.weight")->type, DType::F32);
+}
+
+TEST(Convert, ShardedCheckpointGivesTheSameFileAsASingleOne) {
+  TempDir tmp("sharded");
+  Spec s;
+  write_checkpoint(tmp / "single", s);
+  Spec sharded = s;
+  sharded.shards = 3;
+  write_checkpoint(tmp / "sharded", sharded);
+  ASSERT_TRUE(fs::exists(tmp / "sharded" / "model.safetensors.index.json"));
+  ASSERT_FALSE(fs::exists(tmp / "sharded" / "model.safetensors"));
+  convert(tmp / "single", tmp / "a.gguf", OutType::BF16);
+  convert(tmp / "sharded", tmp / "b.gguf", OutType::BF16);
+  std::ifstream a(tmp / "a.gguf", std::ios::binary), b(tmp / "b.gguf", std::ios::binary);
+  const std::string ab((std::istreambuf_iterator<char>(a)), {}), bb((std::istreambuf_iterator<char>(b)), {});
+  EXPECT_GT(ab.size(), 0u);
+  EXPECT_TRUE(ab == bb) << "sharded and single-file conversions differ";
+}
+
+TEST(Convert, Llama3RopeScalingWritesRopeFreqs) {
+  TempDir tmp("llama3");
+  Spec s;
+  s.hf_arch = "LlamaForCausalLM";
+  s.head_dim = 16;
+  s.rope_theta = 500000.0;
+  s.rope_scaling = {{"rope_type", "llama3"},
+                    {"factor", 8.0},
+                    {"low_freq_factor", 1.0},
+                    {"high_freq_factor", 4.0},
+                    {"original_max_position_embeddings", 8192}};
+  const auto src = write_checkpoint(tmp / "hf", s);
+  convert(tmp / "hf", tmp / "out.gguf", OutType::BF16);
+  const auto f = gguf::GgufFile::open((tmp / "out.gguf").string());
+  expect_tensor_table(f, s, src, {"rope_freqs.weight"});
+  const auto* t = f.find_tensor("rope_freqs.weight");
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->type, DType::F32);
+  ASSERT_EQ(t->n_dims, 1u);
+  ASSERT_EQ(t->ne[0], 8);  // n_rot / 2
+  // By hand (facts B.6), base 500000, n_rot 16: wavelength_i = 2*pi*500000^(i/8) =
+  // 6.28, 32.4, 167.1, 861.6 (< 8192/4 -> 1), 4442.9 (between: s = (8192/4442.88 - 1)/3 = 0.281283,
+  // 1/((1-s)/8 + s) = 2.694530), 22910.6, 118142.8, 609226.3 (> 8192/1 -> 8).
+  const float want[8] = {1, 1, 1, 1, 2.6945296878947333f, 8, 8, 8};
+  const auto got = gguf_values(f, *t);
+  for (int i = 0; i < 8; ++i) EXPECT_NEAR(got[size_t(i)], want[i], 1e-6 * want[i]) << i;
+  // llama3 scaling writes no rope.scaling keys (the factors live in the tensor).
+  EXPECT_EQ(f.find("llama.rope.scaling.type"), nullptr);
+}
+
+TEST(Convert, LinearAndYarnRopeScalingKeys) {
+  Spec s;
+  s.rope_scaling = {{"rope_type", "yarn"}, {"factor", 4.0}, {"original_max_position_embeddings", 32768}};
+  auto hp = parse_hf_config(config_of(s).dump(), "config.json");
+  gguf::GgufWriter w;
+  add_hparams_metadata(hp, w);
+  auto bytes = w.write_to_memory();
+  auto f = gguf::GgufFile::from_memory(bytes.data(), bytes.size());
+  EXPECT_EQ(f.get_string("qwen3.rope.scaling.type"), "yarn");
+  expect_f32(f, "qwen3.rope.scaling.factor", 4.0);
+  expect_u32(f, "qwen3.rope.scaling.original_context_length", 32768);
+
+  s.hf_arch = "LlamaForCausalLM";
+  s.rope_scaling = {{"type", "linear"}, {"factor", 2.0}};  // legacy "type" key
+  hp = parse_hf_config(config_of(s).dump(), "config.json");
+  gguf::GgufWriter w2;
+  add_hparams_metadata(hp, w2);
+  bytes = w2.write_to_memory();
+  f = gguf::GgufFile::from_memory(bytes.data(), bytes.size());
+  EXPECT_EQ(f.get_string("llama.rope.scaling.type"), "linear");
+  expect_f32(f, "llama.rope.scaling.factor", 2.0);
+  EXPECT_EQ(f.find("llama.rope.scaling.original_context_length"), nullptr);
+
+  // rope_type "default" is no scaling.
+  s.rope_scaling = {{"rope_type", "default"}};
+  EXPECT_EQ(parse_hf_config(config_of(s).dump(), "config.json").rope_scaling.type, "");
+}
+
+TEST(Convert, Q8_0QuantizesMatricesAndKeepsNormsF32) {
+  TempDir tmp("q8_0");
+  Spec s;
+  const auto src = write_checkpoint(tmp / "hf", s);
+  convert(tmp / "hf", tmp / "out.gguf", OutType::Q8_0);
+  const auto f = gguf::GgufFile::open((tmp / "out.gguf").string());
+  expect_u32(f, "general.file_type", 7);
+  expect_tensor_table(f, s, src);
+  for (const auto& [g, h] : expected_names(s)) {
+    const auto* t = f.find_tensor(g);
+    const auto& st = src.at(h);
+    const auto got = gguf_values(f, *t);
+    if (st.shape.size() == 2) {
+      EXPECT_EQ(t->type, DType::Q8_0) << g;
+      // q8_0 on N(0,1) data: step max|x|/127 over 32 values, about 0.5% rms; bound 1%.
+      EXPECT_LT(rel_rms(st.values, got), 0.01) << g;
+    } else {
+      EXPECT_EQ(got, st.values) << g;
+    }
+  }
+}
+
+TEST(Convert, Q4KMUsesTheMixedRecipe) {
+  TempDir tmp("q4_k_m");
+  Spec s;  // K-quants need rows that are multiples of 256
+  s.n_layer = 8;
+  s.n_embd = 256;
+  s.n_ff = 256;
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.head_dim = 64;
+  const auto src = write_checkpoint(tmp / "hf", s);
+  convert(tmp / "hf", tmp / "out.gguf", OutType::Q4_K_M);
+  const auto f = gguf::GgufFile::open((tmp / "out.gguf").string());
+  expect_u32(f, "general.file_type", 15);
+  expect_u32(f, "general.quantization_version", 2);
+  // Q6_K for the output head and for attn_v / ffn_down in layers 0, 3, 6, 7 of 8 (the first and last eighth and
+  // every third layer between); Q4_K elsewhere.
+  const std::set<int> more_bits = {0, 3, 6, 7};
+  EXPECT_EQ(f.find_tensor("output.weight")->type, DType::Q6_K);
+  EXPECT_EQ(f.find_tensor("token_embd.weight")->type, DType::Q4_K);
+  for (int i = 0; i < 8; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    const DType heavy = more_bits.count(i) ? DType::Q6_K : DType::Q4_K;
+    EXPECT_EQ(f.find_tensor(b + "attn_v.weight")->type, heavy) << i;
+    EXPECT_EQ(f.find_tensor(b + "ffn_down.weight")->type, heavy) << i;
+    EXPECT_EQ(f.find_tensor(b + "attn_q.weight")->type, DType::Q4_K) << i;
+    EXPECT_EQ(f.find_tensor(b + "ffn_up.weight")->type, DType::Q4_K) << i;
+    EXPECT_EQ(f.find_tensor(b + "attn_norm.weight")->type, DType::F32) << i;
+  }
+  for (const auto& [g, h] : expected_names(s)) {
+    const auto* t = f.find_tensor(g);
+    const auto& st = src.at(h);
+    const double err = rel_rms(st.values, gguf_values(f, *t));
+    if (t->type == DType::Q4_K) {
+      EXPECT_LT(err, 0.12) << g;  // 4-bit on N(0,1): ~0.08-0.10
+    } else if (t->type == DType::Q6_K) {
+      EXPECT_LT(err, 0.03) << g;  // 6-bit: ~0.02
+    } else {
+      EXPECT_EQ(err, 0.0) << g;
+    }
+  }
+}
+
+TEST(Convert, KQuantFallsBackWhenRowsAreNotBlockMultiples) {
+  TempDir tmp("fallback");
+  Spec s;  // n_embd 64: no matrix row is a multiple of 256
+  s.tied = true;
+  write_checkpoint(tmp / "hf", s);
+  const auto r = convert(tmp / "hf", tmp / "out.gguf", OutType::Q4_K);
+  const auto f = gguf::GgufFile::open((tmp / "out.gguf").string());
+  expect_u32(f, "general.file_type", 14);
+  EXPECT_EQ(f.find_tensor("blk.0.attn_q.weight")->type, DType::Q8_0);
+  EXPECT_EQ(f.find_tensor("blk.0.ffn_down.weight")->type, DType::Q8_0);  // n_ff 96 = 3 x 32
+  EXPECT_TRUE(std::any_of(r.notes.begin(), r.notes.end(),
+                          [](const std::string& n) { return n.find("stored as q8_0") != std::string::npos; }));
+}
+
+TEST(Convert, VocabOnlyWritesTokenizerAndNoTensors) {
+  TempDir tmp("vocab");
+  Spec s;
+  write_checkpoint(tmp / "hf", s);
+  ConvertOptions o;
+  o.hf_dir = tmp / "hf";
+  o.output = tmp / "vocab.gguf";
+  o.vocab_only = true;
+  const auto r = convert_hf_to_gguf(o);
+  EXPECT_EQ(r.arch, "qwen3");
+  {
+    const auto f = gguf::GgufFile::open(o.output.string());
+    EXPECT_TRUE(f.tensors().empty());
+    EXPECT_EQ(f.get_string("general.architecture"), "qwen3");
+    EXPECT_EQ(f.get_string("general.name"), "hf");  // the directory name
+    EXPECT_NE(f.find("tokenizer.ggml.tokens"), nullptr);
+    EXPECT_EQ(f.find("qwen3.block_count"), nullptr);
+  }
+  // Only tokenizer.json is needed.
+  fs::create_directories(tmp / "tok");
+  fs::copy_file(tmp / "hf" / "tokenizer.json", tmp / "tok" / "tokenizer.json");
+  o.hf_dir = tmp / "tok";
+  o.output = tmp / "vocab2.gguf";
+  EXPECT_EQ(convert_hf_to_gguf(o).arch, "llama");
+  const auto f = gguf::GgufFile::open(o.output.string());
+  EXPECT_TRUE(f.tensors().empty());
+  EXPECT_EQ(f.get_string("general.architecture"), "llama");
+}
+
+// ---- bad input: clear errors and no output file ----------------------------------------------------------
+
+// Runs the library converter and the CLI on dir; both must fail with a message containing every part and leave
+// neither the output nor its temporary behind.
+void expect_convert_fails(const fs::path& dir, const fs::path& out, const std::vector<std::string>& parts,
+                          const std::string& type = "bf16") {
+  try {
+    convert(dir, out, *out_type_from_name(type));
+    ADD_FAILURE() << "conversion of " << dir << " succeeded";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "message: " << msg << "\nmissing: " << p;
+  }
+  EXPECT_FALSE(fs::exists(out)) << "output left behind";
+  EXPECT_FALSE(fs::exists(out.string() + ".tmp")) << "temporary output left behind";
+
+  const fs::path err = out.string() + ".stderr";
+  const std::string cmd = std::string(TANDEM_BIN) + " convert '" + dir.string() + "' -o '" + out.string() +
+                          "' --type " + type + " -q 2> '" + err.string() + "' > /dev/null";
+  const int status = std::system(cmd.c_str());
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_NE(WEXITSTATUS(status), 0) << cmd;
+  std::ifstream in(err);
+  const std::string text((std::istreambuf_iterator<char>(in)), {});
+  EXPECT_NE(text.find("error: "), std::string::npos) << text;
+  for (const auto& p : parts) EXPECT_NE(text.find(p), std::string::npos) << "stderr: " << text << "\nmissing: " << p;
+  EXPECT_FALSE(fs::exists(out)) << "CLI left output behind";
+  EXPECT_FALSE(fs::exists(out.string() + ".tmp")) << "CLI left temporary output behind";
+}
+
+TEST(ConvertErrors, UnknownArchitectureListsSupportedOnes) {
+  TempDir tmp("err_arch");
+  Spec s;
+  write_checkpoint(tmp / "hf", s);
+  json c = config_of(s);
+  c["architectures"] = {"GPT2LMHeadModel"};
+  write_text(tmp / "hf" / "config.json", c.dump());
+  expect_convert_fails(tmp / "hf", tmp / "out.gguf",
+                       {"unsupported architecture 'GPT2LMHeadModel'", "LlamaForCausalLM", "Qwen3ForCausalLM"});
+}
+
+TEST(ConvertErrors, MissingTensorIsNamed) {
+  TempDir tmp("err_missing");
+  Spec s;
+  const auto src = write_checkpoint(tmp / "hf", s);
+  SafetensorsWriter w;
+  for (const auto& [name, t] : src)
+    if (name != "model.layers.1.mlp.up_proj.weight") w.add(name, s.dtype, t.shape, t.bytes);
+  w.write(tmp / "hf" / "model.safetensors");
+  expect_convert_fails(tmp / "hf", tmp / "out.gguf", {"missing 1 tensor", "model.layers.1.mlp.up_proj.weight"});
+}
+
+TEST(ConvertErrors, MissingLmHeadOfAnUntiedModelSaysSo) {
+  TempDir tmp("err_lm_head");
+  Spec s;
+  const auto src = write_checkpoint(tmp / "hf", s);
+  SafetensorsWriter w;
+  for (const auto& [name, t] : src)
+    if (name != "lm_head.weight") w.add(name, s.dtype, t.shape, t.bytes);
+  w.write(tmp / "hf" / "model.safetensors");
+  expect_convert_fails(tmp / "hf", tmp / "out.gguf", {"lm_head.weight", "tie_word_embeddings"});
+}
+
+TEST(ConvertErrors, WrongShapeNamesTensorAndBothShapes) {
+  TempDir tmp("err_shape");
+  Spec s;
+  const auto src = write_checkpoint(tmp / "hf", s);
+  SafetensorsWriter w;
+  for (const auto& [name, t] : src) {
+    if (name == "model.layers.0.self_attn.k_proj.weight") {
+      w.add_bf16(name, {32, 64}, std::vector<float>(32 * 64, 0.25f));  // config implies [64, 64]
+    } else {
+      w.add(name, s.dtype, t.shape, t.bytes);
+    }
+  }
+  w.write(tmp / "hf" / "model.safetensors");
+  expect_convert_fails(tmp / "hf", tmp / "out.gguf",
+                       {"model.layers.0.self_attn.k_proj.weight", "[32, 64]", "[64, 64]"});
+}
+
+TEST(ConvertErrors, CorruptSafetensorsHeader) {
+  TempDir tmp("err_header");
+  Spec s;
+  write_checkpoint(tmp / "hf", s);
+  {
+    std::fstream f(tmp / "hf" / "model.safetensors", std::ios::binary | std::ios::in | std::ios::out);
+    const uint64_t huge = uint64_t(1) << 40;
+    f.write(reinterpret_cast<const char*>(&huge), 8);
+  }
+  expect_convert_fails(tmp / "hf", tmp / "out.gguf", {"model.safetensors", "corrupt safetensors header"});
+
+  // Valid length, garbage JSON.
+  write_checkpoint(tmp / "hf2", s);
+  {
+    std::fstream f(tmp / "hf2" / "model.safetensors", std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(9);  // just after the opening brace
+    f.write("!!!!", 4);
+  }
+  expect_convert_fails(tmp / "hf2", tmp / "out2.gguf", {"model.safetensors", "invalid JSON"});
+}
+
+TEST(ConvertErrors, MissingConfigJson) {
+  TempDir tmp("err_config");
+  Spec s;
+  write_checkpoint(tmp / "hf", s);
+  fs::remove(tmp / "hf" / "config.json");
+  expect_convert_fails(tmp / "hf", tmp / "out.gguf", {"config.json not found"});
+}
+
+TEST(ConvertErrors, MissingDirectoryAndUnsupportedRopeScaling) {
+  TempDir tmp("err_misc");
+  expect_convert_fails(tmp / "nope", tmp / "out.gguf", {"not a directory"});
+  Spec s;
+  s.rope_scaling = {{"rope_type", "dynamic"}, {"factor", 2.0}};
+  write_checkpoint(tmp / "hf", s);
+  expect_convert_fails(tmp / "hf", tmp / "out.gguf", {"rope_scaling type 'dynamic' is not supported"});
+}
+
+TEST(ConvertErrors, FailureWhileWritingLeavesNoFile) {
+  // A bf16 value beyond the f16 range is found only while the tensor is produced, after the output was opened.
+  TempDir tmp("err_midwrite");
+  Spec s;
+  const auto src = write_checkpoint(tmp / "hf", s);
+  SafetensorsWriter w;
+  for (const auto& [name, t] : src) {
+    if (name == "model.layers.1.mlp.down_proj.weight") {
+      std::vector<float> v = t.values;
+      v[17] = 1.0e6f;
+      w.add_bf16(name, t.shape, v);
+    } else {
+      w.add(name, s.dtype, t.shape, t.bytes);
+    }
+  }
+  w.write(tmp / "hf" / "model.safetensors");
+  expect_convert_fails(tmp / "hf", tmp / "out.gguf", {"model.layers.1.mlp.down_proj.weight", "f16 range"}, "f16");
+  // bf16 keeps it.
+  convert(tmp / "hf", tmp / "ok.gguf", OutType::BF16);
+  EXPECT_TRUE(fs::exists(tmp / "ok.gguf"));
+}
+
+TEST(ConvertErrors, BadConfigValues) {
+  Spec s;
+  json c = config_of(s);
+  c.erase("hidden_size");
+  EXPECT_THROW(parse_hf_config(c.dump(), "config.json"), Error);
+  c = config_of(s);
+  c["num_key_value_heads"] = 3;  // 4 heads are not a multiple of 3
+  EXPECT_THROW(parse_hf_config(c.dump(), "config.json"), Error);
+  c = config_of(s);
+  c["num_attention_heads"] = -4;
+  EXPECT_THROW(parse_hf_config(c.dump(), "config.json"), Error);
+  c = config_of(s);
+  c.erase("architectures");
+  EXPECT_THROW(parse_hf_config(c.dump(), "config.json"), Error);
+  EXPECT_THROW(parse_hf_config("{not json", "config.json"), Error);
+  // llama3 scaling on a qwen3 model is not something llama.cpp converts.
+  c = config_of(s);
+  c["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
+  EXPECT_THROW(parse_hf_config(c.dump(), "config.json"), Error);
+}
+
+// ---- the command line ------------------------------------------------------------------------------------
+
+TEST(ConvertCli, EndToEndQ8_0) {
+  TempDir tmp("cli");
+  Spec s;
+  s.hf_arch = "LlamaForCausalLM";
+  s.head_dim = 16;
+  const auto src = write_checkpoint(tmp / "hf", s);
+  const fs::path out = tmp / "cli.gguf";
+  const std::string cmd = std::string(TANDEM_BIN) + " convert '" + (tmp / "hf").string() + "' -o '" + out.string() +
+                          "' --type q8_0 --threads 2 --name cli-model 2> '" + (tmp / "log").string() + "' > /dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream log(tmp / "log");
+  const std::string text((std::istreambuf_iterator<char>(log)), {});
+  EXPECT_NE(text.find("blk.0.attn_q.weight"), std::string::npos) << text;  // progress lines
+
+  const auto f = gguf::GgufFile::open(out.string());
+  EXPECT_EQ(f.get_string("general.name"), "cli-model");
+  EXPECT_EQ(f.get_string("general.architecture"), "llama");
+  expect_u32(f, "general.file_type", 7);
+  expect_tensor_table(f, s, src);
+  const auto* q = f.find_tensor("blk.1.attn_q.weight");
+  EXPECT_EQ(q->type, DType::Q8_0);
+  const auto want = llama_permute_reference(src.at("model.layers.1.self_attn.q_proj.weight"), s.n_head);
+  EXPECT_LT(rel_rms(want, gguf_values(f, *q)), 0.01);
+
+  // A bad --type is a clear error too.
+  const std::string bad = std::string(TANDEM_BIN) + " convert '" + (tmp / "hf").string() + "' -o '" +
+                          (tmp / "bad.gguf").string() + "' --type q3_k 2> '" + (tmp / "err").string() + "'";
+  const int status = std::system(bad.c_str());
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0);
+  std::ifstream err(tmp / "err");
+  const std::string etext((std::istreambuf_iterator<char>(err)), {});
+  EXPECT_NE(etext.find("q3_k"), std::string::npos) << etext;
+  EXPECT_FALSE(fs::exists(tmp / "bad.gguf"));
+}
+
+}  // namespace
+}  // namespace tandem::convert
