@@ -83,6 +83,9 @@ TEST(GgufValue, ToStringAbbreviatesArrays) {
   EXPECT_EQ(Value::i8(-3).to_string(), "-3");
   EXPECT_EQ(Value::f32(0.1f).to_string(), "0.1");
   EXPECT_EQ(Value::f64(1e-300).to_string(), "1e-300");
+  EXPECT_EQ(Value::f32(500000.f).to_string(), "500000");
+  EXPECT_EQ(Value::f32(1e-5f).to_string(), "1e-05");
+  EXPECT_EQ(Value::f64(-0.0).to_string(), "-0");
   EXPECT_EQ(Value::boolean(true).to_string(), "true");
   EXPECT_EQ(Value::string("a\"b\n").to_string(), "\"a\\\"b\\n\"");
   std::vector<int32_t> many(100);

@@ -144,8 +144,8 @@ class Parser {
     if (magic != kMagic) {
       char shown[5] = {0};
       std::memcpy(shown, &magic, 4);
-      for (char& ch : shown)
-        if (ch && (ch < 0x20 || ch > 0x7e)) ch = '?';
+      for (int i = 0; i < 4; ++i)  // NULs too: what() would end the message at the first one
+        if (shown[i] < 0x20 || shown[i] > 0x7e) shown[i] = '?';
       c_.fail("not a GGUF file: the magic is '" + std::string(shown, 4) + "', expected 'GGUF'", 0);
     }
     uint64_t at = c_.pos();

@@ -19,9 +19,12 @@ bool is_signed_type(ValueType t) {
 std::string float_to_string(double v, bool single) {
   if (std::isnan(v)) return "nan";
   if (std::isinf(v)) return v < 0 ? "-inf" : "inf";
-  char buf[64];
-  // Shortest text that reads back to the same value, at the value's own precision.
-  auto res = single ? std::to_chars(buf, buf + sizeof buf, float(v)) : std::to_chars(buf, buf + sizeof buf, v);
+  char buf[512];
+  // Shortest text that reads back to the same value, at the value's own precision; plain digits for the
+  // magnitudes hyperparameters have (500000, not 5e+05), exponent form for the rest.
+  double mag = std::fabs(v);
+  auto fmt = (mag == 0 || (mag >= 1e-4 && mag < 1e16)) ? std::chars_format::fixed : std::chars_format::general;
+  auto res = single ? std::to_chars(buf, buf + sizeof buf, float(v), fmt) : std::to_chars(buf, buf + sizeof buf, v, fmt);
   return std::string(buf, res.ptr);
 }
 
