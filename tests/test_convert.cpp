@@ -1,7 +1,7 @@
 // `tandem convert` (convert/hf_to_gguf.h): tiny Hugging Face checkpoints written here in C++ (config.json,
 // safetensors, a byte-level BPE tokenizer.json) are converted and read back with GgufFile. The expectations
-// (keys, names, shapes, the llama Q/K permutation, rope_freqs) are written out independently of the converter,
-// from ../shared/GGUF-ARCH-FACTS.md B.1, B.2, B.5, B.6.
+// (keys, names, shapes, the llama Q/K permutation, rope_freqs) are written out independently of the
+// converter, from ../shared/GGUF-ARCH-FACTS.md B.1, B.2, B.5, B.6.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -20,6 +20,7 @@
 
 #include "convert/hf_config.h"
 #include "convert/hf_to_gguf.h"
+#include "convert/output_type.h"
 #include "convert/safetensors_writer.h"
 #include "convert/tensor_plan.h"
 #include "core/error.h"
@@ -35,7 +36,8 @@ using nlohmann::json;
 class TempDir {
  public:
   explicit TempDir(const std::string& name)
-      : path_(fs::temp_directory_path() / ("tandem_convert_test_" + std::to_string(::getpid()) + "_" + name)) {
+      : path_(fs::temp_directory_path() /
+              ("tandem_convert_test_" + std::to_string(::getpid()) + "_" + name)) {
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
@@ -161,23 +163,38 @@ void write_tokenizer(const fs::path& dir) {
   vocab["ll"] = 257;
   vocab["hell"] = 258;
   const std::string regex =
-      "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
+      "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| "
+      "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|"
       "\\s+(?!\\S)|\\s+";
   json tok = {
       {"version", "1.0"},
       {"added_tokens",
-       {{{"id", 259}, {"content", "<|endoftext|>"}, {"special", true}, {"single_word", false}, {"lstrip", false},
-         {"rstrip", false}, {"normalized", false}},
-        {{"id", 260}, {"content", "<|im_start|>"}, {"special", true}, {"single_word", false}, {"lstrip", false},
-         {"rstrip", false}, {"normalized", false}}}},
+       {{{"id", 259},
+         {"content", "<|endoftext|>"},
+         {"special", true},
+         {"single_word", false},
+         {"lstrip", false},
+         {"rstrip", false},
+         {"normalized", false}},
+        {{"id", 260},
+         {"content", "<|im_start|>"},
+         {"special", true},
+         {"single_word", false},
+         {"lstrip", false},
+         {"rstrip", false},
+         {"normalized", false}}}},
       {"normalizer", {{"type", "NFC"}}},
       {"pre_tokenizer",
        {{"type", "Sequence"},
         {"pretokenizers",
          {{{"type", "Split"}, {"pattern", {{"Regex", regex}}}, {"behavior", "Isolated"}, {"invert", false}},
-          {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}}}}}},
+          {{"type", "ByteLevel"},
+           {"add_prefix_space", false},
+           {"trim_offsets", false},
+           {"use_regex", false}}}}}},
       {"post_processor", nullptr},
-      {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}}},
+      {"decoder",
+       {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}}},
       {"model",
        {{"type", "BPE"},
         {"dropout", nullptr},
@@ -189,8 +206,9 @@ void write_tokenizer(const fs::path& dir) {
         {"vocab", vocab},
         {"merges", {"h e", "l l", "he ll"}}}}};
   write_text(dir / "tokenizer.json", tok.dump(1));
-  write_text(dir / "tokenizer_config.json",
-             json({{"eos_token", "<|endoftext|>"}, {"pad_token", "<|endoftext|>"}, {"bos_token", nullptr}}).dump(1));
+  write_text(
+      dir / "tokenizer_config.json",
+      json({{"eos_token", "<|endoftext|>"}, {"pad_token", "<|endoftext|>"}, {"bos_token", nullptr}}).dump(1));
 }
 
 // Writes config.json, the safetensors file(s) and the tokenizer into dir; returns the source tensors.
@@ -226,8 +244,8 @@ std::map<std::string, SourceTensor> write_checkpoint(const fs::path& dir, const 
     const size_t shard = k++ % size_t(s.shards);
     writers[shard].add(name, s.dtype, shape, t.bytes);
     if (s.shards > 1) {
-      weight_map[name] = "model-0000" + std::to_string(shard + 1) + "-of-0000" + std::to_string(s.shards) +
-                         ".safetensors";
+      weight_map[name] =
+          "model-0000" + std::to_string(shard + 1) + "-of-0000" + std::to_string(s.shards) + ".safetensors";
     }
     src[name] = std::move(t);
   }
@@ -238,8 +256,8 @@ std::map<std::string, SourceTensor> write_checkpoint(const fs::path& dir, const 
     writers[0].write(dir / "model.safetensors");
   } else {
     for (int i = 0; i < s.shards; ++i)
-      writers[size_t(i)].write(dir / ("model-0000" + std::to_string(i + 1) + "-of-0000" + std::to_string(s.shards) +
-                                      ".safetensors"));
+      writers[size_t(i)].write(dir / ("model-0000" + std::to_string(i + 1) + "-of-0000" +
+                                      std::to_string(s.shards) + ".safetensors"));
     weight_map["model.layers.0.self_attn.rotary_emb.inv_freq"] =
         "model-00001-of-0000" + std::to_string(s.shards) + ".safetensors";
     write_safetensors_index(dir, weight_map);
@@ -278,7 +296,8 @@ std::map<std::string, std::string> expected_names(const Spec& s) {
   return m;
 }
 
-ConvertResult convert(const fs::path& dir, const fs::path& out, OutType type, std::vector<std::string>* log = nullptr) {
+ConvertResult convert(const fs::path& dir, const fs::path& out, OutType type,
+                      std::vector<std::string>* log = nullptr) {
   ConvertOptions o;
   o.hf_dir = dir;
   o.output = out;
@@ -303,7 +322,8 @@ const float* hf_row(const SourceTensor& t, int64_t r) {
 }
 
 // The llama permutation, formulated as llama.cpp's converter states it: view the rows as
-// [n_head, 2, d/2] and swap the last two axes, giving [n_head, d/2, 2]. GGUF row (h, i, half) <- HF row (h, half, i).
+// [n_head, 2, d/2] and swap the last two axes, giving [n_head, d/2, 2]. GGUF row (h, i, half) <- HF row (h,
+// half, i).
 std::vector<float> llama_permute_reference(const SourceTensor& t, int64_t n_head) {
   const int64_t rows = t.shape[0];
   const int64_t row_elems = t.shape.size() > 1 ? t.shape[1] : 1;
@@ -332,7 +352,8 @@ void expect_f32(const gguf::GgufFile& f, const std::string& key, double v) {
 }
 
 // Checks the tensor table against the hand-written names (and nothing else), shapes = HF shape reversed.
-void expect_tensor_table(const gguf::GgufFile& f, const Spec& s, const std::map<std::string, SourceTensor>& src,
+void expect_tensor_table(const gguf::GgufFile& f, const Spec& s,
+                         const std::map<std::string, SourceTensor>& src,
                          const std::set<std::string>& extra = {}) {
   const auto names = expected_names(s);
   std::set<std::string> got, want(extra);
@@ -344,7 +365,8 @@ void expect_tensor_table(const gguf::GgufFile& f, const Spec& s, const std::map<
     ASSERT_NE(t, nullptr) << g;
     const auto& shape = src.at(h).shape;
     ASSERT_EQ(t->n_dims, shape.size()) << g;
-    for (size_t d = 0; d < shape.size(); ++d) EXPECT_EQ(t->ne[d], shape[shape.size() - 1 - d]) << g << " dim " << d;
+    for (size_t d = 0; d < shape.size(); ++d)
+      EXPECT_EQ(t->ne[d], shape[shape.size() - 1 - d]) << g << " dim " << d;
     if (shape.size() == 1) {
       EXPECT_EQ(t->type, DType::F32) << g << ": 1-D tensors are always f32";
     }
@@ -490,8 +512,9 @@ TEST(Convert, TiedConfigWithAnLmHeadInTheCheckpointIgnoresIt) {
   const auto r = convert(tmp / "hf", tmp / "out.gguf", OutType::BF16);
   const auto f = gguf::GgufFile::open((tmp / "out.gguf").string());
   EXPECT_EQ(f.find_tensor("output.weight"), nullptr);
-  EXPECT_TRUE(std::any_of(r.notes.begin(), r.notes.end(),
-                          [](const std::string& n) { return n.find("lm_head.weight") != std::string::npos; }));
+  EXPECT_TRUE(std::any_of(r.notes.begin(), r.notes.end(), [](const std::string& n) {
+    return n.find("lm_head.weight") != std::string::npos;
+  }));
 }
 
 TEST(Convert, F16FromBf16AndAutoFromF32) {
@@ -618,34 +641,55 @@ TEST(Convert, Q8_0QuantizesMatricesAndKeepsNormsF32) {
   }
 }
 
-TEST(Convert, Q4KMUsesTheMixedRecipe) {
+TEST(Convert, Q4KMRecipeLayers) {
+  // Q6_K for attn_v / ffn_down in the first and last eighth of the layers and every third layer between
+  // (llama.cpp's use_more_bits), Q4_K elsewhere; listed by hand for 8 and 32 layers.
+  auto type_of = [](const std::string& name, int layer, int64_t n_layer, bool has_output) {
+    PlannedTensor t{name, "", {256, 256}, 0, layer};
+    return tensor_type_for(OutType::Q4_K_M, t, n_layer, has_output);
+  };
+  const std::set<int> heavy8 = {0, 3, 6, 7};
+  const std::set<int> heavy32 = {0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31};
+  for (int i = 0; i < 8; ++i) {
+    const DType want = heavy8.count(i) ? DType::Q6_K : DType::Q4_K;
+    EXPECT_EQ(type_of("blk." + std::to_string(i) + ".attn_v.weight", i, 8, true), want) << i;
+    EXPECT_EQ(type_of("blk." + std::to_string(i) + ".ffn_down.weight", i, 8, true), want) << i;
+    EXPECT_EQ(type_of("blk." + std::to_string(i) + ".attn_k.weight", i, 8, true), DType::Q4_K) << i;
+  }
+  for (int i = 0; i < 32; ++i)
+    EXPECT_EQ(type_of("blk." + std::to_string(i) + ".ffn_down.weight", i, 32, true),
+              heavy32.count(i) ? DType::Q6_K : DType::Q4_K)
+        << i;
+  EXPECT_EQ(type_of("output.weight", -1, 8, true), DType::Q6_K);
+  EXPECT_EQ(type_of("token_embd.weight", -1, 8, true), DType::Q4_K);
+  EXPECT_EQ(type_of("token_embd.weight", -1, 8, false), DType::Q6_K);  // tied: the embeddings are the head
+  PlannedTensor norm{"blk.0.attn_norm.weight", "", {256}, 0, 0};
+  EXPECT_EQ(tensor_type_for(OutType::Q4_K_M, norm, 8, true), DType::F32);
+}
+
+TEST(Convert, Q4KMConvertsWithTheMixedRecipe) {
   TempDir tmp("q4_k_m");
   Spec s;  // K-quants need rows that are multiples of 256
-  s.n_layer = 8;
   s.n_embd = 256;
   s.n_ff = 256;
   s.n_head = 4;
-  s.n_head_kv = 2;
+  s.n_head_kv = 1;
   s.head_dim = 64;
   const auto src = write_checkpoint(tmp / "hf", s);
   convert(tmp / "hf", tmp / "out.gguf", OutType::Q4_K_M);
   const auto f = gguf::GgufFile::open((tmp / "out.gguf").string());
   expect_u32(f, "general.file_type", 15);
   expect_u32(f, "general.quantization_version", 2);
-  // Q6_K for the output head and for attn_v / ffn_down in layers 0, 3, 6, 7 of 8 (the first and last eighth and
-  // every third layer between); Q4_K elsewhere.
-  const std::set<int> more_bits = {0, 3, 6, 7};
+  expect_tensor_table(f, s, src);
+  // With 2 layers, layer 1 is in the last eighth (Q6_K for attn_v / ffn_down) and layer 0 is not.
   EXPECT_EQ(f.find_tensor("output.weight")->type, DType::Q6_K);
   EXPECT_EQ(f.find_tensor("token_embd.weight")->type, DType::Q4_K);
-  for (int i = 0; i < 8; ++i) {
-    const std::string b = "blk." + std::to_string(i) + ".";
-    const DType heavy = more_bits.count(i) ? DType::Q6_K : DType::Q4_K;
-    EXPECT_EQ(f.find_tensor(b + "attn_v.weight")->type, heavy) << i;
-    EXPECT_EQ(f.find_tensor(b + "ffn_down.weight")->type, heavy) << i;
-    EXPECT_EQ(f.find_tensor(b + "attn_q.weight")->type, DType::Q4_K) << i;
-    EXPECT_EQ(f.find_tensor(b + "ffn_up.weight")->type, DType::Q4_K) << i;
-    EXPECT_EQ(f.find_tensor(b + "attn_norm.weight")->type, DType::F32) << i;
-  }
+  EXPECT_EQ(f.find_tensor("blk.0.attn_v.weight")->type, DType::Q4_K);
+  EXPECT_EQ(f.find_tensor("blk.0.ffn_down.weight")->type, DType::Q4_K);
+  EXPECT_EQ(f.find_tensor("blk.1.attn_v.weight")->type, DType::Q6_K);
+  EXPECT_EQ(f.find_tensor("blk.1.ffn_down.weight")->type, DType::Q6_K);
+  EXPECT_EQ(f.find_tensor("blk.1.attn_q.weight")->type, DType::Q4_K);
+  EXPECT_EQ(f.find_tensor("blk.1.attn_norm.weight")->type, DType::F32);
   for (const auto& [g, h] : expected_names(s)) {
     const auto* t = f.find_tensor(g);
     const auto& st = src.at(h);
@@ -670,8 +714,9 @@ TEST(Convert, KQuantFallsBackWhenRowsAreNotBlockMultiples) {
   expect_u32(f, "general.file_type", 14);
   EXPECT_EQ(f.find_tensor("blk.0.attn_q.weight")->type, DType::Q8_0);
   EXPECT_EQ(f.find_tensor("blk.0.ffn_down.weight")->type, DType::Q8_0);  // n_ff 96 = 3 x 32
-  EXPECT_TRUE(std::any_of(r.notes.begin(), r.notes.end(),
-                          [](const std::string& n) { return n.find("stored as q8_0") != std::string::npos; }));
+  EXPECT_TRUE(std::any_of(r.notes.begin(), r.notes.end(), [](const std::string& n) {
+    return n.find("stored as q8_0") != std::string::npos;
+  }));
 }
 
 TEST(Convert, VocabOnlyWritesTokenizerAndNoTensors) {
@@ -705,8 +750,8 @@ TEST(Convert, VocabOnlyWritesTokenizerAndNoTensors) {
 
 // ---- bad input: clear errors and no output file ----------------------------------------------------------
 
-// Runs the library converter and the CLI on dir; both must fail with a message containing every part and leave
-// neither the output nor its temporary behind.
+// Runs the library converter and the CLI on dir; both must fail with a message containing every part and
+// leave neither the output nor its temporary behind.
 void expect_convert_fails(const fs::path& dir, const fs::path& out, const std::vector<std::string>& parts,
                           const std::string& type = "bf16") {
   try {
@@ -714,7 +759,8 @@ void expect_convert_fails(const fs::path& dir, const fs::path& out, const std::v
     ADD_FAILURE() << "conversion of " << dir << " succeeded";
   } catch (const Error& e) {
     const std::string msg = e.what();
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "message: " << msg << "\nmissing: " << p;
+    for (const auto& p : parts)
+      EXPECT_NE(msg.find(p), std::string::npos) << "message: " << msg << "\nmissing: " << p;
   }
   EXPECT_FALSE(fs::exists(out)) << "output left behind";
   EXPECT_FALSE(fs::exists(out.string() + ".tmp")) << "temporary output left behind";
@@ -728,7 +774,8 @@ void expect_convert_fails(const fs::path& dir, const fs::path& out, const std::v
   std::ifstream in(err);
   const std::string text((std::istreambuf_iterator<char>(in)), {});
   EXPECT_NE(text.find("error: "), std::string::npos) << text;
-  for (const auto& p : parts) EXPECT_NE(text.find(p), std::string::npos) << "stderr: " << text << "\nmissing: " << p;
+  for (const auto& p : parts)
+    EXPECT_NE(text.find(p), std::string::npos) << "stderr: " << text << "\nmissing: " << p;
   EXPECT_FALSE(fs::exists(out)) << "CLI left output behind";
   EXPECT_FALSE(fs::exists(out.string() + ".tmp")) << "CLI left temporary output behind";
 }
@@ -740,8 +787,9 @@ TEST(ConvertErrors, UnknownArchitectureListsSupportedOnes) {
   json c = config_of(s);
   c["architectures"] = {"GPT2LMHeadModel"};
   write_text(tmp / "hf" / "config.json", c.dump());
-  expect_convert_fails(tmp / "hf", tmp / "out.gguf",
-                       {"unsupported architecture 'GPT2LMHeadModel'", "LlamaForCausalLM", "Qwen3ForCausalLM"});
+  expect_convert_fails(
+      tmp / "hf", tmp / "out.gguf",
+      {"unsupported architecture 'GPT2LMHeadModel'", "LlamaForCausalLM", "Qwen3ForCausalLM"});
 }
 
 TEST(ConvertErrors, MissingTensorIsNamed) {
@@ -752,7 +800,8 @@ TEST(ConvertErrors, MissingTensorIsNamed) {
   for (const auto& [name, t] : src)
     if (name != "model.layers.1.mlp.up_proj.weight") w.add(name, s.dtype, t.shape, t.bytes);
   w.write(tmp / "hf" / "model.safetensors");
-  expect_convert_fails(tmp / "hf", tmp / "out.gguf", {"missing 1 tensor", "model.layers.1.mlp.up_proj.weight"});
+  expect_convert_fails(tmp / "hf", tmp / "out.gguf",
+                       {"missing 1 tensor", "model.layers.1.mlp.up_proj.weight"});
 }
 
 TEST(ConvertErrors, MissingLmHeadOfAnUntiedModelSaysSo) {
@@ -822,7 +871,8 @@ TEST(ConvertErrors, MissingDirectoryAndUnsupportedRopeScaling) {
 }
 
 TEST(ConvertErrors, FailureWhileWritingLeavesNoFile) {
-  // A bf16 value beyond the f16 range is found only while the tensor is produced, after the output was opened.
+  // A bf16 value beyond the f16 range is found only while the tensor is produced, after the output was
+  // opened.
   TempDir tmp("err_midwrite");
   Spec s;
   const auto src = write_checkpoint(tmp / "hf", s);
@@ -837,7 +887,8 @@ TEST(ConvertErrors, FailureWhileWritingLeavesNoFile) {
     }
   }
   w.write(tmp / "hf" / "model.safetensors");
-  expect_convert_fails(tmp / "hf", tmp / "out.gguf", {"model.layers.1.mlp.down_proj.weight", "f16 range"}, "f16");
+  expect_convert_fails(tmp / "hf", tmp / "out.gguf", {"model.layers.1.mlp.down_proj.weight", "f16 range"},
+                       "f16");
   // bf16 keeps it.
   convert(tmp / "hf", tmp / "ok.gguf", OutType::BF16);
   EXPECT_TRUE(fs::exists(tmp / "ok.gguf"));
@@ -873,8 +924,9 @@ TEST(ConvertCli, EndToEndQ8_0) {
   s.head_dim = 16;
   const auto src = write_checkpoint(tmp / "hf", s);
   const fs::path out = tmp / "cli.gguf";
-  const std::string cmd = std::string(TANDEM_BIN) + " convert '" + (tmp / "hf").string() + "' -o '" + out.string() +
-                          "' --type q8_0 --threads 2 --name cli-model 2> '" + (tmp / "log").string() + "' > /dev/null";
+  const std::string cmd = std::string(TANDEM_BIN) + " convert '" + (tmp / "hf").string() + "' -o '" +
+                          out.string() + "' --type q8_0 --threads 2 --name cli-model 2> '" +
+                          (tmp / "log").string() + "' > /dev/null";
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream log(tmp / "log");
   const std::string text((std::istreambuf_iterator<char>(log)), {});

@@ -45,7 +45,8 @@ std::vector<float> random_values(size_t n, uint32_t seed) {
 }
 
 // A file of 8-byte length + header text + data bytes, made by hand so any field can be broken.
-std::vector<uint8_t> raw_file(const std::string& header, const std::vector<uint8_t>& data, int64_t length_delta = 0) {
+std::vector<uint8_t> raw_file(const std::string& header, const std::vector<uint8_t>& data,
+                              int64_t length_delta = 0) {
   const uint64_t len = uint64_t(int64_t(header.size()) + length_delta);
   std::string bytes;
   for (int i = 0; i < 8; ++i) bytes += char(uint8_t(len >> (8 * i)));
@@ -61,7 +62,8 @@ void expect_error(const std::vector<uint8_t>& bytes, const std::vector<std::stri
     FAIL() << "no error; expected one mentioning " << parts[0];
   } catch (const Error& e) {
     const std::string msg = e.what();
-    for (const auto& p : parts) EXPECT_NE(msg.find(p), std::string::npos) << "message: " << msg << "\nmissing: " << p;
+    for (const auto& p : parts)
+      EXPECT_NE(msg.find(p), std::string::npos) << "message: " << msg << "\nmissing: " << p;
     EXPECT_NE(msg.find("bad.safetensors"), std::string::npos) << msg;
   }
 }
@@ -176,8 +178,9 @@ TEST(Safetensors, CorruptHeadersAreClearErrors) {
                {"tensor 'w'", "begin is after end"});
   expect_error(raw_file(R"({"w":{"dtype":"F32","shape":[2,2]}})", data16), {"tensor 'w'", "data_offsets"});
   expect_error(raw_file(R"({"w":{"shape":[2,2],"data_offsets":[0,16]}})", data16), {"tensor 'w'", "dtype"});
-  expect_error(raw_file(R"({"w":{"dtype":"F32","shape":[4611686018427387904,4,4],"data_offsets":[0,16]}})", data16),
-               {"tensor 'w'", "more elements than any file can hold"});
+  expect_error(
+      raw_file(R"({"w":{"dtype":"F32","shape":[4611686018427387904,4,4],"data_offsets":[0,16]}})", data16),
+      {"tensor 'w'", "more elements than any file can hold"});
   expect_error(raw_file(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                         R"("b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})",
                         data16),
@@ -214,8 +217,8 @@ TEST(SafetensorsModel, ShardedIndexSingleFileAndGlob) {
   s2.add_bf16("b", {3, 4}, b);
   s1.write(dir.path() / "model-00001-of-00002.safetensors");
   s2.write(dir.path() / "model-00002-of-00002.safetensors");
-  write_safetensors_index(dir.path(), {{"a", "model-00001-of-00002.safetensors"},
-                                       {"b", "model-00002-of-00002.safetensors"}});
+  write_safetensors_index(
+      dir.path(), {{"a", "model-00001-of-00002.safetensors"}, {"b", "model-00002-of-00002.safetensors"}});
   {
     const auto m = SafetensorsModel::open_dir(dir.path());
     EXPECT_EQ(m.files().size(), 2u);
@@ -238,12 +241,12 @@ TEST(SafetensorsModel, ShardedIndexSingleFileAndGlob) {
     EXPECT_NE(std::string(e.what()).find("'c'"), std::string::npos) << e.what();
   }
   // The index names a tensor in the wrong shard.
-  write_safetensors_index(dir.path(), {{"a", "model-00002-of-00002.safetensors"},
-                                       {"b", "model-00002-of-00002.safetensors"}});
+  write_safetensors_index(
+      dir.path(), {{"a", "model-00002-of-00002.safetensors"}, {"b", "model-00002-of-00002.safetensors"}});
   EXPECT_THROW(SafetensorsModel::open_dir(dir.path()), Error);
   // The index names a missing shard.
-  write_safetensors_index(dir.path(), {{"a", "model-00001-of-00002.safetensors"},
-                                       {"b", "model-00003-of-00002.safetensors"}});
+  write_safetensors_index(
+      dir.path(), {{"a", "model-00001-of-00002.safetensors"}, {"b", "model-00003-of-00002.safetensors"}});
   try {
     SafetensorsModel::open_dir(dir.path());
     FAIL() << "missing shard accepted";

@@ -34,7 +34,9 @@ class ConfigReader {
   int64_t positive_int_or(const char* key, int64_t fallback) const {
     return has(key) ? positive_int_value(j_[key], key) : fallback;
   }
-  double number_or(const char* key, double fallback) const { return has(key) ? number_value(j_[key], key) : fallback; }
+  double number_or(const char* key, double fallback) const {
+    return has(key) ? number_value(j_[key], key) : fallback;
+  }
   bool bool_or(const char* key, bool fallback) const {
     if (!has(key)) return fallback;
     check(j_[key].is_boolean(), source_ + ": \"" + key + "\" must be true or false, got " + j_[key].dump());
@@ -73,13 +75,15 @@ RopeScaling parse_rope_scaling(const json& rs, const std::string& arch, const st
     out.type = type;
     out.factor = r.number_or("factor", 0.0);
     check(out.factor > 0, source + ": rope_scaling of type '" + type + "' needs a positive \"factor\"");
-    if (type == "yarn") out.original_context_length = r.positive_int_or("original_max_position_embeddings", 0);
+    if (type == "yarn")
+      out.original_context_length = r.positive_int_or("original_max_position_embeddings", 0);
     return out;
   }
   if (type == "llama3") {
     check(arch == "llama", source + ": rope_scaling type 'llama3' is only supported for LlamaForCausalLM");
     out.type = type;
-    // Defaults are the values of the Llama 3.1 release, as llama.cpp's converter uses them when a key is absent.
+    // Defaults are the values of the Llama 3.1 release, as llama.cpp's converter uses them when a key is
+    // absent.
     out.factor = r.number_or("factor", 8.0);
     out.low_freq_factor = r.number_or("low_freq_factor", 1.0);
     out.high_freq_factor = r.number_or("high_freq_factor", 4.0);
@@ -146,25 +150,27 @@ ModelHparams parse_hf_config(std::string_view json_text, const std::string& sour
     hp.head_dim = r.positive_int("head_dim");
   } else {
     check(hp.n_embd % hp.n_head == 0, source + ": hidden_size " + std::to_string(hp.n_embd) +
-                                          " is not a multiple of num_attention_heads " + std::to_string(hp.n_head) +
-                                          " and there is no \"head_dim\"");
+                                          " is not a multiple of num_attention_heads " +
+                                          std::to_string(hp.n_head) + " and there is no \"head_dim\"");
     hp.head_dim = hp.n_embd / hp.n_head;
   }
   check(hp.n_head % hp.n_head_kv == 0, source + ": num_attention_heads " + std::to_string(hp.n_head) +
                                            " is not a multiple of num_key_value_heads " +
                                            std::to_string(hp.n_head_kv));
-  check(hp.head_dim % 2 == 0, source + ": head_dim " + std::to_string(hp.head_dim) + " must be even for RoPE");
+  check(hp.head_dim % 2 == 0,
+        source + ": head_dim " + std::to_string(hp.head_dim) + " must be even for RoPE");
 
   // Newer transformers releases move rope_theta and the scaling into "rope_parameters".
-  const json* rope_params = (j.contains("rope_parameters") && j["rope_parameters"].is_object())
-                                ? &j["rope_parameters"] : nullptr;
+  const json* rope_params =
+      (j.contains("rope_parameters") && j["rope_parameters"].is_object()) ? &j["rope_parameters"] : nullptr;
   if (r.has("rope_theta")) {
     hp.rope_theta = r.number_value(j["rope_theta"], "rope_theta");
   } else if (rope_params && rope_params->contains("rope_theta")) {
     hp.rope_theta = r.number_value((*rope_params)["rope_theta"], "rope_parameters.rope_theta");
   }
   check(hp.rope_theta > 0, source + ": rope_theta must be positive");
-  // HF's defaults (LlamaConfig and Qwen3Config both use 1e-6), so the file always has the key llama.cpp requires.
+  // HF's defaults (LlamaConfig and Qwen3Config both use 1e-6), so the file always has the key llama.cpp
+  // requires.
   hp.rms_norm_eps = r.number_or("rms_norm_eps", 1e-6);
   check(hp.rms_norm_eps > 0, source + ": rms_norm_eps must be positive");
   hp.tie_word_embeddings = r.bool_or("tie_word_embeddings", false);
@@ -181,7 +187,8 @@ ModelHparams parse_hf_config(std::string_view json_text, const std::string& sour
 
 ModelHparams load_hf_config(const fs::path& hf_dir) {
   const fs::path p = hf_dir / "config.json";
-  check(fs::exists(p), p.string() + " not found: tandem convert needs the Hugging Face config.json of the model");
+  check(fs::exists(p),
+        p.string() + " not found: tandem convert needs the Hugging Face config.json of the model");
   return parse_hf_config(read_text_file(p), p.string());
 }
 
@@ -189,7 +196,8 @@ void add_hparams_metadata(const ModelHparams& hp, gguf::GgufWriter& w) {
   using gguf::Value;
   const std::string a = hp.arch + ".";
   auto u32 = [](int64_t v) {
-    check(v >= 0 && v <= int64_t(UINT32_MAX), "hyperparameter " + std::to_string(v) + " does not fit in uint32");
+    check(v >= 0 && v <= int64_t(UINT32_MAX),
+          "hyperparameter " + std::to_string(v) + " does not fit in uint32");
     return Value::u32(uint32_t(v));
   };
   w.set(a + "block_count", u32(hp.n_layer));
@@ -222,7 +230,7 @@ std::vector<float> llama3_rope_freqs(const ModelHparams& hp) {
   check(rs.type == "llama3", "internal: llama3_rope_freqs without llama3 rope scaling");
   const int64_t n_rot = hp.n_rot();
   const double old_ctx = double(rs.original_context_length);
-  const double low_freq_wavelen = old_ctx / rs.low_freq_factor;   // longer wavelengths are scaled by factor
+  const double low_freq_wavelen = old_ctx / rs.low_freq_factor;    // longer wavelengths are scaled by factor
   const double high_freq_wavelen = old_ctx / rs.high_freq_factor;  // shorter ones are kept
   std::vector<float> out(size_t(n_rot / 2));
   for (int64_t i = 0; i < n_rot / 2; ++i) {

@@ -1,5 +1,5 @@
-// Hugging Face config.json -> the hyperparameters of a supported architecture, and the `<arch>.*` GGUF keys that
-// llama.cpp's converter writes for them (../shared/GGUF-ARCH-FACTS.md B.1, B.6).
+// Hugging Face config.json -> the hyperparameters of a supported architecture, and the `<arch>.*` GGUF keys
+// that llama.cpp's converter writes for them (../shared/GGUF-ARCH-FACTS.md B.1, B.6).
 #pragma once
 
 #include <cstdint>
@@ -17,8 +17,8 @@ struct RopeScaling {
   std::string type;  // "", "linear", "yarn" or "llama3"
   double factor = 1.0;
   int64_t original_context_length = 0;  // yarn, llama3 (original_max_position_embeddings)
-  double low_freq_factor = 1.0;          // llama3
-  double high_freq_factor = 4.0;         // llama3
+  double low_freq_factor = 1.0;         // llama3
+  double high_freq_factor = 4.0;        // llama3
 };
 
 struct ModelHparams {
@@ -30,8 +30,8 @@ struct ModelHparams {
   int64_t n_ff = 0;
   int64_t n_head = 0;
   int64_t n_head_kv = 0;
-  int64_t head_dim = 0;              // from config "head_dim", else n_embd / n_head
-  bool head_dim_in_config = false;   // llama.cpp writes key_length/value_length only then
+  int64_t head_dim = 0;             // from config "head_dim", else n_embd / n_head
+  bool head_dim_in_config = false;  // llama.cpp writes key_length/value_length only then
   int64_t n_vocab = 0;
   double rope_theta = 10000.0;
   double rms_norm_eps = 1e-6;
@@ -48,8 +48,9 @@ std::string gguf_arch_for(std::string_view hf_architecture);
 // "LlamaForCausalLM, Qwen3ForCausalLM", for messages.
 std::string supported_architectures();
 
-// Parse config.json text; source names the file in error messages. Throws Error for an unsupported architecture
-// (listing the supported ones), missing or invalid hyperparameters, or an unsupported rope scaling type.
+// Parse config.json text; source names the file in error messages. Throws Error for an unsupported
+// architecture (listing the supported ones), missing or invalid hyperparameters, or an unsupported rope
+// scaling type.
 ModelHparams parse_hf_config(std::string_view json_text, const std::string& source);
 // Reads hf_dir/config.json; a missing file is an Error that says so.
 ModelHparams load_hf_config(const std::filesystem::path& hf_dir);

@@ -49,7 +49,8 @@ size_t gguf_nbytes(DType t, const std::vector<int64_t>& ne) {
   return n;
 }
 
-// f32 -> f16 for a whole chunk; a finite value beyond the f16 range would silently become inf, so it is an error.
+// f32 -> f16 for a whole chunk; a finite value beyond the f16 range would silently become inf, so it is an
+// error.
 void f32_to_f16_checked(const float* src, uint8_t* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const uint16_t h = fp32_to_fp16(src[i]);
@@ -60,8 +61,8 @@ void f32_to_f16_checked(const float* src, uint8_t* dst, int64_t n) {
   }
 }
 
-// Fills dst (the GGUF bytes of `plan`, type out) from the safetensors tensor src. Rows are HF rows (the outermost
-// dim); the llama Q/K permutation reorders them.
+// Fills dst (the GGUF bytes of `plan`, type out) from the safetensors tensor src. Rows are HF rows (the
+// outermost dim); the llama Q/K permutation reorders them.
 void produce_tensor(const StTensor& src, const PlannedTensor& plan, DType out, int threads, uint8_t* dst) {
   const int64_t n_rows = src.shape.empty() ? 1 : src.shape[0];
   if (n_rows == 0 || src.nelements() == 0) return;
@@ -79,7 +80,8 @@ void produce_tensor(const StTensor& src, const PlannedTensor& plan, DType out, i
       std::memcpy(dst, src.data, src.nbytes);
     } else {
       for (int64_t r = 0; r < n_rows; ++r)
-        std::memcpy(dst + size_t(r) * src_row_bytes, src.data + size_t(src_row(r)) * src_row_bytes, src_row_bytes);
+        std::memcpy(dst + size_t(r) * src_row_bytes, src.data + size_t(src_row(r)) * src_row_bytes,
+                    src_row_bytes);
     }
     return;
   }
@@ -91,7 +93,8 @@ void produce_tensor(const StTensor& src, const PlannedTensor& plan, DType out, i
   for (int64_t r0 = 0; r0 < n_rows; r0 += chunk_rows) {
     const int64_t nr = std::min(chunk_rows, n_rows - r0);
     for (int64_t r = 0; r < nr; ++r)
-      st_to_f32(src.dtype, src.data + size_t(src_row(r0 + r)) * src_row_bytes, buf.data() + r * row_elems, row_elems);
+      st_to_f32(src.dtype, src.data + size_t(src_row(r0 + r)) * src_row_bytes, buf.data() + r * row_elems,
+                row_elems);
     uint8_t* d = dst + size_t(r0) * out_row_bytes;
     const int64_t n = nr * row_elems;
     switch (out) {
@@ -137,11 +140,11 @@ std::vector<Job> match_tensors(const ModelHparams& hp, const SafetensorsModel& m
       }
       used.insert(job.plan.hf_name);
       const auto want = hf_shape(job.plan);
-      check(job.src->shape == want, job.src->file + ": tensor '" + job.plan.hf_name + "' (for " + job.plan.gguf_name +
-                                        ") has shape " + job.src->shape_string() + ", but config.json implies " +
-                                        shape_string(want));
-      check(st_dtype_is_float(job.src->dtype), job.src->file + ": tensor '" + job.plan.hf_name + "' has dtype " +
-                                                   st_dtype_name(job.src->dtype) +
+      check(job.src->shape == want, job.src->file + ": tensor '" + job.plan.hf_name + "' (for " +
+                                        job.plan.gguf_name + ") has shape " + job.src->shape_string() +
+                                        ", but config.json implies " + shape_string(want));
+      check(st_dtype_is_float(job.src->dtype), job.src->file + ": tensor '" + job.plan.hf_name +
+                                                   "' has dtype " + st_dtype_name(job.src->dtype) +
                                                    "; tandem convert reads F32, F16, BF16 and F64 weights");
     }
     jobs.push_back(std::move(job));
@@ -195,12 +198,13 @@ ConvertResult convert_vocab_only(const ConvertOptions& o, gguf::GgufWriter& w) {
 
 ConvertResult convert_hf_to_gguf(const ConvertOptions& o) {
   check(fs::is_directory(o.hf_dir),
-        o.hf_dir.string() + ": not a directory (expected a Hugging Face model directory with config.json, "
-                            "*.safetensors and tokenizer.json)");
+        o.hf_dir.string() +
+            ": not a directory (expected a Hugging Face model directory with config.json, "
+            "*.safetensors and tokenizer.json)");
   check(!o.output.empty(), "no output file given");
   const fs::path out_dir = o.output.parent_path().empty() ? fs::path(".") : o.output.parent_path();
-  check(fs::is_directory(out_dir), o.output.string() + ": the output directory " + out_dir.string() +
-                                       " does not exist");
+  check(fs::is_directory(out_dir),
+        o.output.string() + ": the output directory " + out_dir.string() + " does not exist");
 
   gguf::GgufWriter w;
   ConvertResult result;
@@ -225,14 +229,16 @@ ConvertResult convert_hf_to_gguf(const ConvertOptions& o) {
   result.arch = hp.arch;
   result.type = resolve_auto(o.type, source_dtype);
 
-  const bool has_output = std::any_of(jobs.begin(), jobs.end(), [](const Job& j) { return j.plan.gguf_name == "output.weight"; });
+  const bool has_output =
+      std::any_of(jobs.begin(), jobs.end(), [](const Job& j) { return j.plan.gguf_name == "output.weight"; });
   std::map<std::string, int> fallbacks;
   for (auto& j : jobs) {
     j.type = tensor_type_for(result.type, j.plan, hp.n_layer, has_output);
     if (j.plan.ne.size() >= 2 && is_fallback_type(result.type, j.type)) ++fallbacks[dtype_name(j.type)];
   }
   for (const auto& [type, count] : fallbacks)
-    result.notes.push_back(std::to_string(count) + " matrices have rows (ne[0]) that are not a multiple of the " +
+    result.notes.push_back(std::to_string(count) +
+                           " matrices have rows (ne[0]) that are not a multiple of the " +
                            out_type_name(result.type) + " block size; they are stored as " + type);
 
   // Metadata, in the order llama.cpp's converter writes it.
@@ -247,7 +253,8 @@ ConvertResult convert_hf_to_gguf(const ConvertOptions& o) {
   const size_t total = jobs.size();
   for (size_t i = 0; i < total; ++i) {
     const Job& j = jobs[i];
-    const std::string progress = "[" + std::to_string(i + 1) + "/" + std::to_string(total) + "] " + j.plan.gguf_name;
+    const std::string progress =
+        "[" + std::to_string(i + 1) + "/" + std::to_string(total) + "] " + j.plan.gguf_name;
     if (!j.src) {  // generated: rope_freqs of llama3 rope scaling
       const std::vector<float> freqs = llama3_rope_freqs(hp);
       std::vector<uint8_t> bytes(freqs.size() * 4);
@@ -259,14 +266,14 @@ ConvertResult convert_hf_to_gguf(const ConvertOptions& o) {
     const int threads = o.threads;
     w.add_tensor(j.plan.gguf_name, j.type, j.plan.ne, gguf_nbytes(j.type, j.plan.ne),
                  [&o, &j, threads, progress](uint8_t* dst) {
-                   log_line(o, progress + " " + st_dtype_name(j.src->dtype) + " " + j.src->shape_string() + " -> " +
-                                   dtype_name(j.type) + " " + ne_string(j.plan.ne) +
+                   log_line(o, progress + " " + st_dtype_name(j.src->dtype) + " " + j.src->shape_string() +
+                                   " -> " + dtype_name(j.type) + " " + ne_string(j.plan.ne) +
                                    (j.plan.permute_heads ? " (q/k rows permuted)" : ""));
                    try {
                      produce_tensor(*j.src, j.plan, j.type, threads, dst);
                    } catch (const Error& e) {
-                     throw Error(j.src->file + ": tensor '" + j.src->name + "' -> " + j.plan.gguf_name + ": " +
-                                 e.what());
+                     throw Error(j.src->file + ": tensor '" + j.src->name + "' -> " + j.plan.gguf_name +
+                                 ": " + e.what());
                    }
                  });
   }

@@ -1,11 +1,11 @@
-// `tandem convert`: a Hugging Face checkpoint directory (config.json, *.safetensors, tokenizer.json) -> one GGUF
-// file with the metadata keys, tensor names, shapes and layouts that llama.cpp's converter writes
+// `tandem convert`: a Hugging Face checkpoint directory (config.json, *.safetensors, tokenizer.json) -> one
+// GGUF file with the metadata keys, tensor names, shapes and layouts that llama.cpp's converter writes
 // (../shared/GGUF-ARCH-FACTS.md B). Supported: LlamaForCausalLM (arch llama), Qwen3ForCausalLM (arch qwen3).
 //
 // Tensors are produced one at a time while the file is written (read from the mmapped safetensors, permuted,
-// converted or quantized), so a checkpoint larger than RAM converts. Everything that can be checked is checked
-// before the output is created (config, every expected tensor's presence, shape and dtype), and the writer
-// writes "<out>.tmp" and renames it at the end, so a failure never leaves a partial output file.
+// converted or quantized), so a checkpoint larger than RAM converts. Everything that can be checked is
+// checked before the output is created (config, every expected tensor's presence, shape and dtype), and the
+// writer writes "<out>.tmp" and renames it at the end, so a failure never leaves a partial output file.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +30,7 @@ struct ConvertOptions {
 };
 
 struct ConvertResult {
-  std::string arch;      // "qwen3", "llama"
+  std::string arch;              // "qwen3", "llama"
   OutType type = OutType::AUTO;  // the resolved --type
   size_t n_tensors = 0;
   std::vector<std::string> notes;  // also sent to log

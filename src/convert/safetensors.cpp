@@ -29,11 +29,11 @@ struct StDTypeInfo {
 };
 
 constexpr StDTypeInfo kDTypes[] = {
-    {StDType::BOOL, "BOOL", 1},       {StDType::U8, "U8", 1},           {StDType::I8, "I8", 1},
-    {StDType::I16, "I16", 2},         {StDType::U16, "U16", 2},         {StDType::F16, "F16", 2},
-    {StDType::BF16, "BF16", 2},       {StDType::I32, "I32", 4},         {StDType::U32, "U32", 4},
-    {StDType::F32, "F32", 4},         {StDType::F64, "F64", 8},         {StDType::I64, "I64", 8},
-    {StDType::U64, "U64", 8},         {StDType::F8_E4M3, "F8_E4M3", 1}, {StDType::F8_E5M2, "F8_E5M2", 1},
+    {StDType::BOOL, "BOOL", 1}, {StDType::U8, "U8", 1},           {StDType::I8, "I8", 1},
+    {StDType::I16, "I16", 2},   {StDType::U16, "U16", 2},         {StDType::F16, "F16", 2},
+    {StDType::BF16, "BF16", 2}, {StDType::I32, "I32", 4},         {StDType::U32, "U32", 4},
+    {StDType::F32, "F32", 4},   {StDType::F64, "F64", 8},         {StDType::I64, "I64", 8},
+    {StDType::U64, "U64", 8},   {StDType::F8_E4M3, "F8_E4M3", 1}, {StDType::F8_E5M2, "F8_E5M2", 1},
 };
 
 const StDTypeInfo& info(StDType t) {
@@ -42,8 +42,8 @@ const StDTypeInfo& info(StDType t) {
   throw Error("internal: unknown safetensors dtype");
 }
 
-// The HF reference implementation refuses headers above 100 MB; so do we (a corrupt length would otherwise make
-// us parse gigabytes of tensor data as JSON).
+// The HF reference implementation refuses headers above 100 MB; so do we (a corrupt length would otherwise
+// make us parse gigabytes of tensor data as JSON).
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
 
 // Read-only mapping of a whole file; unmapped on destruction.
@@ -98,8 +98,12 @@ std::optional<StDType> st_dtype_from_name(std::string_view name) {
     if (name == i.name) return i.type;
   return std::nullopt;
 }
-const char* st_dtype_name(StDType t) { return info(t).name; }
-size_t st_dtype_size(StDType t) { return info(t).size; }
+const char* st_dtype_name(StDType t) {
+  return info(t).name;
+}
+size_t st_dtype_size(StDType t) {
+  return info(t).size;
+}
 bool st_dtype_is_float(StDType t) {
   return t == StDType::F32 || t == StDType::F16 || t == StDType::BF16 || t == StDType::F64;
 }
@@ -141,7 +145,9 @@ int64_t StTensor::nelements() const {
   for (int64_t d : shape) n *= d;
   return n;
 }
-std::string StTensor::shape_string() const { return shape_to_string(shape); }
+std::string StTensor::shape_string() const {
+  return shape_to_string(shape);
+}
 
 // ---- SafetensorsFile -------------------------------------------------------------------------------------
 
@@ -161,8 +167,9 @@ void SafetensorsFile::Impl::parse(const uint8_t* base, size_t size) {
                        " bytes, too short for the 8-byte header length");
   uint64_t header_len = 0;
   for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | base[i];
-  check(header_len <= size - 8, f + ": corrupt safetensors header: header length " + std::to_string(header_len) +
-                                    " exceeds the file size " + std::to_string(size) + " (truncated file?)");
+  check(header_len <= size - 8, f + ": corrupt safetensors header: header length " +
+                                    std::to_string(header_len) + " exceeds the file size " +
+                                    std::to_string(size) + " (truncated file?)");
   check(header_len <= kMaxHeaderBytes,
         f + ": corrupt safetensors header: header length " + std::to_string(header_len) + " is above 100 MB");
   check(header_len >= 2 && base[8] == '{',
@@ -170,7 +177,8 @@ void SafetensorsFile::Impl::parse(const uint8_t* base, size_t size) {
 
   json header;
   try {
-    header = json::parse(reinterpret_cast<const char*>(base + 8), reinterpret_cast<const char*>(base + 8 + header_len));
+    header = json::parse(reinterpret_cast<const char*>(base + 8),
+                         reinterpret_cast<const char*>(base + 8 + header_len));
   } catch (const json::exception& e) {
     throw Error(f + ": corrupt safetensors header: invalid JSON: " + e.what());
   }
@@ -184,7 +192,8 @@ void SafetensorsFile::Impl::parse(const uint8_t* base, size_t size) {
     if (name == "__metadata__") {
       check(entry.is_object(), f + ": corrupt safetensors header: __metadata__ is not an object");
       for (const auto& [k, v] : entry.items()) {
-        check(v.is_string(), f + ": corrupt safetensors header: __metadata__ value of '" + k + "' is not a string");
+        check(v.is_string(),
+              f + ": corrupt safetensors header: __metadata__ value of '" + k + "' is not a string");
         metadata[k] = v.get<std::string>();
       }
       continue;
@@ -193,7 +202,8 @@ void SafetensorsFile::Impl::parse(const uint8_t* base, size_t size) {
     check(entry.is_object(), where + "header entry is not an object");
     check(entry.contains("dtype") && entry["dtype"].is_string(), where + "missing or non-string \"dtype\"");
     check(entry.contains("shape") && entry["shape"].is_array(), where + "missing or non-array \"shape\"");
-    check(entry.contains("data_offsets") && entry["data_offsets"].is_array() && entry["data_offsets"].size() == 2,
+    check(entry.contains("data_offsets") && entry["data_offsets"].is_array() &&
+              entry["data_offsets"].size() == 2,
           where + "\"data_offsets\" must be an array [begin, end]");
 
     StTensor t;
@@ -220,7 +230,8 @@ void SafetensorsFile::Impl::parse(const uint8_t* base, size_t size) {
     if (std::find(t.shape.begin(), t.shape.end(), 0) != t.shape.end()) {
       expected_bytes = 0;
     } else {
-      for (int64_t v : t.shape) overflow = overflow || __builtin_mul_overflow(expected_bytes, uint64_t(v), &expected_bytes);
+      for (int64_t v : t.shape)
+        overflow = overflow || __builtin_mul_overflow(expected_bytes, uint64_t(v), &expected_bytes);
     }
     check(!overflow, where + "shape " + entry["shape"].dump() + " has more elements than any file can hold");
 
@@ -229,11 +240,13 @@ void SafetensorsFile::Impl::parse(const uint8_t* base, size_t size) {
           where + "\"data_offsets\" " + offs.dump() + " are not non-negative integers");
     const uint64_t begin = offs[0].get<uint64_t>(), end = offs[1].get<uint64_t>();
     check(begin <= end, where + "data_offsets " + offs.dump() + ": begin is after end");
-    check(end <= data_size, where + "data_offsets " + offs.dump() + " point past the end of the data section (" +
-                                std::to_string(data_size) + " bytes; truncated file?)");
-    check(end - begin == expected_bytes,
-          where + "data_offsets " + offs.dump() + " span " + std::to_string(end - begin) + " bytes but shape " +
-              entry["shape"].dump() + " of " + dtype_name + " needs " + std::to_string(expected_bytes));
+    check(end <= data_size, where + "data_offsets " + offs.dump() +
+                                " point past the end of the data section (" + std::to_string(data_size) +
+                                " bytes; truncated file?)");
+    check(end - begin == expected_bytes, where + "data_offsets " + offs.dump() + " span " +
+                                             std::to_string(end - begin) + " bytes but shape " +
+                                             entry["shape"].dump() + " of " + dtype_name + " needs " +
+                                             std::to_string(expected_bytes));
     t.data = data + begin;
     t.nbytes = size_t(expected_bytes);
     if (expected_bytes > 0) ranges.emplace_back(begin, end);
@@ -247,7 +260,8 @@ void SafetensorsFile::Impl::parse(const uint8_t* base, size_t size) {
               std::to_string(ranges[i].first));
 
   // Keep the file's order of tensors (by data offset), which is how the checkpoint was written.
-  std::stable_sort(tensors.begin(), tensors.end(), [](const StTensor& a, const StTensor& b) { return a.data < b.data; });
+  std::stable_sort(tensors.begin(), tensors.end(),
+                   [](const StTensor& a, const StTensor& b) { return a.data < b.data; });
   index.clear();
   for (size_t i = 0; i < tensors.size(); ++i) index[tensors[i].name] = i;
 }
@@ -272,9 +286,15 @@ SafetensorsFile SafetensorsFile::from_memory(const void* data, size_t size, std:
   return SafetensorsFile(std::move(impl));
 }
 
-const std::string& SafetensorsFile::path() const { return impl_->path; }
-const std::vector<StTensor>& SafetensorsFile::tensors() const { return impl_->tensors; }
-const std::map<std::string, std::string>& SafetensorsFile::metadata() const { return impl_->metadata; }
+const std::string& SafetensorsFile::path() const {
+  return impl_->path;
+}
+const std::vector<StTensor>& SafetensorsFile::tensors() const {
+  return impl_->tensors;
+}
+const std::map<std::string, std::string>& SafetensorsFile::metadata() const {
+  return impl_->metadata;
+}
 const StTensor* SafetensorsFile::find(std::string_view name) const {
   auto it = impl_->index.find(name);
   return it == impl_->index.end() ? nullptr : &impl_->tensors[it->second];
@@ -333,21 +353,23 @@ SafetensorsModel SafetensorsModel::open_dir(const fs::path& dir) {
   if (fs::exists(index_path)) {
     index = read_index(index_path);
     for (const auto& shard : index->files) {
-      check(fs::exists(dir / shard), index_path.string() + " lists shard '" + shard + "', which is missing from " +
-                                         dir.string());
+      check(fs::exists(dir / shard),
+            index_path.string() + " lists shard '" + shard + "', which is missing from " + dir.string());
       m.file_names_.push_back((dir / shard).string());
     }
   } else if (fs::exists(dir / "model.safetensors")) {
     m.file_names_.push_back((dir / "model.safetensors").string());
   } else {
     for (const auto& e : fs::directory_iterator(dir))
-      if (e.is_regular_file() && e.path().extension() == ".safetensors") m.file_names_.push_back(e.path().string());
+      if (e.is_regular_file() && e.path().extension() == ".safetensors")
+        m.file_names_.push_back(e.path().string());
     std::sort(m.file_names_.begin(), m.file_names_.end());
     if (m.file_names_.empty()) {
       std::string hint;
       if (fs::exists(dir / "pytorch_model.bin") || fs::exists(dir / "pytorch_model.bin.index.json"))
         hint = " (PyTorch .bin checkpoints are not supported: save the model with safe_serialization=True)";
-      throw Error(dir.string() + ": no model.safetensors, model.safetensors.index.json or *.safetensors file" + hint);
+      throw Error(dir.string() +
+                  ": no model.safetensors, model.safetensors.index.json or *.safetensors file" + hint);
     }
   }
 

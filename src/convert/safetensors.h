@@ -2,10 +2,12 @@
 // model.safetensors.index.json ("weight_map": tensor name -> shard file).
 //
 // File format: 8-byte little-endian header length N, then N bytes of JSON
-//   {"<tensor>": {"dtype": "BF16", "shape": [out, in], "data_offsets": [begin, end]}, ..., "__metadata__": {...}}
-// then the data section; offsets are relative to its start. Files are memory-mapped and everything is validated
-// against the file size before use (header length, dtype names, shapes and their products, offsets in bounds,
-// end - begin == elements x dtype size, no overlaps). A bad file throws tandem::Error naming the file and the tensor.
+//   {"<tensor>": {"dtype": "BF16", "shape": [out, in], "data_offsets": [begin, end]}, ..., "__metadata__":
+//   {...}}
+// then the data section; offsets are relative to its start. Files are memory-mapped and everything is
+// validated against the file size before use (header length, dtype names, shapes and their products, offsets
+// in bounds, end - begin == elements x dtype size, no overlaps). A bad file throws tandem::Error naming the
+// file and the tensor.
 #pragma once
 
 #include <cstddef>
@@ -35,7 +37,7 @@ void st_to_f32(StDType t, const uint8_t* src, float* dst, int64_t n);
 struct StTensor {
   std::string name;
   StDType dtype = StDType::F32;
-  std::vector<int64_t> shape;  // PyTorch order: outermost first ([out, in] for a Linear weight)
+  std::vector<int64_t> shape;     // PyTorch order: outermost first ([out, in] for a Linear weight)
   const uint8_t* data = nullptr;  // inside the file mapping (any alignment)
   size_t nbytes = 0;
   std::string file;  // the file it lives in, for messages
@@ -67,7 +69,8 @@ class SafetensorsFile {
 };
 
 // All tensors of a checkpoint directory. Looks for, in order: model.safetensors.index.json (sharded),
-// model.safetensors, else every *.safetensors file in the directory. Tensor names must be unique across files.
+// model.safetensors, else every *.safetensors file in the directory. Tensor names must be unique across
+// files.
 class SafetensorsModel {
  public:
   static SafetensorsModel open_dir(const std::filesystem::path& dir);

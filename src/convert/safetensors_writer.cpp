@@ -39,7 +39,8 @@ void SafetensorsWriter::add(const std::string& name, StDType dtype, const std::v
   for (const auto& e : entries_) check(e.name != name, "safetensors writer: duplicate tensor '" + name + "'");
   check(bytes.size() == count_elements(shape) * st_dtype_size(dtype),
         "safetensors writer: tensor '" + name + "' has " + std::to_string(bytes.size()) +
-            " bytes, its shape and dtype need " + std::to_string(count_elements(shape) * st_dtype_size(dtype)));
+            " bytes, its shape and dtype need " +
+            std::to_string(count_elements(shape) * st_dtype_size(dtype)));
   entries_.push_back({name, dtype, shape, std::move(bytes)});
 }
 
@@ -85,12 +86,13 @@ void SafetensorsWriter::write(const std::filesystem::path& path) const {
   for (int i = 0; i < 8; ++i) len[i] = uint8_t(uint64_t(text.size()) >> (8 * i));
   out.write(reinterpret_cast<const char*>(len), 8);
   out.write(text.data(), std::streamsize(text.size()));
-  for (const auto& e : entries_) out.write(reinterpret_cast<const char*>(e.bytes.data()), std::streamsize(e.bytes.size()));
+  for (const auto& e : entries_)
+    out.write(reinterpret_cast<const char*>(e.bytes.data()), std::streamsize(e.bytes.size()));
   check(bool(out.flush()), path.string() + ": write failed");
 }
 
-void write_safetensors_index(const std::filesystem::path& dir, const std::map<std::string, std::string>& weight_map,
-                             uint64_t total_size) {
+void write_safetensors_index(const std::filesystem::path& dir,
+                             const std::map<std::string, std::string>& weight_map, uint64_t total_size) {
   json j = {{"metadata", {{"total_size", total_size}}}, {"weight_map", weight_map}};
   const auto path = dir / "model.safetensors.index.json";
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

@@ -9,7 +9,8 @@ std::vector<PlannedTensor> plan_tensors(const ModelHparams& hp) {
   const bool llama = hp.arch == "llama";
   const int64_t q_width = hp.n_head * hp.head_dim;
   const int64_t kv_width = hp.n_head_kv * hp.head_dim;
-  auto add = [&](std::string gguf, std::string hf, std::vector<int64_t> ne, int64_t permute = 0, int layer = -1) {
+  auto add = [&](std::string gguf, std::string hf, std::vector<int64_t> ne, int64_t permute = 0,
+                 int layer = -1) {
     out.push_back({std::move(gguf), std::move(hf), std::move(ne), permute, layer});
   };
 
@@ -21,7 +22,8 @@ std::vector<PlannedTensor> plan_tensors(const ModelHparams& hp) {
     const std::string h = "model.layers." + std::to_string(il) + ".";
     add(b + "attn_norm.weight", h + "input_layernorm.weight", {hp.n_embd}, 0, il);
     add(b + "attn_q.weight", h + "self_attn.q_proj.weight", {hp.n_embd, q_width}, llama ? hp.n_head : 0, il);
-    add(b + "attn_k.weight", h + "self_attn.k_proj.weight", {hp.n_embd, kv_width}, llama ? hp.n_head_kv : 0, il);
+    add(b + "attn_k.weight", h + "self_attn.k_proj.weight", {hp.n_embd, kv_width}, llama ? hp.n_head_kv : 0,
+        il);
     add(b + "attn_v.weight", h + "self_attn.v_proj.weight", {hp.n_embd, kv_width}, 0, il);
     add(b + "attn_output.weight", h + "self_attn.o_proj.weight", {q_width, hp.n_embd}, 0, il);
     if (hp.attention_bias) {
@@ -50,7 +52,9 @@ std::vector<PlannedTensor> plan_tensors(const ModelHparams& hp) {
   return out;
 }
 
-std::vector<int64_t> hf_shape(const PlannedTensor& t) { return {t.ne.rbegin(), t.ne.rend()}; }
+std::vector<int64_t> hf_shape(const PlannedTensor& t) {
+  return {t.ne.rbegin(), t.ne.rend()};
+}
 
 int64_t llama_permuted_source_row(int64_t row, int64_t n_rows, int64_t n_heads) {
   const int64_t d = n_rows / n_heads;

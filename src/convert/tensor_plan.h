@@ -1,6 +1,6 @@
 // Which GGUF tensors a converted checkpoint has, where each comes from in the HF checkpoint, and its shape
-// (../shared/GGUF-ARCH-FACTS.md B.2, B.5, B.6). An HF weight [out, in] becomes ne {in, out} with the same bytes;
-// llama's q_proj / k_proj rows are permuted (rotate-half -> interleaved pairs).
+// (../shared/GGUF-ARCH-FACTS.md B.2, B.5, B.6). An HF weight [out, in] becomes ne {in, out} with the same
+// bytes; llama's q_proj / k_proj rows are permuted (rotate-half -> interleaved pairs).
 #pragma once
 
 #include <cstdint>
@@ -12,15 +12,15 @@
 namespace tandem::convert {
 
 struct PlannedTensor {
-  std::string gguf_name;       // "blk.0.attn_q.weight"
-  std::string hf_name;         // "model.layers.0.self_attn.q_proj.weight"; empty for generated tensors
-  std::vector<int64_t> ne;     // GGUF order, innermost first
-  int64_t permute_heads = 0;   // > 0: apply the llama Q/K row permutation with this many heads
-  int layer = -1;              // block index, -1 for tensors outside the blocks
+  std::string gguf_name;      // "blk.0.attn_q.weight"
+  std::string hf_name;        // "model.layers.0.self_attn.q_proj.weight"; empty for generated tensors
+  std::vector<int64_t> ne;    // GGUF order, innermost first
+  int64_t permute_heads = 0;  // > 0: apply the llama Q/K row permutation with this many heads
+  int layer = -1;             // block index, -1 for tensors outside the blocks
 };
 
-// Every tensor the GGUF gets, in the order it is written: rope_freqs (llama3 scaling only), token_embd, the blocks,
-// output_norm, output (absent when the embeddings are tied).
+// Every tensor the GGUF gets, in the order it is written: rope_freqs (llama3 scaling only), token_embd, the
+// blocks, output_norm, output (absent when the embeddings are tied).
 std::vector<PlannedTensor> plan_tensors(const ModelHparams& hp);
 
 // Expected HF shape (outermost first) of a planned tensor: ne reversed.
