@@ -411,7 +411,16 @@ TEST(Convert, Qwen3Bf16KeepsSourceBytesKeysNamesAndShapes) {
   // The tokenizer helper's keys are there.
   ASSERT_NE(f.find("tokenizer.ggml.model"), nullptr);
   EXPECT_EQ(f.get_string("tokenizer.ggml.model"), "gpt2");
-  ASSERT_NE(f.find("tokenizer.ggml.tokens"), nullptr);
+  // The token list is padded to the embedding rows (config vocab_size 272; tokenizer.json has 261 tokens), as
+  // llama.cpp's loader takes n_vocab from it and checks token_embd against it.
+  const auto tokens = f.get("tokenizer.ggml.tokens").as_string_array();
+  ASSERT_EQ(tokens.size(), 272u);
+  EXPECT_EQ(tokens[258], "hell");
+  EXPECT_EQ(tokens[259], "<|endoftext|>");
+  EXPECT_EQ(tokens[271], "[PAD271]");
+  const auto types = f.get("tokenizer.ggml.token_type").as_int_array();
+  ASSERT_EQ(types.size(), 272u);
+  EXPECT_EQ(types[271], 5);  // UNUSED
 
   expect_tensor_table(f, s, src);
   for (const auto& [g, h] : expected_names(s)) {
@@ -892,6 +901,14 @@ TEST(ConvertErrors, FailureWhileWritingLeavesNoFile) {
   // bf16 keeps it.
   convert(tmp / "hf", tmp / "ok.gguf", OutType::BF16);
   EXPECT_TRUE(fs::exists(tmp / "ok.gguf"));
+}
+
+TEST(ConvertErrors, MoreTokensThanEmbeddingRows) {
+  TempDir tmp("err_vocab");
+  Spec s;
+  s.n_vocab = 200;  // tokenizer.json has 261 tokens
+  write_checkpoint(tmp / "hf", s);
+  expect_convert_fails(tmp / "hf", tmp / "out.gguf", {"tokenizer.json has 261 tokens", "200"});
 }
 
 TEST(ConvertErrors, BadConfigValues) {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "convert/hf_config.h"
@@ -175,6 +176,41 @@ std::vector<Job> match_tensors(const ModelHparams& hp, const SafetensorsModel& m
   return jobs;
 }
 
+// llama.cpp's loader takes n_vocab from the token list and requires token_embd / output to have that many
+// rows, so its converter pads the token list to config.json's vocab_size (checkpoints round the embedding
+// table up, e.g. Qwen3's 151936 rows for 151669 tokens) with "[PAD<id>]" tokens of type UNUSED (5) and score
+// -1000. Done here, after the tokenizer keys are set, because only the converter knows the embedding rows.
+void pad_vocab_to(gguf::GgufWriter& w, int64_t n_vocab, const fs::path& hf_dir,
+                  std::vector<std::string>& notes) {
+  const Value* tokens = nullptr;
+  for (const auto& [k, v] : w.metadata())
+    if (k == "tokenizer.ggml.tokens") tokens = &v;
+  if (!tokens) return;
+  const int64_t n_tokens = int64_t(tokens->as_array().size());
+  check(n_tokens <= n_vocab, (hf_dir / "tokenizer.json").string() + " has " + std::to_string(n_tokens) +
+                                 " tokens, more than the " + std::to_string(n_vocab) +
+                                 " rows of the embedding table (config.json vocab_size)");
+  if (n_tokens == n_vocab) return;
+
+  std::vector<std::pair<std::string, Value>> padded;
+  for (const auto& [k, v] : w.metadata()) {
+    if (k != "tokenizer.ggml.tokens" && k != "tokenizer.ggml.token_type" && k != "tokenizer.ggml.scores")
+      continue;
+    check(v.type() == gguf::ValueType::ARRAY && int64_t(v.as_array().size()) == n_tokens,
+          "internal: " + k + " does not have one entry per token");
+    std::vector<Value> elems = v.as_array();
+    for (int64_t id = n_tokens; id < n_vocab; ++id) {
+      if (k == "tokenizer.ggml.tokens") elems.push_back(Value::string("[PAD" + std::to_string(id) + "]"));
+      if (k == "tokenizer.ggml.token_type") elems.push_back(Value::i32(5));
+      if (k == "tokenizer.ggml.scores") elems.push_back(Value::f32(-1000.0f));
+    }
+    padded.emplace_back(k, Value::array(v.element_type(), std::move(elems)));
+  }
+  for (auto& [k, v] : padded) w.set(k, std::move(v));
+  notes.push_back("padded the vocabulary from " + std::to_string(n_tokens) + " to " +
+                  std::to_string(n_vocab) + " tokens (config.json vocab_size) with [PAD<id>] tokens");
+}
+
 void log_line(const ConvertOptions& o, const std::string& s) {
   if (o.log) o.log(s);
 }
@@ -182,8 +218,10 @@ void log_line(const ConvertOptions& o, const std::string& s) {
 ConvertResult convert_vocab_only(const ConvertOptions& o, gguf::GgufWriter& w) {
   ConvertResult result;
   result.arch = "llama";  // llama.cpp's vocab-only files of llama-like models use this architecture
+  std::optional<ModelHparams> hp;
   if (fs::exists(o.hf_dir / "config.json")) {
-    result.arch = load_hf_config(o.hf_dir).arch;
+    hp = load_hf_config(o.hf_dir);
+    result.arch = hp->arch;
   } else {
     result.notes.push_back("no config.json: writing general.architecture = llama");
   }
@@ -191,6 +229,7 @@ ConvertResult convert_vocab_only(const ConvertOptions& o, gguf::GgufWriter& w) {
   w.set("general.type", Value::string("model"));
   w.set("general.name", Value::string(o.name.empty() ? model_name_of(o.hf_dir) : o.name));
   add_tokenizer_metadata(o.hf_dir, w);
+  if (hp) pad_vocab_to(w, hp->n_vocab, o.hf_dir, result.notes);
   return result;
 }
 
@@ -249,6 +288,7 @@ ConvertResult convert_hf_to_gguf(const ConvertOptions& o) {
   w.set("general.file_type", Value::u32(file_type_of(result.type)));
   w.set("general.quantization_version", Value::u32(2));
   add_tokenizer_metadata(o.hf_dir, w);
+  pad_vocab_to(w, hp.n_vocab, o.hf_dir, result.notes);
 
   const size_t total = jobs.size();
   for (size_t i = 0; i < total; ++i) {
