@@ -357,6 +357,32 @@ void add_tokenizer_metadata(const fs::path& hf_dir, gguf::GgufWriter& w) {
     }
     return std::nullopt;
   };
+  // The post-processor template: special tokens before the sequence are BOS, after it EOS.
+  std::optional<std::string> template_bos, template_eos;
+  const json post = tj.value("post_processor", json());
+  std::function<const json*(const json&)> find_template = [&](const json& p) -> const json* {
+    if (!p.is_object()) return nullptr;
+    if (p.value("type", "") == "TemplateProcessing") return &p;
+    if (p.value("type", "") == "Sequence") {
+      for (const auto& q : p.value("processors", json::array())) {
+        if (const json* t = find_template(q)) return t;
+      }
+    }
+    return nullptr;
+  };
+  if (const json* tp = find_template(post); tp && tp->contains("single") && (*tp)["single"].is_array()) {
+    bool before = true;
+    for (const auto& piece : (*tp)["single"]) {
+      if (piece.contains("Sequence")) {
+        before = false;
+      } else if (piece.contains("SpecialToken") && piece["SpecialToken"].contains("id") &&
+                 piece["SpecialToken"]["id"].is_string()) {
+        const std::string text = piece["SpecialToken"]["id"].get<std::string>();
+        if (before && !template_bos) template_bos = text;
+        if (!before && !template_eos) template_eos = text;
+      }
+    }
+  }
   struct SpecialKey {
     const char* config_key;
     const char* gguf_key;
@@ -376,6 +402,8 @@ void add_tokenizer_metadata(const fs::path& hf_dir, gguf::GgufWriter& w) {
       id = id_from_config_ids(ids_key.c_str());
     }
     if (!id && std::string(sk.config_key) == "unk_token" && unk_text) id = id_of(*unk_text);
+    if (!id && std::string(sk.config_key) == "bos_token" && template_bos) id = id_of(*template_bos);
+    if (!id && std::string(sk.config_key) == "eos_token" && template_eos) id = id_of(*template_eos);
     if (id) w.set(sk.gguf_key, gguf::Value::u32(static_cast<uint32_t>(*id)));
   }
 
@@ -385,29 +413,8 @@ void add_tokenizer_metadata(const fs::path& hf_dir, gguf::GgufWriter& w) {
     if (cfg->contains("add_bos_token") && (*cfg)["add_bos_token"].is_boolean()) add_bos = (*cfg)["add_bos_token"].get<bool>();
     if (cfg->contains("add_eos_token") && (*cfg)["add_eos_token"].is_boolean()) add_eos = (*cfg)["add_eos_token"].get<bool>();
   }
-  const json post = tj.value("post_processor", json());
-  std::function<const json*(const json&)> find_template = [&](const json& p) -> const json* {
-    if (!p.is_object()) return nullptr;
-    if (p.value("type", "") == "TemplateProcessing") return &p;
-    if (p.value("type", "") == "Sequence") {
-      for (const auto& q : p.value("processors", json::array())) {
-        if (const json* t = find_template(q)) return t;
-      }
-    }
-    return nullptr;
-  };
-  if (const json* tp = find_template(post); tp && tp->contains("single") && (*tp)["single"].is_array()) {
-    bool before = true, bos = false, eos = false;
-    for (const auto& piece : (*tp)["single"]) {
-      if (piece.contains("Sequence")) {
-        before = false;
-      } else if (piece.contains("SpecialToken")) {
-        (before ? bos : eos) = true;
-      }
-    }
-    if (!add_bos) add_bos = bos;
-    if (!add_eos) add_eos = eos;
-  }
+  if (!add_bos) add_bos = template_bos.has_value();
+  if (!add_eos) add_eos = template_eos.has_value();
   if (gemma4) add_bos = true;
   w.set("tokenizer.ggml.add_bos_token", gguf::Value::boolean(add_bos.value_or(false)));
   w.set("tokenizer.ggml.add_eos_token", gguf::Value::boolean(add_eos.value_or(false)));
