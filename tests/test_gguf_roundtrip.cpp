@@ -206,7 +206,7 @@ TEST(GgufRoundTrip, TensorsOfEverySupportedTypeAndAlignment) {
   }
 }
 
-TEST(GgufRoundTrip, ProducedTensorsAreMadeInOrderOneAtATime) {
+TEST(GgufRoundTrip, ProducedTensorsAreMadeDuringWriteInOrder) {
   GgufWriter w;
   std::vector<int> order;
   for (int i = 0; i < 4; ++i) {

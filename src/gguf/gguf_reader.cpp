@@ -241,7 +241,9 @@ class Parser {
                   " metadata values per file",
               count_at);
     std::vector<Value> elements;
-    elements.reserve(size_t(count));  // bounded by the bytes left and by kMaxMetadataValues
+    // The count fits in the bytes left, but each Value is ~48 bytes per byte read: reserve a little and let the
+    // vector grow only as elements actually parse.
+    elements.reserve(size_t(std::min<uint64_t>(count, 4096)));
     for (uint64_t i = 0; i < count; ++i) elements.push_back(read_value(elem_type, depth + 1));
     return Value::array(elem_type, std::move(elements));
   }
