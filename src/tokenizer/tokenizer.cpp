@@ -174,6 +174,20 @@ void Tokenizer::encode_byte_level(std::string_view text, std::vector<int32_t>& o
   for (const auto& [b, e] : spans) bpe_word_byte_level(text.substr(b, e - b), out);
 }
 
+bool Tokenizer::find_cached(std::string_view word, std::vector<int32_t>& out) const {
+  std::lock_guard<std::mutex> lock(state_->cache_mutex);
+  auto it = state_->cache.find(word);
+  if (it == state_->cache.end()) return false;
+  out.insert(out.end(), it->second.begin(), it->second.end());
+  return true;
+}
+
+void Tokenizer::store_cached(std::string_view word, const int32_t* ids, size_t n) const {
+  std::lock_guard<std::mutex> lock(state_->cache_mutex);
+  if (state_->cache.size() >= kMaxCacheEntries) state_->cache.clear();
+  state_->cache.emplace(std::string(word), std::vector<int32_t>(ids, ids + n));
+}
+
 void Tokenizer::bpe_word_byte_level(std::string_view word, std::vector<int32_t>& out) const {
   if (vocab_.ignore_merges) {
     auto it = vocab_.piece_to_id.find(word);
@@ -183,14 +197,7 @@ void Tokenizer::bpe_word_byte_level(std::string_view word, std::vector<int32_t>&
     }
   }
   const bool cacheable = word.size() <= kMaxCachedWord;
-  if (cacheable) {
-    std::lock_guard<std::mutex> lock(state_->cache_mutex);
-    auto it = state_->cache.find(word);
-    if (it != state_->cache.end()) {
-      out.insert(out.end(), it->second.begin(), it->second.end());
-      return;
-    }
-  }
+  if (cacheable && find_cached(word, out)) return;
   std::vector<int32_t> ids(word.size());
   for (size_t i = 0; i < word.size(); ++i) ids[i] = vocab_.byte_token[static_cast<uint8_t>(word[i])];
   bpe_merge_by_rank(vocab_.merges, ids);
@@ -201,15 +208,11 @@ void Tokenizer::bpe_word_byte_level(std::string_view word, std::vector<int32_t>&
     return id < 0;
   });
   out.insert(out.end(), ids.begin(), ids.end());
-  if (cacheable) {
-    std::lock_guard<std::mutex> lock(state_->cache_mutex);
-    if (state_->cache.size() >= kMaxCacheEntries) state_->cache.clear();
-    state_->cache.emplace(std::string(word), std::move(ids));
-  }
+  if (cacheable) store_cached(word, ids.data(), ids.size());
 }
 
-// SentencePiece-style BPE over the characters of text (spaces become U+2581), then byte fallback for characters
-// with no token. Merges by rank when the vocabulary has merges, else by the score of the merged token.
+// SentencePiece-style: spaces become U+2581, then BPE over characters. Cut into words before each U+2581 when
+// the vocabulary allows it (the result is the same, and words repeat, so they are cached).
 void Tokenizer::encode_sentencepiece(std::string_view text, std::vector<int32_t>& out) const {
   std::string s;
   s.reserve(text.size() + text.size() / 4);
@@ -217,6 +220,32 @@ void Tokenizer::encode_sentencepiece(std::string_view text, std::vector<int32_t>
     if (c == ' ') s += kSpaceMark;
     else s += c;
   }
+  if (!vocab_.split_at_space_mark) {
+    bpe_sentencepiece(s, out);
+    return;
+  }
+  const std::string_view sv(s);
+  size_t begin = 0;
+  while (begin < sv.size()) {
+    size_t end = sv.find(kSpaceMark, begin + 1);
+    if (end == std::string_view::npos) end = sv.size();
+    const std::string_view word = sv.substr(begin, end - begin);
+    if (word.size() <= kMaxCachedWord) {
+      if (!find_cached(word, out)) {
+        const size_t before = out.size();
+        bpe_sentencepiece(word, out);
+        store_cached(word, out.data() + before, out.size() - before);
+      }
+    } else {
+      bpe_sentencepiece(word, out);
+    }
+    begin = end;
+  }
+}
+
+// BPE over the characters of s (already with U+2581 for spaces), then byte fallback for characters with no token.
+// Merges by rank when the vocabulary has merges, else by the score of the merged token.
+void Tokenizer::bpe_sentencepiece(std::string_view s, std::vector<int32_t>& out) const {
   // Symbols: one per character (or per byte that is not valid UTF-8).
   std::vector<Span> sym;
   sym.reserve(s.size());
@@ -280,7 +309,8 @@ void Tokenizer::encode_sentencepiece(std::string_view text, std::vector<int32_t>
     if (l < 0 || r < 0) return;
     const uint32_t b = sym[l].first, e = sym[r].second;
     auto it = vocab_.text_to_id.find(std::string_view(s).substr(b, e - b));
-    if (it == vocab_.text_to_id.end()) return;
+    // Only normal tokens come out of merging (as in SentencePiece): "<s>" typed as text is not BOS.
+    if (it == vocab_.text_to_id.end() || vocab_.type[it->second] != TokenType::Normal) return;
     const float score = vocab_.score.empty() ? 0.0f : vocab_.score[it->second];
     heap.push({score, l, r, e - b});
   };

@@ -68,6 +68,9 @@ class Tokenizer {
   void encode_text(std::string_view text, bool after_special, std::vector<int32_t>& out) const;
   void encode_byte_level(std::string_view text, std::vector<int32_t>& out) const;
   void encode_sentencepiece(std::string_view text, std::vector<int32_t>& out) const;
+  void bpe_sentencepiece(std::string_view s, std::vector<int32_t>& out) const;
+  bool find_cached(std::string_view word, std::vector<int32_t>& out) const;
+  void store_cached(std::string_view word, const int32_t* ids, size_t n) const;
   void bpe_word_byte_level(std::string_view word, std::vector<int32_t>& out) const;
 
   Vocab vocab_;

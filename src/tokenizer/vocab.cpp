@@ -139,6 +139,7 @@ Vocab load_vocab(const gguf::GgufFile& f) {
   }
 
   // ---- merges ----
+  std::vector<size_t> merges_right_start_with_mark;
   if (f.find("tokenizer.ggml.merges")) {
     const std::vector<std::string> merges = string_array(f, "tokenizer.ggml.merges");
     v.merges.reserve(merges.size());
@@ -154,6 +155,7 @@ Vocab load_vocab(const gguf::GgufFile& f) {
         auto res = v.text_to_id.find(m.substr(0, sp) + m.substr(sp + 1));
         if (res == v.text_to_id.end()) continue;
         v.merges.add(l->second, rr->second, static_cast<int32_t>(r), res->second);
+        if (m.compare(sp + 1, kSpaceMark.size(), kSpaceMark) == 0) merges_right_start_with_mark.push_back(r);
         found = true;
         break;
       }
@@ -168,6 +170,21 @@ Vocab load_vocab(const gguf::GgufFile& f) {
   }
   if (v.kind == VocabKind::BytePair) {
     check(!v.merges.empty() || n <= 256, where + ": tokenizer.ggml.merges is missing (byte-level BPE needs it)");
+  }
+
+  // ---- can SentencePiece text be cut before each U+2581? ----
+  if (v.kind != VocabKind::BytePair) {
+    // A merge joins across a cut before "▁" only if its right side starts with "▁"; without merges, any two
+    // symbols whose joined text is a token merge, so no token may hold "▁" after its first character.
+    bool safe = true;
+    if (!merges_right_start_with_mark.empty()) {
+      safe = false;
+    } else if (v.merges.empty()) {
+      for (size_t i = 0; i < n && safe; ++i) {
+        if (v.type[i] == TokenType::Normal && v.text[i].find(kSpaceMark, 1) != std::string::npos) safe = false;
+      }
+    }
+    v.split_at_space_mark = safe;
   }
 
   // ---- pre-tokenizer ----

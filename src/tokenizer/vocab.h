@@ -56,6 +56,9 @@ struct Vocab {
   MergeTable merges;
   bool ignore_merges = false;  // a word that is one token is not merged (Llama 3)
   std::vector<std::string> pre_regexes;
+  // SentencePiece kinds: no merge (or, without merges, no token) can join across a "▁" that starts a word, so
+  // text can be cut before each "▁" and the words cached. True for vocabularies trained on Metaspace words.
+  bool split_at_space_mark = false;
 
   int32_t bos = -1, eos = -1, unk = -1, pad = -1, mask = -1, eot = -1;
   bool add_bos = false, add_eos = false, add_space_prefix = false;

@@ -50,6 +50,7 @@ def build_tool(args):
         standalone = "tokenizer_tool" in os.path.basename(args.tandem)
         return ("standalone" if standalone else "tandem"), os.path.abspath(args.tandem)
     jobs = str(args.jobs)
+    os.makedirs(args.build_dir, exist_ok=True)
     if args.tool in ("auto", "tandem"):
         bdir = os.path.join(args.build_dir, "tandem")
         t0 = time.time()
