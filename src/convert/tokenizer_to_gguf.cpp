@@ -184,7 +184,9 @@ void add_tokenizer_metadata(const fs::path& hf_dir, gguf::GgufWriter& w) {
       check(model.contains("vocab") && model["vocab"].is_object(), where + ": BPE model without a vocab object");
       for (const auto& [text, id] : model["vocab"].items()) {
         check(id.is_number_integer() && id.get<int64_t>() >= 0, where + ": vocab entry \"" + text + "\" has a bad id");
-        id_to_text[id.get<int64_t>()] = text;
+        auto [it, inserted] = id_to_text.emplace(id.get<int64_t>(), text);
+        check(inserted, where + ": vocab entries \"" + it->second + "\" and \"" + text + "\" have the same id " +
+                            std::to_string(it->first));
       }
     } else {
       const json& vocab = model["vocab"];
@@ -334,7 +336,7 @@ void add_tokenizer_metadata(const fs::path& hf_dir, gguf::GgufWriter& w) {
   w.set("tokenizer.ggml.tokens", gguf::Value::string_array(tokens));
   if (!scores.empty()) w.set("tokenizer.ggml.scores", gguf::Value::f32_array(scores));
   w.set("tokenizer.ggml.token_type", gguf::Value::i32_array(types));
-  if (!merges.empty()) w.set("tokenizer.ggml.merges", gguf::Value::string_array(merges));
+  if (model_type == "BPE") w.set("tokenizer.ggml.merges", gguf::Value::string_array(merges));
   if (model_type == "BPE") {
     w.set("tokenizer.ggml.ignore_merges", gguf::Value::boolean(model.value("ignore_merges", false)));
   }

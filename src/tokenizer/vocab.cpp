@@ -169,7 +169,8 @@ Vocab load_vocab(const gguf::GgufFile& f) {
     }
   }
   if (v.kind == VocabKind::BytePair) {
-    check(!v.merges.empty() || n <= 256, where + ": tokenizer.ggml.merges is missing (byte-level BPE needs it)");
+    check(f.find("tokenizer.ggml.merges") != nullptr || n <= 256,
+          where + ": tokenizer.ggml.merges is missing (byte-level BPE needs it)");
   }
 
   // ---- can SentencePiece text be cut before each U+2581? ----

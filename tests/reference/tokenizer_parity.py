@@ -145,7 +145,9 @@ def train_sentencepiece(lines, vocab_size):
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
     limit_alphabet = 150 if vocab_size <= 2000 else 1000
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size - 256, special_tokens=["<unk>", "<s>", "</s>"],
+    # The chat markup is special from the start, so training never learns it as an ordinary token.
+    specials = ["<unk>", "<s>", "</s>", "<|im_start|>", "<|im_end|>"]
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size - 256, special_tokens=specials,
                                   limit_alphabet=limit_alphabet, show_progress=False)
     tok.train_from_iterator(lines, trainer)
     trained = json.loads(tok.to_str())
@@ -156,13 +158,8 @@ def train_sentencepiece(lines, vocab_size):
     for text, _ in sorted(old_vocab.items(), key=lambda kv: kv[1]):
         if text not in vocab:
             vocab[text] = len(vocab)
-    specials = ["<unk>", "<s>", "</s>"]
-    added = [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
-              "special": True} for i, t in enumerate(specials)]
-    for t in ["<|im_start|>", "<|im_end|>"]:
-        added.append({"id": len(vocab), "content": t, "single_word": False, "lstrip": False, "rstrip": False,
-                      "normalized": False, "special": True})
-        vocab[t] = len(vocab)
+    added = [{"id": vocab[t], "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+              "normalized": False, "special": True} for t in specials]
     j = {
         "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
         "normalizer": {"type": "Sequence", "normalizers": [
