@@ -20,7 +20,7 @@ test -f models/training/corpus/train.txt.xz || { echo "corpus missing: run model
 {
   date -u
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
-  python3 models/training/train.py --out "$WORK" --deadline-s "${DEADLINE_S:-400}" "$@"
+  "${PYTHON:-python3}" models/training/train.py --out "$WORK" --deadline-s "${DEADLINE_S:-400}" "$@"
   cp "$WORK/results.json" "$OUT/"
   tar -C "$WORK" -cf - main draft | gzip -1 > "$WORK/models.tar.gz"
   (cd "$WORK" && sha256sum models.tar.gz) > "$OUT/models.sha256"

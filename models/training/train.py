@@ -155,6 +155,8 @@ class HfTokenizer:
         return self.tok.encode(text, add_special_tokens=False).ids
 
     def encode_batch(self, texts):
+        if hasattr(self.tok, "encode_batch_fast"):  # no offsets: much less memory and time
+            return [e.ids for e in self.tok.encode_batch_fast(texts, add_special_tokens=False)]
         return [e.ids for e in self.tok.encode_batch(texts, add_special_tokens=False)]
 
     def decode(self, ids):
@@ -306,8 +308,9 @@ def lr_factor(progress, warmup=0.03, floor=0.1):
 # Training
 
 
-def train(runs, stream, val_stream, seq, batch, budget_s, device, log, eval_every_s, log_every_s):
-    """runs: list of dicts {name, model, fwd, lr}. Trains all of them on the same batches for budget_s."""
+def train(runs, stream, val_stream, seq, batch, budget_s, token_cap, device, log, eval_every_s, log_every_s):
+    """runs: list of dicts {name, model, fwd, lr}. Trains all of them on the same batches until budget_s seconds
+    or token_cap tokens, whichever comes first; the learning-rate schedule follows the same progress measure."""
     use_amp = device.type == "cuda"
     for r in runs:
         kw = {"fused": True} if use_amp else {}
@@ -344,7 +347,8 @@ def train(runs, stream, val_stream, seq, batch, budget_s, device, log, eval_ever
     while True:
         now = time.time()
         elapsed = now - t_start
-        final = elapsed >= budget_s
+        progress = max(elapsed / budget_s, tokens / token_cap)
+        final = progress >= 1.0
         if now >= next_eval or final:
             for r in runs:
                 vl = val_loss(r)
@@ -357,7 +361,7 @@ def train(runs, stream, val_stream, seq, batch, budget_s, device, log, eval_ever
             next_eval = time.time() + eval_every_s
         if final:
             break
-        f = lr_factor(elapsed / budget_s)
+        f = lr_factor(progress)
         offs = torch.randint(0, n, (batch,), generator=gen, device=device)
         chunk = stream[offs[:, None] + ar].long()
         x, y = chunk[:, :-1], chunk[:, 1:]
@@ -378,7 +382,7 @@ def train(runs, stream, val_stream, seq, batch, budget_s, device, log, eval_ever
             torch.cuda.synchronize()
         if time.time() >= next_log:
             el = time.time() - t_start
-            msg = "  step %6d  %5.1f%%  lr x%.3f  %.0f tok/s" % (step, 100 * el / budget_s, f, tokens / el)
+            msg = "  step %6d  %5.1f%%  lr x%.3f  %.0f tok/s" % (step, 100 * progress, f, tokens / el)
             for r in runs:
                 lv = r["last_loss"].item()
                 r["curve"].append({"step": step, "tokens": tokens, "train_loss": lv, "time": round(el, 1)})
@@ -432,6 +436,7 @@ def main():
     ap.add_argument("--deadline-s", type=float, default=420,
                     help="seconds from start by which everything must be written; training gets what is left")
     ap.add_argument("--max-train-s", type=float, default=300)
+    ap.add_argument("--max-epochs", type=float, default=6.0, help="training stops after this many passes")
     ap.add_argument("--reserve-s", type=float, default=75, help="time kept for evaluation and saving")
     ap.add_argument("--eval-ctx", type=int, default=512)
     ap.add_argument("--tokenizer-sample", type=float, default=0.4, help="fraction of pages the BPE is trained on")
@@ -499,7 +504,10 @@ def main():
     draft_cfg = make_config(draft_shape, vocab, max_positions)
     results = {"main_config": main_cfg, "draft_config": draft_cfg, "eval_ctx": args.eval_ctx}
     if use_hf:
-        results["parity_rel_err"] = parity_check(main_cfg, device, log)
+        try:
+            results["parity_rel_err"] = parity_check(main_cfg, device, log)
+        except Exception as e:  # a cross-check only: never lose the run to it
+            log("parity check failed: %r" % (e,))
     runs = []
     for name, cfg, lr in (("main", main_cfg, args.lr), ("draft", draft_cfg, args.draft_lr)):
         model, fwd = build_model(cfg, use_hf)
@@ -513,8 +521,9 @@ def main():
     budget = min(args.max_train_s, args.deadline_s - (time.time() - t_script) - args.reserve_s)
     if args.smoke:
         budget = min(budget, 25)
-    log("training for %.0fs (batch %d x %d tokens)" % (budget, args.batch, args.seq))
-    steps, tokens = train(runs, stream, val_stream, args.seq, args.batch, budget, device, log,
+    log("training for %.0fs or %.1f epochs (batch %d x %d tokens)" % (budget, args.max_epochs, args.batch, args.seq))
+    steps, tokens = train(runs, stream, val_stream, args.seq, args.batch, budget,
+                          args.max_epochs * stream.numel(), device, log,
                           eval_every_s=max(5.0, budget / 12), log_every_s=max(2.0, budget / 40))
     results.update({"train_steps": steps, "train_tokens": tokens, "train_stream_tokens": stream.numel(),
                     "train_seconds": budget})
@@ -531,7 +540,7 @@ def main():
         model.load_state_dict(state)
         model.float().eval()
         if use_hf:
-            model.to(torch.bfloat16).save_pretrained(d, safe_serialization=True)
+            model.to(torch.bfloat16).save_pretrained(d)  # safetensors
             model.float()
         else:
             with open(os.path.join(d, "config.json"), "w") as f:
