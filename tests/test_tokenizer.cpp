@@ -54,7 +54,9 @@ TEST(TokenizerRegex, WhiteSpaceIsUnicodeWhiteSpace) {
 }
 
 TEST(TokenizerRegex, InvalidUtf8BytesArePiecesOfTheirOwn) {
-  const std::string text = "ab\xff" "cd\xc3";
+  const std::string text =
+      "ab\xff"
+      "cd\xc3";
   EXPECT_EQ(split_with({tokenizer::kGpt2Pattern}, text), (Pieces{"ab", "\xff", "cd", "\xc3"}));
 }
 
@@ -70,7 +72,8 @@ TEST(TokenizerRegex, BadPatternIsAnError) {
 // ---- BPE merges ----
 
 // Reference BPE: repeatedly merge the leftmost pair of lowest rank, rescanning everything each time.
-std::vector<std::string> naive_bpe(const std::string& word, const std::map<std::pair<std::string, std::string>, int>& ranks) {
+std::vector<std::string> naive_bpe(const std::string& word,
+                                   const std::map<std::pair<std::string, std::string>, int>& ranks) {
   std::vector<std::string> sym;
   for (char c : word) sym.emplace_back(1, c);
   while (true) {
@@ -133,14 +136,16 @@ TEST(TokenizerBpe, MergeEngineKeepsUnknownSymbols) {
 class ByteLevelTokenizer : public ::testing::Test {
  protected:
   void SetUp() override {
-    write_file(dir_.path() / "tokenizer.json",
-               byte_level_json({{" ", "t"}, {"h", "e"}, {" t", "he"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}},
-                               {{"<|endoftext|>", true}, {"<|im_start|>", true}, {"<tool>", false}}, gpt2_pre())
-                   .dump());
-    write_file(dir_.path() / "tokenizer_config.json",
-               json({{"bos_token", "<|endoftext|>"}, {"eos_token", "<|endoftext|>"}, {"add_bos_token", true},
-                     {"chat_template", "{{ messages }}"}})
-                   .dump());
+    write_file(
+        dir_.path() / "tokenizer.json",
+        byte_level_json({{" ", "t"}, {"h", "e"}, {" t", "he"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}},
+                        {{"<|endoftext|>", true}, {"<|im_start|>", true}, {"<tool>", false}}, gpt2_pre())
+            .dump());
+    write_file(dir_.path() / "tokenizer_config.json", json({{"bos_token", "<|endoftext|>"},
+                                                            {"eos_token", "<|endoftext|>"},
+                                                            {"add_bos_token", true},
+                                                            {"chat_template", "{{ messages }}"}})
+                                                          .dump());
     tok_ = std::make_unique<Tokenizer>(load_tokenizer(convert_dir(dir_.path())));
   }
   int32_t id(const std::string& raw) const { return tok_->find_token(byte_chars(raw)); }
@@ -181,8 +186,9 @@ TEST_F(ByteLevelTokenizer, UserDefinedTokensAlwaysMatch) {
 
 TEST_F(ByteLevelTokenizer, RoundTripsRandomBytes) {
   std::mt19937 rng(7);
-  const std::string alphabet[] = {"h", "e", "l", "o", " ", "t", "\n", "é", "日", "🙂", "\xff", "\x80", "\xe2\x82",
-                                  "<|im_start|>", "<tool>", "1", "'s", "\t", "\u0085"};
+  const std::string alphabet[] = {"h",      "e",  "l",    "o",    " ",     "t",        "\n",
+                                  "é",      "日", "🙂", "\xff", "\x80",  "\xe2\x82", "<|im_start|>",
+                                  "<tool>", "1",  "'s",   "\t",   "\u0085"};
   for (int i = 0; i < 500; ++i) {
     std::string s;
     const int n = static_cast<int>(rng() % 40);
@@ -207,10 +213,11 @@ TEST_F(ByteLevelTokenizer, EndOfGeneration) {
 class SentencePieceTokenizer : public ::testing::Test {
  protected:
   void SetUp() override {
-    write_file(dir_.path() / "tokenizer.json",
-               sentencepiece_json({"\u2581", "a", "b", "c", "h", "i", "日"},
-                                  {{"\u2581", "h"}, {"\u2581h", "i"}, {"a", "b"}, {"\u2581", "a"}, {"ab", "c"}})
-                   .dump());
+    write_file(
+        dir_.path() / "tokenizer.json",
+        sentencepiece_json({"\u2581", "a", "b", "c", "h", "i", "日"},
+                           {{"\u2581", "h"}, {"\u2581h", "i"}, {"a", "b"}, {"\u2581", "a"}, {"ab", "c"}})
+            .dump());
     tok_ = std::make_unique<Tokenizer>(load_tokenizer(convert_dir(dir_.path())));
   }
   int32_t id(const std::string& text) const { return tok_->find_token(text); }
@@ -239,7 +246,8 @@ TEST_F(SentencePieceTokenizer, ByteFallbackAndDecode) {
 
 TEST_F(SentencePieceTokenizer, RoundTripsRandomText) {
   std::mt19937 rng(11);
-  const std::string alphabet[] = {"a", "b", "c", "h", "i", " ", "  ", "日", "é", "\n", "\xff", "\xe2\x82", "x"};
+  const std::string alphabet[] = {"a",  "b", "c",  "h",    "i",        " ", "  ",
+                                  "日", "é", "\n", "\xff", "\xe2\x82", "x"};
   for (int i = 0; i < 500; ++i) {
     std::string s;
     const int n = static_cast<int>(rng() % 30);
@@ -249,8 +257,8 @@ TEST_F(SentencePieceTokenizer, RoundTripsRandomText) {
 }
 
 TEST_F(SentencePieceTokenizer, ScoreOrderWithoutMerges) {
-  // The same vocabulary without merges: llama.cpp's score-ordered merging (scores written by the converter are
-  // minus the merge rank, so for this vocabulary the result is the same).
+  // The same vocabulary without merges: llama.cpp's score-ordered merging (scores written by the converter
+  // are minus the merge rank, so for this vocabulary the result is the same).
   gguf::GgufFile f = gguf::GgufFile::open((dir_.path() / "vocab.gguf").string());
   gguf::GgufWriter w;
   for (const auto& [k, v] : f.metadata()) {
@@ -279,8 +287,8 @@ TEST(TokenizerGemma4, NewlineRunsNoPrefixSpaceByteFallback) {
   const Tokenizer tok = Tokenizer::from_gguf(f);
   auto id = [&](const char* t) { return tok.find_token(t); };
   EXPECT_EQ(tok.encode("ab ab\n\nb\n\n\né", false),
-            (std::vector<int32_t>{id("ab"), id("\u2581ab"), id("\n\n"), id("b"), id("\n\n"), id("\n"), id("<0xC3>"),
-                                  id("<0xA9>")}));
+            (std::vector<int32_t>{id("ab"), id("\u2581ab"), id("\n\n"), id("b"), id("\n\n"), id("\n"),
+                                  id("<0xC3>"), id("<0xA9>")}));
   EXPECT_EQ(tok.decode(tok.encode(" ab\n\n x", true)), " ab\n\n x");
 }
 

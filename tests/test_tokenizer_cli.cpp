@@ -71,7 +71,8 @@ TEST(TokenizeCommand, FileAndLines) {
   Result r = run("tokenize -m " + fixture("gpt2-1k") + " -f " + (dir.path() / "in.txt").string() + " --ids");
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_EQ(r.out, ids_text(tok.encode("first line\n\nthird 日本\n", true)));
-  r = run("tokenize -m " + fixture("gpt2-1k") + " -f " + (dir.path() / "in.txt").string() + " --lines --roundtrip");
+  r = run("tokenize -m " + fixture("gpt2-1k") + " -f " + (dir.path() / "in.txt").string() +
+          " --lines --roundtrip");
   ASSERT_EQ(r.status, 0) << r.out;
   std::string expected;
   for (const char* line : {"first line", "", "third 日本"}) {

@@ -31,7 +31,9 @@ gguf::GgufFile convert_json(const TempDir& dir, const json& tj, const json& conf
 json sequence_pre(json split_regex) {
   return {{"type", "Sequence"},
           {"pretokenizers",
-           json::array({{{"type", "Split"}, {"pattern", {{"Regex", split_regex}}}, {"behavior", "Isolated"},
+           json::array({{{"type", "Split"},
+                         {"pattern", {{"Regex", split_regex}}},
+                         {"behavior", "Isolated"},
                          {"invert", false}},
                         {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}})}};
 }
@@ -40,7 +42,9 @@ TEST(TokenizerConvert, ByteLevelKeys) {
   TempDir dir;
   const auto f = convert_json(
       dir, byte_level_json({{"a", "b"}}, {{"<|endoftext|>", true}, {"<tool>", false}}, gpt2_pre()),
-      {{"bos_token", {{"content", "<|endoftext|>"}}}, {"eos_token", "<|endoftext|>"}, {"add_bos_token", true},
+      {{"bos_token", {{"content", "<|endoftext|>"}}},
+       {"eos_token", "<|endoftext|>"},
+       {"add_bos_token", true},
        {"chat_template", "{{ bos_token }}"}});
   EXPECT_TRUE(f.tensors().empty());  // a vocab-only file
   EXPECT_EQ(f.get_string("tokenizer.ggml.model"), "gpt2");
@@ -67,8 +71,9 @@ TEST(TokenizerConvert, PreTypeChosenByPattern) {
       R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
   const std::string qwen2 =
       R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
-  const json starcoder = {{"type", "Sequence"},
-                          {"pretokenizers", json::array({{{"type", "Digits"}, {"individual_digits", true}}, gpt2_pre()})}};
+  const json starcoder = {
+      {"type", "Sequence"},
+      {"pretokenizers", json::array({{{"type", "Digits"}, {"individual_digits", true}}, gpt2_pre()})}};
   const std::pair<json, std::string> cases[] = {
       {sequence_pre(llama3), "llama-bpe"}, {sequence_pre(qwen2), "qwen2"}, {starcoder, "starcoder"}};
   for (const auto& [pre, expected] : cases) {
@@ -83,7 +88,8 @@ TEST(TokenizerConvert, UnknownPatternKeepsTheRegexes) {
   TempDir dir;
   const auto f = convert_json(dir, byte_level_json({{"a", "b"}}, {}, sequence_pre(R"(\p{L}+|\p{N}+)")));
   EXPECT_EQ(f.get_string("tokenizer.ggml.pre"), "default");
-  EXPECT_EQ(f.get("tokenizer.tandem.pre_regexes").as_string_array(), std::vector<std::string>{R"(\p{L}+|\p{N}+)"});
+  EXPECT_EQ(f.get("tokenizer.tandem.pre_regexes").as_string_array(),
+            std::vector<std::string>{R"(\p{L}+|\p{N}+)"});
   const Tokenizer tok = Tokenizer::from_gguf(f);
   // "ab 12": pieces "ab", " ", "12" (the space is a gap between matches, kept as its own piece).
   const auto ids = tok.encode("ab 12", false);
@@ -105,8 +111,9 @@ TEST(TokenizerConvert, HolesBecomeUnusedPadTokens) {
 
 TEST(TokenizerConvert, SentencePieceKeys) {
   TempDir dir;
-  const auto f = convert_json(dir, sentencepiece_json({"\u2581", "a", "b"}, {{"\u2581", "a"}, {"\u2581a", "b"}}),
-                              {{"add_eos_token", true}, {"eos_token", "</s>"}});
+  const auto f =
+      convert_json(dir, sentencepiece_json({"\u2581", "a", "b"}, {{"\u2581", "a"}, {"\u2581a", "b"}}),
+                   {{"add_eos_token", true}, {"eos_token", "</s>"}});
   EXPECT_EQ(f.get_string("tokenizer.ggml.model"), "llama");
   EXPECT_TRUE(f.get_bool("tokenizer.ggml.add_space_prefix"));
   EXPECT_TRUE(f.get_bool("tokenizer.ggml.add_bos_token"));  // from the post-processor template
@@ -114,9 +121,9 @@ TEST(TokenizerConvert, SentencePieceKeys) {
   EXPECT_EQ(f.get_int("tokenizer.ggml.bos_token_id"), 1);
   EXPECT_EQ(f.get_int("tokenizer.ggml.unknown_token_id"), 0);
   const auto types = f.get("tokenizer.ggml.token_type").as_int_array();
-  EXPECT_EQ(types[0], 2);   // <unk>
-  EXPECT_EQ(types[1], 3);   // <s>
-  EXPECT_EQ(types[3], 6);   // <0x00>
+  EXPECT_EQ(types[0], 2);  // <unk>
+  EXPECT_EQ(types[1], 3);  // <s>
+  EXPECT_EQ(types[3], 6);  // <0x00>
   EXPECT_EQ(types[259], 1);
   const auto scores = f.get("tokenizer.ggml.scores").as_float_array();
   ASSERT_EQ(scores.size(), types.size());
@@ -129,14 +136,16 @@ TEST(TokenizerConvert, SentencePieceKeys) {
 
 TEST(TokenizerConvert, UnigramBecomesScoredSentencePiece) {
   TempDir dir;
-  json vocab = json::array({json::array({"<unk>", 0.0}), json::array({"<s>", 0.0}), json::array({"</s>", 0.0}),
-                            json::array({"\u2581", -2.0}), json::array({"a", -3.0}), json::array({"b", -3.0}),
-                            json::array({"\u2581a", -1.0}), json::array({"\u2581ab", -0.5})});
-  json tj = {{"added_tokens", json::array()},
-             {"normalizer", nullptr},
-             {"pre_tokenizer", {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "always"}}},
-             {"decoder", nullptr},
-             {"model", {{"type", "Unigram"}, {"unk_id", 0}, {"vocab", vocab}, {"byte_fallback", false}}}};
+  json vocab =
+      json::array({json::array({"<unk>", 0.0}), json::array({"<s>", 0.0}), json::array({"</s>", 0.0}),
+                   json::array({"\u2581", -2.0}), json::array({"a", -3.0}), json::array({"b", -3.0}),
+                   json::array({"\u2581a", -1.0}), json::array({"\u2581ab", -0.5})});
+  json tj = {
+      {"added_tokens", json::array()},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "always"}}},
+      {"decoder", nullptr},
+      {"model", {{"type", "Unigram"}, {"unk_id", 0}, {"vocab", vocab}, {"byte_fallback", false}}}};
   const auto f = convert_json(dir, tj, {{"unk_token", "<unk>"}, {"bos_token", "<s>"}});
   EXPECT_EQ(f.get_string("tokenizer.ggml.model"), "llama");
   EXPECT_EQ(f.find("tokenizer.ggml.merges"), nullptr);
@@ -148,7 +157,7 @@ TEST(TokenizerConvert, UnigramBecomesScoredSentencePiece) {
 TEST(TokenizerConvert, ChatTemplateSources) {
   TempDir dir;
   json config = {{"chat_template", json::array({{{"name", "default"}, {"template", "D"}},
-                                                 {{"name", "tool_use"}, {"template", "T"}}})}};
+                                                {{"name", "tool_use"}, {"template", "T"}}})}};
   auto f = convert_json(dir, byte_level_json({}, {}, gpt2_pre()), config);
   EXPECT_EQ(f.get_string("tokenizer.chat_template"), "D");
   EXPECT_EQ(f.get_string("tokenizer.chat_template.tool_use"), "T");
@@ -208,7 +217,8 @@ TEST(TokenizerConvertErrors, BadMerges) {
     tj["model"]["merges"].push_back("abc");
     write_file(dir.path() / "tokenizer.json", tj.dump());
     gguf::GgufWriter w;
-    expect_error([&] { convert::add_tokenizer_metadata(dir.path(), w); }, "merge 1 (\"abc\") is not \"left right\"");
+    expect_error([&] { convert::add_tokenizer_metadata(dir.path(), w); },
+                 "merge 1 (\"abc\") is not \"left right\"");
   }
 }
 

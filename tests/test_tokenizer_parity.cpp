@@ -1,8 +1,9 @@
-// Token ids equal to Hugging Face `tokenizers` on fixtures made by tests/reference/tokenizer_parity.py on the GPU
-// machine: vocab-only GGUFs converted from HF-trained tokenizer.json files (byte-level BPE with GPT-2 and
+// Token ids equal to Hugging Face `tokenizers` on fixtures made by tests/reference/tokenizer_parity.py on the
+// GPU machine: vocab-only GGUFs converted from HF-trained tokenizer.json files (byte-level BPE with GPT-2 and
 // Llama-3 pre-tokenization, SentencePiece-style BPE with byte fallback), and the ids HF gives for a sample of
 // the parity corpus (English, code, numbers, whitespace, emoji, CJK, Arabic, combining marks, control and
-// unusual characters, chat markup). HF always splits added tokens out of the text, hence parse_special = true.
+// unusual characters, chat markup). HF always splits added tokens out of the text, hence parse_special =
+// true.
 #include <gtest/gtest.h>
 
 #include <cctype>
@@ -33,7 +34,8 @@ TEST_P(TokenizerParityFixture, IdsEqualHuggingFace) {
     const auto ids = tok.encode(text, /*add_special=*/false, /*parse_special=*/true);
     ++lines;
     if (ids != expected && ++mismatches <= 5) {
-      ADD_FAILURE() << name << " line " << lines << ": ids differ from Hugging Face for text " << j["text"].dump();
+      ADD_FAILURE() << name << " line " << lines << ": ids differ from Hugging Face for text "
+                    << j["text"].dump();
     }
     // decode(encode(x)) == x; a SentencePiece prefix space after a special token cannot round-trip.
     if (byte_level || text.find("<|") == std::string::npos) {
@@ -44,8 +46,8 @@ TEST_P(TokenizerParityFixture, IdsEqualHuggingFace) {
   EXPECT_EQ(mismatches, 0) << "of " << lines << " lines";
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, TokenizerParityFixture, ::testing::Values("gpt2-1k", "llama3-1k", "spm-1k"),
-                         [](const auto& info) {
+INSTANTIATE_TEST_SUITE_P(Fixtures, TokenizerParityFixture,
+                         ::testing::Values("gpt2-1k", "llama3-1k", "spm-1k"), [](const auto& info) {
                            std::string n = info.param;
                            for (char& c : n) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
                            return n;

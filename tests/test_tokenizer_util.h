@@ -1,5 +1,5 @@
-// Helpers for the tokenizer tests: temporary directories, and small Hugging Face tokenizer.json files built in code
-// and converted to vocab-only GGUF files with tandem's converter.
+// Helpers for the tokenizer tests: temporary directories, and small Hugging Face tokenizer.json files built
+// in code and converted to vocab-only GGUF files with tandem's converter.
 #pragma once
 
 #include <filesystem>
@@ -78,8 +78,13 @@ inline json byte_level_json(const std::vector<std::pair<std::string, std::string
   }
   json at = json::array();
   for (const auto& [content, special] : added) {
-    at.push_back({{"id", next++}, {"content", content}, {"special", special}, {"single_word", false},
-                  {"lstrip", false}, {"rstrip", false}, {"normalized", false}});
+    at.push_back({{"id", next++},
+                  {"content", content},
+                  {"special", special},
+                  {"single_word", false},
+                  {"lstrip", false},
+                  {"rstrip", false},
+                  {"normalized", false}});
   }
   return {{"version", "1.0"},
           {"added_tokens", at},
@@ -87,16 +92,20 @@ inline json byte_level_json(const std::vector<std::pair<std::string, std::string
           {"pre_tokenizer", pre_tokenizer},
           {"post_processor", nullptr},
           {"decoder", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}}},
-          {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", jm}, {"byte_fallback", false},
-                     {"ignore_merges", false}}}};
+          {"model",
+           {{"type", "BPE"},
+            {"vocab", vocab},
+            {"merges", jm},
+            {"byte_fallback", false},
+            {"ignore_merges", false}}}};
 }
 
 inline json gpt2_pre() {
   return {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
 }
 
-// A Llama-2-style SentencePiece tokenizer.json: <unk> <s> </s>, the 256 <0xXX> byte tokens, the single characters
-// given, then one token per merge (given as texts with "▁" for spaces).
+// A Llama-2-style SentencePiece tokenizer.json: <unk> <s> </s>, the 256 <0xXX> byte tokens, the single
+// characters given, then one token per merge (given as texts with "▁" for spaces).
 inline json sentencepiece_json(const std::vector<std::string>& chars,
                                const std::vector<std::pair<std::string, std::string>>& merges) {
   json vocab = json::object();
@@ -120,27 +129,36 @@ inline json sentencepiece_json(const std::vector<std::string>& chars,
   json added = json::array();
   const char* specials[] = {"<unk>", "<s>", "</s>"};
   for (int i = 0; i < 3; ++i) {
-    added.push_back({{"id", i}, {"content", specials[i]}, {"special", true}, {"single_word", false},
-                     {"lstrip", false}, {"rstrip", false}, {"normalized", false}});
+    added.push_back({{"id", i},
+                     {"content", specials[i]},
+                     {"special", true},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false}});
   }
-  return {
-      {"version", "1.0"},
-      {"added_tokens", added},
-      {"normalizer",
-       {{"type", "Sequence"},
-        {"normalizers", json::array({{{"type", "Prepend"}, {"prepend", "\u2581"}},
-                                     {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}}})}}},
-      {"pre_tokenizer", nullptr},
-      {"post_processor",
-       {{"type", "TemplateProcessing"},
-        {"single", json::array({{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
-                                {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
-        {"pair", json::array()},
-        {"special_tokens", json::object()}}},
-      {"decoder", {{"type", "Sequence"}, {"decoders", json::array({{{"type", "ByteFallback"}}})}}},
-      {"model",
-       {{"type", "BPE"}, {"vocab", vocab}, {"merges", jm}, {"byte_fallback", true}, {"unk_token", "<unk>"},
-        {"fuse_unk", true}}}};
+  return {{"version", "1.0"},
+          {"added_tokens", added},
+          {"normalizer",
+           {{"type", "Sequence"},
+            {"normalizers",
+             json::array({{{"type", "Prepend"}, {"prepend", "\u2581"}},
+                          {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}}})}}},
+          {"pre_tokenizer", nullptr},
+          {"post_processor",
+           {{"type", "TemplateProcessing"},
+            {"single", json::array({{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+                                    {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}})},
+            {"pair", json::array()},
+            {"special_tokens", json::object()}}},
+          {"decoder", {{"type", "Sequence"}, {"decoders", json::array({{{"type", "ByteFallback"}}})}}},
+          {"model",
+           {{"type", "BPE"},
+            {"vocab", vocab},
+            {"merges", jm},
+            {"byte_fallback", true},
+            {"unk_token", "<unk>"},
+            {"fuse_unk", true}}}};
 }
 
 }  // namespace tandem::test

@@ -1,16 +1,19 @@
 // Hugging Face tokenizer.json -> tokenizer.ggml.* keys (llama.cpp conventions).
 //
 // Three kinds are written:
-//   - "gpt2":   byte-level BPE (a ByteLevel pre-tokenizer or decoder). Merges as "a b" strings, ranked as stored.
-//   - "llama":  SentencePiece-style (BPE with byte_fallback / Metaspace / a "▁" normalizer, or Unigram). Scores
-//               are written for llama.cpp's score-ordered merge; for a BPE model the merges are written too, so that
-//               tandem can reproduce the exact rank order HF uses (llama.cpp ignores merges for this model).
+//   - "gpt2":   byte-level BPE (a ByteLevel pre-tokenizer or decoder). Merges as "a b" strings, ranked as
+//   stored.
+//   - "llama":  SentencePiece-style (BPE with byte_fallback / Metaspace / a "▁" normalizer, or Unigram).
+//   Scores
+//               are written for llama.cpp's score-ordered merge; for a BPE model the merges are written too,
+//               so that tandem can reproduce the exact rank order HF uses (llama.cpp ignores merges for this
+//               model).
 //   - "gemma4": SentencePiece-style BPE of Gemma 4 (chosen from the architecture, see GGUF-ARCH-FACTS C.1).
 //
-// tokenizer.ggml.pre: llama.cpp chooses it by hashing the tokens its converter gets for a fixed probe text. We do
-// not have that tokenizer here, so we choose it by comparing the pre-tokenizer steps of tokenizer.json (Split
-// regexes, Digits, ByteLevel) with the known patterns of each pre type. An unknown pattern gets pre = "default"
-// plus tokenizer.tandem.pre_regexes (the regexes, in order), which tandem's tokenizer honours.
+// tokenizer.ggml.pre: llama.cpp chooses it by hashing the tokens its converter gets for a fixed probe text.
+// We do not have that tokenizer here, so we choose it by comparing the pre-tokenizer steps of tokenizer.json
+// (Split regexes, Digits, ByteLevel) with the known patterns of each pre type. An unknown pattern gets pre =
+// "default" plus tokenizer.tandem.pre_regexes (the regexes, in order), which tandem's tokenizer honours.
 #include "convert/tokenizer_to_gguf.h"
 
 #include <algorithm>
@@ -35,12 +38,20 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 // llama.cpp token types.
-enum TokenType : int32_t { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
+enum TokenType : int32_t {
+  kNormal = 1,
+  kUnknown = 2,
+  kControl = 3,
+  kUserDefined = 4,
+  kUnused = 5,
+  kByte = 6
+};
 
 std::optional<json> read_json(const fs::path& path, bool required) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    check(!required, path.string() + ": cannot open (a Hugging Face tokenizer.json is needed for the vocabulary)");
+    check(!required,
+          path.string() + ": cannot open (a Hugging Face tokenizer.json is needed for the vocabulary)");
     return std::nullopt;
   }
   std::stringstream ss;
@@ -63,7 +74,8 @@ std::string read_text(const fs::path& path) {
 // A special token in tokenizer_config.json is either a string or {"content": "..."}.
 std::optional<std::string> token_content(const json& j) {
   if (j.is_string()) return j.get<std::string>();
-  if (j.is_object() && j.contains("content") && j["content"].is_string()) return j["content"].get<std::string>();
+  if (j.is_object() && j.contains("content") && j["content"].is_string())
+    return j["content"].get<std::string>();
   return std::nullopt;
 }
 
@@ -73,7 +85,8 @@ void collect_pre_steps(const json& pt, std::vector<std::string>& steps, bool& by
   if (pt.is_null()) return;
   const std::string type = pt.value("type", "");
   if (type == "Sequence") {
-    for (const auto& p : pt.value("pretokenizers", json::array())) collect_pre_steps(p, steps, byte_level, metaspace, unsupported);
+    for (const auto& p : pt.value("pretokenizers", json::array()))
+      collect_pre_steps(p, steps, byte_level, metaspace, unsupported);
   } else if (type == "Split") {
     const json& pat = pt.value("pattern", json::object());
     std::string regex;
@@ -169,8 +182,10 @@ void add_tokenizer_metadata(const fs::path& hf_dir, gguf::GgufWriter& w) {
   const json& model = tj["model"];
   std::string model_type = model.value("type", "");
   if (model_type.empty()) {
-    if (model.contains("merges")) model_type = "BPE";
-    else if (model.contains("vocab") && model["vocab"].is_array()) model_type = "Unigram";
+    if (model.contains("merges"))
+      model_type = "BPE";
+    else if (model.contains("vocab") && model["vocab"].is_array())
+      model_type = "Unigram";
   }
   check(model_type == "BPE" || model_type == "Unigram",
         where + ": tokenizer model type \"" + model_type +
@@ -181,19 +196,22 @@ void add_tokenizer_metadata(const fs::path& hf_dir, gguf::GgufWriter& w) {
   std::vector<float> unigram_scores;
   try {
     if (model_type == "BPE") {
-      check(model.contains("vocab") && model["vocab"].is_object(), where + ": BPE model without a vocab object");
+      check(model.contains("vocab") && model["vocab"].is_object(),
+            where + ": BPE model without a vocab object");
       for (const auto& [text, id] : model["vocab"].items()) {
-        check(id.is_number_integer() && id.get<int64_t>() >= 0, where + ": vocab entry \"" + text + "\" has a bad id");
+        check(id.is_number_integer() && id.get<int64_t>() >= 0,
+              where + ": vocab entry \"" + text + "\" has a bad id");
         auto [it, inserted] = id_to_text.emplace(id.get<int64_t>(), text);
-        check(inserted, where + ": vocab entries \"" + it->second + "\" and \"" + text + "\" have the same id " +
-                            std::to_string(it->first));
+        check(inserted, where + ": vocab entries \"" + it->second + "\" and \"" + text +
+                            "\" have the same id " + std::to_string(it->first));
       }
     } else {
       const json& vocab = model["vocab"];
       check(vocab.is_array(), where + ": Unigram model without a vocab array");
       for (size_t i = 0; i < vocab.size(); ++i) {
-        check(vocab[i].is_array() && vocab[i].size() == 2 && vocab[i][0].is_string() && vocab[i][1].is_number(),
-              where + ": Unigram vocab entry " + std::to_string(i) + " is not [piece, score]");
+        check(
+            vocab[i].is_array() && vocab[i].size() == 2 && vocab[i][0].is_string() && vocab[i][1].is_number(),
+            where + ": Unigram vocab entry " + std::to_string(i) + " is not [piece, score]");
         id_to_text[static_cast<int64_t>(i)] = vocab[i][0].get<std::string>();
         unigram_scores.push_back(vocab[i][1].get<float>());
       }
@@ -214,7 +232,8 @@ void add_tokenizer_metadata(const fs::path& hf_dir, gguf::GgufWriter& w) {
   check(!id_to_text.empty(), where + ": the vocabulary is empty");
   const int64_t n_vocab = id_to_text.rbegin()->first + 1;
   check(n_vocab - static_cast<int64_t>(id_to_text.size()) <= (int64_t{1} << 20),
-        where + ": token ids leave a gap of more than 2^20 unused ids (max id " + std::to_string(n_vocab - 1) + ")");
+        where + ": token ids leave a gap of more than 2^20 unused ids (max id " +
+            std::to_string(n_vocab - 1) + ")");
   std::unordered_map<std::string, int64_t> text_to_id;
   for (const auto& [id, text] : id_to_text) text_to_id.emplace(text, id);
 
@@ -237,15 +256,18 @@ void add_tokenizer_metadata(const fs::path& hf_dir, gguf::GgufWriter& w) {
     const bool spm_like = model_type == "Unigram" || model.value("byte_fallback", false) || metaspace ||
                           json_has_type(tj.value("normalizer", json()), "Replace") ||
                           json_has_type(tj.value("decoder", json()), "ByteFallback");
-    check(spm_like, where + ": a BPE tokenizer without ByteLevel or SentencePiece-style (byte_fallback, Metaspace, "
-                            "\"▁\" normalizer) handling is not supported");
+    check(spm_like,
+          where +
+              ": a BPE tokenizer without ByteLevel or SentencePiece-style (byte_fallback, Metaspace, "
+              "\"▁\" normalizer) handling is not supported");
     ggml_model = "llama";
   }
   if (ggml_model == "gpt2") check(unsupported.empty(), where + ": " + unsupported + " is not supported");
 
   // ---- tokens and types ----
   std::optional<std::string> unk_text;
-  if (model.contains("unk_token") && model["unk_token"].is_string()) unk_text = model["unk_token"].get<std::string>();
+  if (model.contains("unk_token") && model["unk_token"].is_string())
+    unk_text = model["unk_token"].get<std::string>();
   std::vector<std::string> tokens(static_cast<size_t>(n_vocab));
   std::vector<int32_t> types(static_cast<size_t>(n_vocab), kUnused);
   for (int64_t id = 0; id < n_vocab; ++id) {
@@ -296,7 +318,8 @@ void add_tokenizer_metadata(const fs::path& hf_dir, gguf::GgufWriter& w) {
     }
   }
 
-  // ---- scores (SentencePiece-style): Unigram log-probs, or minus the rank of the merge that makes a token ----
+  // ---- scores (SentencePiece-style): Unigram log-probs, or minus the rank of the merge that makes a token
+  // ----
   std::vector<float> scores;
   if (ggml_model != "gpt2") {
     scores.assign(static_cast<size_t>(n_vocab), 0.0f);
@@ -355,7 +378,8 @@ void add_tokenizer_metadata(const fs::path& hf_dir, gguf::GgufWriter& w) {
       if (!*src || !(*src)->is_object() || !(*src)->contains(key)) continue;
       json v = (**src)[key];
       if (v.is_array() && !v.empty()) v = v[0];
-      if (v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < n_vocab) return v.get<int64_t>();
+      if (v.is_number_integer() && v.get<int64_t>() >= 0 && v.get<int64_t>() < n_vocab)
+        return v.get<int64_t>();
     }
     return std::nullopt;
   };
@@ -412,8 +436,10 @@ void add_tokenizer_metadata(const fs::path& hf_dir, gguf::GgufWriter& w) {
   // add_bos / add_eos: tokenizer_config.json, else what the post-processor template adds around the sequence.
   std::optional<bool> add_bos, add_eos;
   if (cfg && cfg->is_object()) {
-    if (cfg->contains("add_bos_token") && (*cfg)["add_bos_token"].is_boolean()) add_bos = (*cfg)["add_bos_token"].get<bool>();
-    if (cfg->contains("add_eos_token") && (*cfg)["add_eos_token"].is_boolean()) add_eos = (*cfg)["add_eos_token"].get<bool>();
+    if (cfg->contains("add_bos_token") && (*cfg)["add_bos_token"].is_boolean())
+      add_bos = (*cfg)["add_bos_token"].get<bool>();
+    if (cfg->contains("add_eos_token") && (*cfg)["add_eos_token"].is_boolean())
+      add_eos = (*cfg)["add_eos_token"].get<bool>();
   }
   if (!add_bos) add_bos = template_bos.has_value();
   if (!add_eos) add_eos = template_eos.has_value();
@@ -443,7 +469,8 @@ void add_tokenizer_metadata(const fs::path& hf_dir, gguf::GgufWriter& w) {
       tmpl = ct.get<std::string>();
     } else if (ct.is_array()) {
       for (const auto& t : ct) {
-        if (!t.is_object() || !t.contains("name") || !t.contains("template") || !t["template"].is_string()) continue;
+        if (!t.is_object() || !t.contains("name") || !t.contains("template") || !t["template"].is_string())
+          continue;
         const std::string name = t["name"].is_string() ? t["name"].get<std::string>() : "";
         if (name == "default") {
           tmpl = t["template"].get<std::string>();

@@ -1,6 +1,6 @@
-// The BPE merge loop over token ids: repeatedly merge the adjacent pair with the lowest rank (the leftmost one
-// among equal ranks) until no pair has a merge. A linked list of symbols and a heap of candidate pairs make it
-// O(n log n) in the number of symbols, so long words cost no quadratic rescans.
+// The BPE merge loop over token ids: repeatedly merge the adjacent pair with the lowest rank (the leftmost
+// one among equal ranks) until no pair has a merge. A linked list of symbols and a heap of candidate pairs
+// make it O(n log n) in the number of symbols, so long words cost no quadratic rescans.
 #pragma once
 
 #include <cstddef>

@@ -4,7 +4,8 @@
 
 namespace tandem::tokenizer {
 
-const char* const kGpt2Pattern = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+const char* const kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 const char* const kFalconPunctPattern = R"([\p{P}\$\+<=>\^~\|`]+)";
 const char* const kGemma4Pattern = R"([^\n]+|[\n]+)";
 
@@ -66,7 +67,8 @@ std::string match_pre_type(const std::vector<std::string>& steps) {
     if (x == "[\r\n]") x = R"([\r\n])";
   }
   // The first name listed for a list of regexes is the one llama.cpp's converter writes.
-  for (const char* name : {"gpt2", "llama-bpe", "qwen2", "deepseek-llm", "deepseek-coder", "starcoder", "falcon"}) {
+  for (const char* name :
+       {"gpt2", "llama-bpe", "qwen2", "deepseek-llm", "deepseek-coder", "starcoder", "falcon"}) {
     if (*pre_regexes(name) == s) return name;
   }
   // Falcon's tokenizer.json also splits digit runs (Digits) before cutting them in threes.

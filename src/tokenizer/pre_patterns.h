@@ -1,6 +1,6 @@
-// The pre-tokenizer of each tokenizer.ggml.pre value: an ordered list of regular expressions. Each one splits every
-// piece left by the previous one into its matches and the text between them (Hugging Face's Split with behavior
-// "Isolated"). Patterns are written as in tokenizer.json; regex.h adapts them for PCRE2.
+// The pre-tokenizer of each tokenizer.ggml.pre value: an ordered list of regular expressions. Each one splits
+// every piece left by the previous one into its matches and the text between them (Hugging Face's Split with
+// behavior "Isolated"). Patterns are written as in tokenizer.json; regex.h adapts them for PCRE2.
 #pragma once
 
 #include <optional>
@@ -21,7 +21,8 @@ extern const char* const kGemma4Pattern;
 std::optional<std::vector<std::string>> pre_regexes(std::string_view pre);
 
 // The pre type whose regexes equal these pre-tokenizer steps (from tokenizer.json), or "" when none does.
-// llama.cpp's converter picks the pre type by hashing the ids of a probe text; we compare the patterns instead.
+// llama.cpp's converter picks the pre type by hashing the ids of a probe text; we compare the patterns
+// instead.
 std::string match_pre_type(const std::vector<std::string>& steps);
 
 // Comma-separated list of the supported pre types, for error messages.

@@ -82,7 +82,9 @@ RegexSplitter::~RegexSplitter() = default;
 RegexSplitter::RegexSplitter(RegexSplitter&&) noexcept = default;
 RegexSplitter& RegexSplitter::operator=(RegexSplitter&&) noexcept = default;
 
-bool RegexSplitter::empty() const { return impl_->codes.empty(); }
+bool RegexSplitter::empty() const {
+  return impl_->codes.empty();
+}
 
 void RegexSplitter::split(std::string_view text, std::vector<Span>& out) const {
   // Valid UTF-8 runs, and each invalid byte on its own.

@@ -1,8 +1,9 @@
 // Pre-tokenization by a list of regular expressions, with PCRE2 (UTF + UCP, JIT when available).
 //
 // Each regex splits every piece left by the previous one into its matches and the text between them, and sees
-// only that piece (anchors and lookarounds stop at its ends), as Hugging Face's Split(behavior = Isolated) does.
-// Bytes that are not valid UTF-8 become pieces of their own before any regex runs, so any input is accepted.
+// only that piece (anchors and lookarounds stop at its ends), as Hugging Face's Split(behavior = Isolated)
+// does. Bytes that are not valid UTF-8 become pieces of their own before any regex runs, so any input is
+// accepted.
 #pragma once
 
 #include <cstdint>

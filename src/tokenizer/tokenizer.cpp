@@ -13,12 +13,12 @@ namespace tandem::tokenizer {
 namespace {
 
 constexpr std::string_view kSpaceMark = "\xE2\x96\x81";  // U+2581
-constexpr size_t kMaxCachedWord = 64;                     // longer words are rare; caching them buys nothing
+constexpr size_t kMaxCachedWord = 64;                    // longer words are rare; caching them buys nothing
 constexpr size_t kMaxCacheEntries = 1 << 18;
 
 // Control tokens that end a turn in the chat formats of common models.
-constexpr std::string_view kEndOfTurnTexts[] = {"<|eot_id|>", "<|im_end|>",  "<|endoftext|>", "<end_of_turn>",
-                                                "<|end|>",    "<|eom_id|>",  "<turn|>",       "</s>"};
+constexpr std::string_view kEndOfTurnTexts[] = {"<|eot_id|>", "<|im_end|>", "<|endoftext|>", "<end_of_turn>",
+                                                "<|end|>",    "<|eom_id|>", "<turn|>",       "</s>"};
 
 }  // namespace
 
@@ -31,9 +31,12 @@ struct Tokenizer::State {
   mutable StringMap<std::vector<int32_t>> cache;
 };
 
-Tokenizer Tokenizer::from_gguf(const gguf::GgufFile& file) { return Tokenizer(load_vocab(file)); }
+Tokenizer Tokenizer::from_gguf(const gguf::GgufFile& file) {
+  return Tokenizer(load_vocab(file));
+}
 
-Tokenizer::Tokenizer(Vocab vocab) : vocab_(std::move(vocab)), state_(std::make_unique<State>(vocab_.pre_regexes)) {
+Tokenizer::Tokenizer(Vocab vocab)
+    : vocab_(std::move(vocab)), state_(std::make_unique<State>(vocab_.pre_regexes)) {
   for (int32_t id : vocab_.special_tokens) {
     state_->specials_by_first_byte[static_cast<uint8_t>(vocab_.text[id][0])].push_back(id);
   }
@@ -80,7 +83,8 @@ bool Tokenizer::is_end_of_generation(int32_t id) const {
   return id == vocab_.eos || id == vocab_.eot || state_->end_of_turn[id];
 }
 
-// ---- encoding ----------------------------------------------------------------------------------------------
+// ---- encoding
+// ----------------------------------------------------------------------------------------------
 
 std::vector<Tokenizer::Fragment> Tokenizer::partition(std::string_view text, bool parse_special) const {
   std::vector<Fragment> frags;
@@ -217,8 +221,10 @@ void Tokenizer::encode_sentencepiece(std::string_view text, std::vector<int32_t>
   std::string s;
   s.reserve(text.size() + text.size() / 4);
   for (char c : text) {
-    if (c == ' ') s += kSpaceMark;
-    else s += c;
+    if (c == ' ')
+      s += kSpaceMark;
+    else
+      s += c;
   }
   if (!vocab_.split_at_space_mark) {
     bpe_sentencepiece(s, out);
@@ -243,8 +249,8 @@ void Tokenizer::encode_sentencepiece(std::string_view text, std::vector<int32_t>
   }
 }
 
-// BPE over the characters of s (already with U+2581 for spaces), then byte fallback for characters with no token.
-// Merges by rank when the vocabulary has merges, else by the score of the merged token.
+// BPE over the characters of s (already with U+2581 for spaces), then byte fallback for characters with no
+// token. Merges by rank when the vocabulary has merges, else by the score of the merged token.
 void Tokenizer::bpe_sentencepiece(std::string_view s, std::vector<int32_t>& out) const {
   // Symbols: one per character (or per byte that is not valid UTF-8).
   std::vector<Span> sym;
@@ -275,7 +281,8 @@ void Tokenizer::bpe_sentencepiece(std::string_view s, std::vector<int32_t>& out)
     // Rank order, as Hugging Face's BPE. A character with no token is -(index + 1) and never merges.
     std::vector<int32_t> ids(sym.size());
     for (size_t i = 0; i < sym.size(); ++i) {
-      auto it = vocab_.text_to_id.find(std::string_view(s).substr(sym[i].first, sym[i].second - sym[i].first));
+      auto it =
+          vocab_.text_to_id.find(std::string_view(s).substr(sym[i].first, sym[i].second - sym[i].first));
       ids[i] = it != vocab_.text_to_id.end() ? it->second : -static_cast<int32_t>(i + 1);
     }
     bpe_merge_by_rank(vocab_.merges, ids);
@@ -290,8 +297,8 @@ void Tokenizer::bpe_sentencepiece(std::string_view s, std::vector<int32_t>& out)
     return;
   }
 
-  // Score order, as llama.cpp's SentencePiece tokenizer: merge the adjacent pair whose joined text is a token with
-  // the highest score, leftmost first among equal scores.
+  // Score order, as llama.cpp's SentencePiece tokenizer: merge the adjacent pair whose joined text is a token
+  // with the highest score, leftmost first among equal scores.
   const int32_t n = static_cast<int32_t>(sym.size());
   std::vector<int32_t> next(n), prev(n);
   for (int32_t i = 0; i < n; ++i) {
@@ -332,14 +339,16 @@ void Tokenizer::bpe_sentencepiece(std::string_view s, std::vector<int32_t>& out)
   for (int32_t i = 0; i >= 0 && i < n; i = next[i]) emit(sym[i].first, sym[i].second);
 }
 
-// ---- decoding ----------------------------------------------------------------------------------------------
+// ---- decoding
+// ----------------------------------------------------------------------------------------------
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool render_special) const {
   std::string out;
   for (int32_t id : ids) {
     check_id(id);
     const TokenType ty = vocab_.type[id];
-    if (!render_special && (ty == TokenType::Control || ty == TokenType::Unknown || ty == TokenType::Unused)) {
+    if (!render_special &&
+        (ty == TokenType::Control || ty == TokenType::Unknown || ty == TokenType::Unused)) {
       continue;
     }
     out += vocab_.piece[id];

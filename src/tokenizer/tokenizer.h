@@ -4,9 +4,10 @@
 //   std::vector<int32_t> ids = tok.encode(prompt, /*add_special=*/true, /*parse_special=*/false);
 //   std::string text = tok.decode(ids);
 //
-// Special tokens (chat markup such as <|im_start|>) are recognised in the text only when parse_special is set;
-// otherwise their text is tokenized like any other. User-defined tokens are always recognised, as in Hugging
-// Face tokenizers and llama.cpp. A Tokenizer is immutable after loading and may be shared between threads.
+// Special tokens (chat markup such as <|im_start|>) are recognised in the text only when parse_special is
+// set; otherwise their text is tokenized like any other. User-defined tokens are always recognised, as in
+// Hugging Face tokenizers and llama.cpp. A Tokenizer is immutable after loading and may be shared between
+// threads.
 #pragma once
 
 #include <cstdint>
@@ -31,10 +32,12 @@ class Tokenizer {
 
   // add_special: BOS / EOS as the vocabulary asks (add_bos_token / add_eos_token).
   // Any bytes are accepted; bytes that are not valid UTF-8 become byte tokens.
-  std::vector<int32_t> encode(std::string_view text, bool add_special = true, bool parse_special = false) const;
+  std::vector<int32_t> encode(std::string_view text, bool add_special = true,
+                              bool parse_special = false) const;
 
   // Bytes of the ids joined. Control, unknown and unused tokens are left out unless render_special. With a
-  // SentencePiece prefix space, the one leading space it adds is removed. Throws Error for an id out of range.
+  // SentencePiece prefix space, the one leading space it adds is removed. Throws Error for an id out of
+  // range.
   std::string decode(std::span<const int32_t> ids, bool render_special = false) const;
 
   // The bytes one token stands for (may be part of a UTF-8 character). Throws Error for an id out of range.
@@ -54,7 +57,8 @@ class Tokenizer {
   bool add_bos() const { return vocab_.add_bos; }
   bool add_eos() const { return vocab_.add_eos; }
   bool add_space_prefix() const { return vocab_.add_space_prefix; }
-  // Does generation stop at this token? EOS, EOT, and control tokens that end a turn (<|im_end|>, <|eot_id|>, ...).
+  // Does generation stop at this token? EOS, EOT, and control tokens that end a turn (<|im_end|>, <|eot_id|>,
+  // ...).
   bool is_end_of_generation(int32_t id) const;
   const Vocab& vocab() const { return vocab_; }
 
@@ -78,11 +82,12 @@ class Tokenizer {
   std::unique_ptr<State> state_;
 };
 
-// Turns a stream of generated ids into text, holding back the bytes of a UTF-8 character that is not complete yet.
+// Turns a stream of generated ids into text, holding back the bytes of a UTF-8 character that is not complete
+// yet.
 class StreamingDetokenizer {
  public:
-  // at_text_start: the ids begin a text, so the SentencePiece prefix space is removed as decode() does. Leave it
-  // false when streaming a continuation (generated tokens after a prompt).
+  // at_text_start: the ids begin a text, so the SentencePiece prefix space is removed as decode() does. Leave
+  // it false when streaming a continuation (generated tokens after a prompt).
   explicit StreamingDetokenizer(const Tokenizer& tok, bool render_special = false, bool at_text_start = false)
       : tok_(&tok), render_special_(render_special), at_text_start_(at_text_start) {}
   // The text that is complete after this token (may be empty).

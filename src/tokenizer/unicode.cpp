@@ -61,8 +61,8 @@ size_t utf8_incomplete_tail(std::string_view s) {
   const size_t n = s.size();
   for (size_t back = 1; back <= 3 && back <= n; ++back) {
     const auto c = static_cast<uint8_t>(s[n - back]);
-    if ((c & 0xC0) == 0x80) continue;  // continuation byte: keep looking for the lead
-    if (c < 0xC2 || c > 0xF4) return 0;  // ASCII, or a byte that can never lead a sequence
+    if ((c & 0xC0) == 0x80) continue;             // continuation byte: keep looking for the lead
+    if (c < 0xC2 || c > 0xF4) return 0;           // ASCII, or a byte that can never lead a sequence
     if (utf8_len_from_lead(c) <= back) return 0;  // complete (or invalid, which waiting cannot fix)
     if (back >= 2) {
       // The second byte has a narrower range after some lead bytes (no overlongs, surrogates, > U+10FFFF).

@@ -9,8 +9,8 @@
 
 namespace tandem::tokenizer {
 
-// Length of the valid UTF-8 sequence that starts at s[i] (1..4), or 0 when the bytes there are not valid UTF-8
-// (bad lead byte, bad or missing continuation, overlong form, surrogate, or above U+10FFFF).
+// Length of the valid UTF-8 sequence that starts at s[i] (1..4), or 0 when the bytes there are not valid
+// UTF-8 (bad lead byte, bad or missing continuation, overlong form, surrogate, or above U+10FFFF).
 size_t utf8_valid_len(std::string_view s, size_t i);
 
 // Length implied by a lead byte (1..4), or 1 for a byte that cannot start a sequence.
@@ -28,8 +28,8 @@ void append_utf8(std::string& out, uint32_t cp);
 // Decodes one valid sequence at s[i] (the caller checked it with utf8_valid_len).
 uint32_t decode_utf8(std::string_view s, size_t i, size_t len);
 
-// Number of bytes at the end of s that form the start of a UTF-8 sequence still missing bytes (0..3). Bytes that
-// can never become valid are not counted, so they are not held back forever.
+// Number of bytes at the end of s that form the start of a UTF-8 sequence still missing bytes (0..3). Bytes
+// that can never become valid are not counted, so they are not held back forever.
 size_t utf8_incomplete_tail(std::string_view s);
 
 // GPT-2's reversible byte -> printable character map: printable Latin-1 bytes map to themselves, the rest to

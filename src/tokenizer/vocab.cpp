@@ -51,8 +51,10 @@ Vocab load_vocab(const gguf::GgufFile& f) {
   const std::string& where = f.path();
   Vocab v;
   const gguf::Value* model = f.find("tokenizer.ggml.model");
-  check(model != nullptr, where + ": this GGUF has no tokenizer (tokenizer.ggml.model is missing); convert the model "
-                                  "with its tokenizer.json, e.g. `tandem convert --vocab-only`");
+  check(model != nullptr,
+        where +
+            ": this GGUF has no tokenizer (tokenizer.ggml.model is missing); convert the model "
+            "with its tokenizer.json, e.g. `tandem convert --vocab-only`");
   check(model->type() == gguf::ValueType::STRING, where + ": tokenizer.ggml.model must be a string");
   v.model = model->as_string();
   if (v.model == "gpt2") {
@@ -88,7 +90,8 @@ Vocab load_vocab(const gguf::GgufFile& f) {
                                  " entries but there are " + std::to_string(n) + " tokens");
     for (size_t i = 0; i < n; ++i) {
       check(types[i] >= 0 && types[i] <= 6, where + ": tokenizer.ggml.token_type[" + std::to_string(i) +
-                                                 "] = " + std::to_string(types[i]) + " is not a token type (0..6)");
+                                                "] = " + std::to_string(types[i]) +
+                                                " is not a token type (0..6)");
       v.type[i] = static_cast<TokenType>(types[i]);
       if (v.type[i] == TokenType::Undefined) v.type[i] = TokenType::Normal;
     }
@@ -123,7 +126,8 @@ Vocab load_vocab(const gguf::GgufFile& f) {
       v.piece[i] = byte_level_decode(t, bytes) ? bytes : t;
     } else if (ty == TokenType::Byte) {
       const int b = parse_byte_token(t);
-      check(b >= 0, where + ": token " + std::to_string(i) + " (\"" + t + "\") has type byte but is not <0xXX>");
+      check(b >= 0,
+            where + ": token " + std::to_string(i) + " (\"" + t + "\") has type byte but is not <0xXX>");
       v.piece[i] = std::string(1, static_cast<char>(b));
       if (v.byte_token[b] < 0) v.byte_token[b] = static_cast<int32_t>(i);
     } else {
@@ -147,7 +151,8 @@ Vocab load_vocab(const gguf::GgufFile& f) {
       const std::string& m = merges[r];
       bool found = false, parts_known = false;
       // Token texts may themselves contain spaces: take the first split whose two sides are tokens.
-      for (size_t sp = m.find(' ', 1); sp != std::string::npos && sp + 1 < m.size(); sp = m.find(' ', sp + 1)) {
+      for (size_t sp = m.find(' ', 1); sp != std::string::npos && sp + 1 < m.size();
+           sp = m.find(' ', sp + 1)) {
         auto l = v.text_to_id.find(m.substr(0, sp));
         auto rr = v.text_to_id.find(m.substr(sp + 1));
         if (l == v.text_to_id.end() || rr == v.text_to_id.end()) continue;
@@ -182,7 +187,8 @@ Vocab load_vocab(const gguf::GgufFile& f) {
       safe = false;
     } else if (v.merges.empty()) {
       for (size_t i = 0; i < n && safe; ++i) {
-        if (v.type[i] == TokenType::Normal && v.text[i].find(kSpaceMark, 1) != std::string::npos) safe = false;
+        if (v.type[i] == TokenType::Normal && v.text[i].find(kSpaceMark, 1) != std::string::npos)
+          safe = false;
       }
     }
     v.split_at_space_mark = safe;
@@ -194,8 +200,9 @@ Vocab load_vocab(const gguf::GgufFile& f) {
       v.pre_regexes = string_array(f, "tokenizer.tandem.pre_regexes");
     } else {
       auto regexes = pre_regexes(v.pre.empty() ? "default" : v.pre);
-      check(regexes.has_value(), where + ": tokenizer.ggml.pre = \"" + v.pre +
-                                     "\" is not a pre-tokenizer tandem knows (known: " + supported_pre_types() + ")");
+      check(regexes.has_value(),
+            where + ": tokenizer.ggml.pre = \"" + v.pre +
+                "\" is not a pre-tokenizer tandem knows (known: " + supported_pre_types() + ")");
       v.pre_regexes = *regexes;
     }
   } else if (v.kind == VocabKind::Gemma4) {
@@ -205,7 +212,8 @@ Vocab load_vocab(const gguf::GgufFile& f) {
     check(im->type() == gguf::ValueType::BOOL, where + ": tokenizer.ggml.ignore_merges must be a bool");
     v.ignore_merges = im->as_bool();
   } else {
-    v.ignore_merges = v.kind == VocabKind::BytePair && (v.pre == "llama-bpe" || v.pre == "llama3" || v.pre == "llama-v3");
+    v.ignore_merges =
+        v.kind == VocabKind::BytePair && (v.pre == "llama-bpe" || v.pre == "llama3" || v.pre == "llama-v3");
   }
   if (v.kind == VocabKind::BytePair && v.ignore_merges) {
     for (size_t i = 0; i < n; ++i) {
@@ -222,7 +230,8 @@ Vocab load_vocab(const gguf::GgufFile& f) {
     check(val->is_integer(), where + ": " + key + " must be an integer");
     const int64_t x = val->as_int();
     check(x >= 0 && x < static_cast<int64_t>(n), where + ": " + key + " = " + std::to_string(x) +
-                                                     " is outside the vocabulary (" + std::to_string(n) + " tokens)");
+                                                     " is outside the vocabulary (" + std::to_string(n) +
+                                                     " tokens)");
     id = static_cast<int32_t>(x);
   };
   special("tokenizer.ggml.bos_token_id", v.bos);
@@ -252,7 +261,8 @@ Vocab load_vocab(const gguf::GgufFile& f) {
 
   for (size_t i = 0; i < n; ++i) {
     const TokenType ty = v.type[i];
-    if ((ty == TokenType::Control || ty == TokenType::UserDefined || ty == TokenType::Unknown) && !v.text[i].empty()) {
+    if ((ty == TokenType::Control || ty == TokenType::UserDefined || ty == TokenType::Unknown) &&
+        !v.text[i].empty()) {
       v.special_tokens.push_back(static_cast<int32_t>(i));
     }
   }

@@ -1,5 +1,5 @@
-// A tokenizer vocabulary read from the tokenizer.ggml.* keys of a GGUF file (vocab-only files included), checked
-// once so that encoding and decoding never meet an inconsistent table.
+// A tokenizer vocabulary read from the tokenizer.ggml.* keys of a GGUF file (vocab-only files included),
+// checked once so that encoding and decoding never meet an inconsistent table.
 #pragma once
 
 #include <array>
@@ -28,7 +28,8 @@ enum class TokenType : int32_t {
 
 enum class VocabKind {
   BytePair,       // "gpt2": byte-level BPE, regex pre-tokenizer, merges by rank
-  SentencePiece,  // "llama": spaces as U+2581, prefix space, byte fallback; merges by rank if stored, else scores
+  SentencePiece,  // "llama": spaces as U+2581, prefix space, byte fallback; merges by rank if stored, else
+                  // scores
   Gemma4,         // "gemma4": SentencePiece-style BPE by rank, no prefix space, text split at newline runs
 };
 
@@ -45,7 +46,7 @@ struct Vocab {
   std::string model;  // tokenizer.ggml.model
   std::string pre;    // tokenizer.ggml.pre (or "")
 
-  std::vector<std::string> text;   // token text as stored
+  std::vector<std::string> text;  // token text as stored
   std::vector<TokenType> type;
   std::vector<float> score;        // empty when the file has none
   std::vector<std::string> piece;  // the bytes a token stands for in decoded text
@@ -63,8 +64,8 @@ struct Vocab {
   int32_t bos = -1, eos = -1, unk = -1, pad = -1, mask = -1, eot = -1;
   bool add_bos = false, add_eos = false, add_space_prefix = false;
 
-  // Tokens matched in text before pre-tokenization: user-defined ones always, control/unknown ones only when the
-  // caller parses special tokens. Longest first.
+  // Tokens matched in text before pre-tokenization: user-defined ones always, control/unknown ones only when
+  // the caller parses special tokens. Longest first.
   std::vector<int32_t> special_tokens;
 
   int32_t size() const { return static_cast<int32_t>(text.size()); }

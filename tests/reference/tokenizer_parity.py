@@ -45,43 +45,47 @@ def log(*a):
 # ---- building the tool ------------------------------------------------------------------------------------
 
 def build_tool(args):
-    """Returns (kind, path): kind "tandem" (the real binary) or "standalone" (tests/reference/tokenizer_tool)."""
+    """Returns (kind, path): kind "tandem" (the real binary) or "standalone" (tests/reference/tokenizer_tool).
+
+    With --tool auto both are built at once (the tandem binary may not build while other parts of the tree are
+    being worked on); the tandem binary is used when it builds."""
     if args.tandem:
         standalone = "tokenizer_tool" in os.path.basename(args.tandem)
         return ("standalone" if standalone else "tandem"), os.path.abspath(args.tandem)
-    jobs = str(args.jobs)
     os.makedirs(args.build_dir, exist_ok=True)
+    jobs = args.jobs
+    builds = {}
     if args.tool in ("auto", "tandem"):
         bdir = os.path.join(args.build_dir, "tandem")
-        t0 = time.time()
+        env = dict(os.environ)
         deps = ""
         if args.deps:
             deps = f"-DCMAKE_PREFIX_PATH={args.deps} "
-            os.environ["PKG_CONFIG_PATH"] = os.path.join(args.deps, "lib", "pkgconfig")
+            env["PKG_CONFIG_PATH"] = os.path.join(args.deps, "lib", "pkgconfig")
         cmd = (f"cmake -S {REPO} -B {bdir} -G Ninja -DTANDEM_CUDA=OFF -DTANDEM_BUILD_TESTS=OFF -DTANDEM_WERROR=OFF "
                f"{deps}-DCMAKE_BUILD_TYPE=Release > {bdir}.log 2>&1 && "
                f"cmake --build {bdir} --target tandem_cli -j{jobs} >> {bdir}.log 2>&1")
-        os.makedirs(args.build_dir, exist_ok=True)
-        rc = subprocess.call(cmd, shell=True)
-        log(f"build tandem_cli: rc={rc} in {time.time() - t0:.1f}s (log {bdir}.log)")
-        if rc == 0:
-            return "tandem", os.path.join(bdir, "bin", "tandem")
-        if args.tool == "tandem":
-            subprocess.call(f"tail -30 {bdir}.log", shell=True)
-            sys.exit("tandem build failed")
-        subprocess.call(f"grep -m5 -E 'error|undefined' {bdir}.log", shell=True)
-    bdir = os.path.join(args.build_dir, "standalone")
+        builds["tandem"] = (subprocess.Popen(cmd, shell=True, env=env), bdir, os.path.join(bdir, "bin", "tandem"))
+    if args.tool in ("auto", "standalone"):
+        bdir = os.path.join(args.build_dir, "standalone")
+        src = os.path.join(REPO, "tests", "reference", "tokenizer_tool")
+        deps = f"-DTOKDEPS={args.deps} " if args.deps else ""
+        cmd = (f"cmake -S {src} -B {bdir} -G Ninja {deps}-DCMAKE_BUILD_TYPE=Release > {bdir}.log 2>&1 && "
+               f"cmake --build {bdir} -j{max(1, jobs // 2) if len(builds) else jobs} >> {bdir}.log 2>&1")
+        builds["standalone"] = (subprocess.Popen(cmd, shell=True), bdir, os.path.join(bdir, "tandem_tokenizer_tool"))
     t0 = time.time()
-    src = os.path.join(REPO, "tests", "reference", "tokenizer_tool")
-    deps = f"-DTOKDEPS={args.deps} " if args.deps else ""
-    cmd = (f"cmake -S {src} -B {bdir} -G Ninja {deps}-DCMAKE_BUILD_TYPE=Release > {bdir}.log 2>&1 && "
-           f"cmake --build {bdir} -j{jobs} >> {bdir}.log 2>&1")
-    rc = subprocess.call(cmd, shell=True)
-    log(f"build standalone tokenizer tool: rc={rc} in {time.time() - t0:.1f}s")
-    if rc != 0:
-        subprocess.call(f"tail -40 {bdir}.log", shell=True)
-        sys.exit("standalone build failed too")
-    return "standalone", os.path.join(bdir, "tandem_tokenizer_tool")
+    ok = {}
+    for kind, (proc, bdir, path) in builds.items():
+        rc = proc.wait()
+        log(f"build {kind}: rc={rc} after {time.time() - t0:.1f}s (log {bdir}.log)")
+        if rc == 0:
+            ok[kind] = path
+        else:
+            subprocess.call(f"grep -m8 -E 'error|undefined|not found|Could not' {bdir}.log", shell=True)
+    for kind in ("tandem", "standalone"):
+        if kind in ok:
+            return kind, ok[kind]
+    sys.exit("no tool could be built")
 
 
 def convert(tool, hf_dir, out_gguf):

@@ -1,5 +1,6 @@
-// `tandem tokenize -m FILE.gguf (-p TEXT | -f FILE) [--ids] [--no-bos] [--parse-special] [--lines] [--stats]`:
-// the token ids (and pieces) of a text, with the vocabulary of a GGUF file. Vocab-only files work.
+// `tandem tokenize -m FILE.gguf (-p TEXT | -f FILE) [--ids] [--no-bos] [--parse-special] [--lines]
+// [--stats]`: the token ids (and pieces) of a text, with the vocabulary of a GGUF file. Vocab-only files
+// work.
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -45,11 +46,16 @@ std::string read_input(const std::string& path) {
 std::string printable(const std::string& s) {
   std::string out;
   for (unsigned char c : s) {
-    if (c == '\n') out += "\\n";
-    else if (c == '\t') out += "\\t";
-    else if (c == '\r') out += "\\r";
-    else if (c == '\\') out += "\\\\";
-    else if (c == '\'') out += "\\'";
+    if (c == '\n')
+      out += "\\n";
+    else if (c == '\t')
+      out += "\\t";
+    else if (c == '\r')
+      out += "\\r";
+    else if (c == '\\')
+      out += "\\\\";
+    else if (c == '\'')
+      out += "\\'";
     else if (c < 0x20 || c == 0x7F) {
       char buf[8];
       std::snprintf(buf, sizeof buf, "\\x%02x", c);
@@ -61,7 +67,8 @@ std::string printable(const std::string& s) {
   return out;
 }
 
-std::vector<int32_t> tokenize_one(const tokenizer::Tokenizer& tok, std::string_view text, const TokenizeArgs& a) {
+std::vector<int32_t> tokenize_one(const tokenizer::Tokenizer& tok, std::string_view text,
+                                  const TokenizeArgs& a) {
   std::vector<int32_t> ids;
   if (!a.no_bos && tok.add_bos() && tok.bos() >= 0) ids.push_back(tok.bos());
   const auto body = tok.encode(text, /*add_special=*/false, a.parse_special);
@@ -78,8 +85,8 @@ void run_tokenize(const TokenizeArgs& a) {
   const tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_gguf(file);
 
   if (a.lines) {
-    // One line of space-separated ids per input line (the '\n' is not part of the line). With --roundtrip, a tab
-    // and 1 or 0 follow: whether decoding the ids (without BOS/EOS) gives the line back.
+    // One line of space-separated ids per input line (the '\n' is not part of the line). With --roundtrip, a
+    // tab and 1 or 0 follow: whether decoding the ids (without BOS/EOS) gives the line back.
     std::string out;
     size_t begin = 0;
     while (begin < text.size()) {
@@ -127,8 +134,9 @@ void run_tokenize(const TokenizeArgs& a) {
 
 void add_tokenize_command(CLI::App& app) {
   auto args = std::make_shared<TokenizeArgs>();
-  CLI::App* cmd = app.add_subcommand("tokenize", "Print the token ids (and pieces) of a text with a GGUF's vocabulary "
-                                                 "(a vocab-only GGUF is enough).");
+  CLI::App* cmd = app.add_subcommand("tokenize",
+                                     "Print the token ids (and pieces) of a text with a GGUF's vocabulary "
+                                     "(a vocab-only GGUF is enough).");
   cmd->add_option("-m,--model", args->model, "GGUF file with tokenizer.ggml.* metadata")->required();
   CLI::Option* prompt = cmd->add_option("-p,--prompt", args->prompt, "text to tokenize");
   CLI::Option* file = cmd->add_option("-f,--file", args->file, "file to tokenize (- for standard input)");
@@ -136,8 +144,10 @@ void add_tokenize_command(CLI::App& app) {
   cmd->add_flag("--no-bos", args->no_bos, "do not add the BOS token even if the vocabulary asks for it");
   cmd->add_flag("--parse-special", args->parse_special,
                 "recognise special-token text such as <|im_start|> as those tokens (off: it is plain text)");
-  cmd->add_flag("--lines", args->lines, "tokenize each line of the input on its own; print one line of ids per line");
-  cmd->add_flag("--roundtrip", args->roundtrip, "with --lines: append a tab and 1 if decode(encode(line)) == line");
+  cmd->add_flag("--lines", args->lines,
+                "tokenize each line of the input on its own; print one line of ids per line");
+  cmd->add_flag("--roundtrip", args->roundtrip,
+                "with --lines: append a tab and 1 if decode(encode(line)) == line");
   cmd->add_flag("--stats", args->stats, "print only the token count and the time taken");
   cmd->callback([args, prompt, file] {
     args->has_prompt = prompt->count() > 0;

@@ -1,5 +1,5 @@
-// tandem_tokenizer_tool: `tokenize` (the same command as `tandem tokenize`) and `convert-vocab HF_DIR -o OUT.gguf`
-// (the tokenizer path of `tandem convert --vocab-only`), for tokenizer_parity.py.
+// tandem_tokenizer_tool: `tokenize` (the same command as `tandem tokenize`) and `convert-vocab HF_DIR -o
+// OUT.gguf` (the tokenizer path of `tandem convert --vocab-only`), for tokenizer_parity.py.
 #include <cstdio>
 #include <string>
 
