@@ -11,6 +11,7 @@ void add_convert_command(CLI::App& app);
 void add_quantize_command(CLI::App& app);
 void add_generate_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
+void add_bench_command(CLI::App& app);
 void add_perplexity_command(CLI::App& app);
 
 }  // namespace tandem::cli

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   tandem::cli::add_quantize_command(app);
   tandem::cli::add_generate_command(app);
   tandem::cli::add_tokenize_command(app);
+  tandem::cli::add_bench_command(app);
   tandem::cli::add_perplexity_command(app);
 
   try {

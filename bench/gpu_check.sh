@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# One call on a GPU machine checks and times the CUDA backend: build (or use binaries carried in gpu-bin/),
+# tandem_gpu_tests, compute-sanitizer on a subset, `tandem bench --kernels`, the random-weight bench models
+# (bench/models.sh) and `tandem bench` on them. Logs go to $OUT (the run tool's folder) or /tmp/gpu_check.
+#
+# usage: bench/gpu_check.sh            (from the repository root)
+#   STAGES="info build tests sanitizer kernels models bench"   which stages to run (default: all)
+#   MODELS="qwen3-0.6b qwen3-8b"                             bench model shapes
+#   BENCH_ARGS="-p 512 -n 128 -b 1,8,32 -r 3"                 tandem bench arguments
+set -uo pipefail
+OUT=${OUT:-/tmp/gpu_check}
+mkdir -p "$OUT"
+STAGES=${STAGES:-"info build tests sanitizer kernels models bench"}
+MODELS=${MODELS:-"qwen3-0.6b qwen3-8b"}
+BENCH_ARGS=${BENCH_ARGS:-"-p 512 -n 128 -b 1,8,32 -r 3"}
+MODEL_DIR=${MODEL_DIR:-/tmp/tandem-models}
+export PATH=/usr/local/cuda/bin:$PATH
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+LOG="$OUT/gpu_check.log"
+exec > >(tee -a "$LOG") 2>&1
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+stage() { echo; echo "=== $* ($(date +%T), ${SECONDS}s)"; }
+
+BIN=""
+if [ -x gpu-bin/tandem ] && [ -x gpu-bin/tandem_gpu_tests ]; then
+  if gpu-bin/tandem --version >/dev/null 2>&1 && gpu-bin/tandem_gpu_tests --gtest_list_tests >/dev/null 2>&1; then
+    BIN=gpu-bin
+  else
+    echo "carried binaries in gpu-bin/ do not run here:"; ldd gpu-bin/tandem | grep -i "not found"
+  fi
+fi
+
+if has info; then
+  stage info
+  nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.mem,driver_version --format=csv
+  nvcc --version | tail -1
+  git log --oneline -1 2>/dev/null || true
+  for h in /usr/include/nlohmann /usr/include/CLI /usr/include/gtest; do [ -d $h ] && echo "have $h" || echo "no $h"; done
+  pkg-config --exists libpcre2-8 && echo "have pcre2 (pkg-config)" || echo "no pcre2 pkg-config"
+fi
+
+if has build && [ -z "$BIN" ]; then
+  stage build
+  cmake -S . -B build-gpu -G Ninja -DTANDEM_CUDA=ON -DCMAKE_BUILD_TYPE=Release >"$OUT/build.log" 2>&1 &&
+    cmake --build build-gpu -j16 --target tandem_cli tandem_gpu_tests >>"$OUT/build.log" 2>&1
+  rc=$?
+  tail -20 "$OUT/build.log"
+  [ $rc -eq 0 ] && BIN=build-gpu/bin && cp build-gpu/tests/tandem_gpu_tests build-gpu/bin/ 2>/dev/null
+fi
+[ -z "$BIN" ] && { echo "no binaries: stopping"; exit 1; }
+echo "binaries: $BIN"
+
+if has tests; then
+  stage tests
+  "$BIN/tandem_gpu_tests" --gtest_brief=1 2>&1 | tail -60
+fi
+
+if has sanitizer; then
+  stage compute-sanitizer
+  SUB='GpuOps.*:GpuMatmul.StridedActivations:GpuAttention.*:GpuDevice.GraphCapture*'
+  compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/tandem_gpu_tests" --gtest_brief=1 --gtest_filter="$SUB" \
+    >"$OUT/sanitizer.log" 2>&1
+  echo "memcheck exit code $?"; grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/sanitizer.log" | tail -5
+  compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN/tandem_gpu_tests" --gtest_brief=1 \
+    --gtest_filter='GpuAttention.PrefillKernelTensorCores:GpuOps.ArgmaxAndSampling:GpuMatmul.StridedActivations' \
+    >>"$OUT/sanitizer.log" 2>&1
+  echo "racecheck exit code $?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY" "$OUT/sanitizer.log" | tail -3
+fi
+
+if has kernels; then
+  stage kernels
+  "$BIN/tandem" bench --kernels -o md | tee "$OUT/kernels.md"
+fi
+
+if has models; then
+  stage models
+  bench/models.sh "$MODEL_DIR" "$BIN/tandem" "$MODELS" 2>&1 | tail -20
+fi
+
+if has bench; then
+  stage bench
+  for shape in $MODELS; do
+    for q in bf16 q8_0 q4_k; do
+      f="$MODEL_DIR/$shape-$q.gguf"
+      [ -f "$f" ] || continue
+      echo "--- $f"
+      "$BIN/tandem" bench -m "$f" $BENCH_ARGS -o md 2>&1 | tee -a "$OUT/bench.md"
+    done
+  done
+fi
+stage done

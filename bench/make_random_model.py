@@ -1,0 +1,89 @@
+#!/usr/bin/env python3
+"""Writes a randomly initialised Hugging Face Qwen3 checkpoint of a real model's shape (config.json,
+model*.safetensors in bf16, and a small byte-level BPE tokenizer.json), for `tandem convert`.
+
+The weights come from transformers' own initialisation (normal, std = initializer_range), made on the GPU when
+there is one (an 8B model initialises in seconds there, minutes on the CPU). The tokenizer has 256 byte tokens
+and two special tokens; `tandem convert` pads the vocabulary to vocab_size, as real Qwen3 checkpoints are padded.
+
+usage: make_random_model.py {qwen3-0.6b,qwen3-8b} OUT_DIR [--seed N] [--layers N]
+"""
+import argparse
+import json
+import os
+import sys
+
+SHAPES = {
+    # Qwen3-0.6B and Qwen3-8B (their config.json, without the weights).
+    "qwen3-0.6b": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
+                       num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=True,
+                       max_position_embeddings=40960, rope_theta=1000000.0, rms_norm_eps=1e-6),
+    "qwen3-8b": dict(hidden_size=4096, intermediate_size=12288, num_hidden_layers=36, num_attention_heads=32,
+                     num_key_value_heads=8, head_dim=128, vocab_size=151936, tie_word_embeddings=False,
+                     max_position_embeddings=40960, rope_theta=1000000.0, rms_norm_eps=1e-6),
+}
+
+
+def byte_token(b):
+    """GPT-2's byte -> printable character map (the vocabulary of byte-level BPE)."""
+    def printable(x):
+        return ord('!') <= x <= ord('~') or 0xA1 <= x <= 0xAC or 0xAE <= x <= 0xFF
+    if printable(b):
+        return chr(b)
+    return chr(256 + sum(1 for x in range(b) if not printable(x)))
+
+
+def write_tokenizer(out_dir):
+    vocab = {byte_token(b): b for b in range(256)}
+    special = lambda i, s: {"id": i, "content": s, "special": True, "single_word": False, "lstrip": False,
+                            "rstrip": False, "normalized": False}
+    regex = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
+             "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
+    tok = {
+        "version": "1.0",
+        "added_tokens": [special(256, "<|endoftext|>"), special(257, "<|im_start|>")],
+        "normalizer": {"type": "NFC"},
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+            {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated", "invert": False},
+            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]},
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
+                  "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "vocab": vocab,
+                  "merges": []},
+    }
+    with open(os.path.join(out_dir, "tokenizer.json"), "w") as f:
+        json.dump(tok, f)
+    with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
+        json.dump({"eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>", "bos_token": None}, f)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("shape", choices=sorted(SHAPES))
+    ap.add_argument("out_dir")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--layers", type=int, default=0, help="override the layer count (0: the real one)")
+    a = ap.parse_args()
+
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    cfg = dict(SHAPES[a.shape])
+    if a.layers:
+        cfg["num_hidden_layers"] = a.layers
+    config = Qwen3Config(**cfg, torch_dtype="bfloat16", attention_bias=False)
+    torch.manual_seed(a.seed)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    torch.set_default_dtype(torch.bfloat16)
+    with torch.device(device):
+        model = Qwen3ForCausalLM(config)
+    os.makedirs(a.out_dir, exist_ok=True)
+    model.save_pretrained(a.out_dir, safe_serialization=True, max_shard_size="50GB")
+    write_tokenizer(a.out_dir)
+    n = sum(p.numel() for p in model.parameters())
+    print(f"wrote {a.out_dir}: {a.shape}, {n / 1e9:.3f} B parameters, bf16, initialised on {device}", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,230 @@
+#include "backend/cuda/cuda_device.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+
+#include "backend/cuda/cuda_check.h"
+
+namespace tandem {
+
+std::unique_ptr<Device> create_cuda_device(int index, const DeviceOptions& options) {
+  return std::make_unique<cuda::CudaDevice>(index, options);
+}
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // no driver or no GPU: report none, and clear the sticky error state
+    return 0;
+  }
+  return n;
+}
+
+namespace cuda {
+namespace {
+
+std::string mib(size_t bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.1f MiB", double(bytes) / (1024.0 * 1024.0));
+  return buf;
+}
+
+}  // namespace
+
+DeviceGuard::DeviceGuard(int index) : index_(index) {
+  TANDEM_CUDA_CHECK(cudaGetDevice(&previous_));
+  if (previous_ != index_) TANDEM_CUDA_CHECK(cudaSetDevice(index_));
+}
+DeviceGuard::~DeviceGuard() {
+  if (previous_ != index_ && previous_ >= 0) cudaSetDevice(previous_);
+}
+
+CudaStream::~CudaStream() {
+  if (owned_ && stream_) cudaStreamDestroy(stream_);
+}
+void CudaStream::synchronize() { TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+cudaStream_t stream_of(Stream& s, int index) {
+  auto* cs = dynamic_cast<CudaStream*>(&s);
+  check(cs != nullptr && s.device() == DeviceId{DeviceKind::CUDA, index},
+        "a stream of " + s.device().to_string() + " was passed to an op of cuda:" + std::to_string(index));
+  return cs->get();
+}
+
+CudaEvent::CudaEvent(int device_index) : device_index_(device_index) {
+  DeviceGuard g(device_index_);
+  TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&event_, cudaEventDisableTiming));
+}
+CudaEvent::~CudaEvent() {
+  if (event_) cudaEventDestroy(event_);
+}
+void CudaEvent::record(Stream& stream) {
+  auto* cs = dynamic_cast<CudaStream*>(&stream);
+  check(cs != nullptr, "CUDA event: record() needs a CUDA stream");
+  TANDEM_CUDA_CHECK(cudaEventRecord(event_, cs->get()));
+  recorded_ = true;
+}
+void CudaEvent::wait(Stream& stream) {
+  auto* cs = dynamic_cast<CudaStream*>(&stream);
+  check(cs != nullptr, "CUDA event: wait() needs a CUDA stream");
+  if (recorded_) TANDEM_CUDA_CHECK(cudaStreamWaitEvent(cs->get(), event_, 0));
+}
+void CudaEvent::synchronize() {
+  if (recorded_) TANDEM_CUDA_CHECK(cudaEventSynchronize(event_));
+}
+
+CudaDevice::CudaDevice(int index, const DeviceOptions&) : index_(index) {
+  const int n = cuda_device_count();
+  check(index >= 0 && index < n,
+        "device cuda:" + std::to_string(index) + " does not exist (" + std::to_string(n) + " CUDA devices visible)");
+  DeviceGuard g(index_);
+  TANDEM_CUDA_CHECK(cudaGetDeviceProperties(&props_, index_));
+  name_ = "cuda:" + std::to_string(index_) + " " + props_.name;
+  cudaStream_t s = nullptr;
+  TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  stream_ = std::make_unique<CudaStream>(id(), s, true);
+  ops_ = std::make_unique<CudaOps>(index_);
+}
+
+CudaDevice::~CudaDevice() {
+  cudaSetDevice(index_);
+  cudaDeviceSynchronize();
+  ops_.reset();
+  stream_.reset();
+  for (int i = 0; i < 2; ++i) {
+    if (staging_done_[i]) cudaEventDestroy(staging_done_[i]);
+    if (staging_[i]) cudaFreeHost(staging_[i]);
+  }
+}
+
+size_t CudaDevice::total_memory() const {
+  DeviceGuard g(index_);
+  size_t free_b = 0, total_b = 0;
+  TANDEM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return total_b;
+}
+
+size_t CudaDevice::free_memory() const {
+  DeviceGuard g(index_);
+  size_t free_b = 0, total_b = 0;
+  TANDEM_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+  return free_b;
+}
+
+Buffer CudaDevice::allocate(size_t bytes) {
+  DeviceGuard g(index_);
+  void* p = nullptr;
+  const cudaError_t err = cudaMalloc(&p, std::max<size_t>(bytes, 1));
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    throw Error(name_ + ": out of device memory allocating " + mib(bytes) + " (" + mib(free_b) + " free of " +
+                mib(total_b) + "): use a smaller model or quantization, a shorter context, or split the model "
+                "over more GPUs");
+  }
+  return Buffer(
+      p, bytes, id(),
+      [](void* data, void* ctx) {
+        DeviceGuard guard(int(reinterpret_cast<intptr_t>(ctx)));
+        cudaFree(data);
+      },
+      reinterpret_cast<void*>(intptr_t(index_)));
+}
+
+Buffer CudaDevice::allocate_host(size_t bytes) {
+  DeviceGuard g(index_);
+  void* p = nullptr;
+  const cudaError_t err = cudaMallocHost(&p, std::max<size_t>(bytes, 1));
+  if (err != cudaSuccess) {
+    cudaGetLastError();
+    throw Error(name_ + ": cannot allocate " + mib(bytes) + " of pinned host memory");
+  }
+  return Buffer(p, bytes, DeviceId{DeviceKind::CPU, 0}, [](void* data, void*) { cudaFreeHost(data); });
+}
+
+std::unique_ptr<Stream> CudaDevice::create_stream() {
+  DeviceGuard g(index_);
+  cudaStream_t s = nullptr;
+  TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return std::make_unique<CudaStream>(id(), s, true);
+}
+
+std::unique_ptr<Event> CudaDevice::create_event() { return std::make_unique<CudaEvent>(index_); }
+
+void CudaDevice::synchronize() {
+  DeviceGuard g(index_);
+  TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void CudaDevice::staged_copy_from_host(cudaStream_t stream, void* dst, const void* src, size_t bytes) {
+  std::lock_guard<std::mutex> lock(staging_mutex_);
+  for (int i = 0; i < 2; ++i) {
+    if (!staging_[i]) TANDEM_CUDA_CHECK(cudaMallocHost(&staging_[i], kStagingChunk));
+    if (!staging_done_[i]) TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&staging_done_[i], cudaEventDisableTiming));
+  }
+  size_t done = 0;
+  for (int i = 0; done < bytes; i ^= 1) {
+    const size_t n = std::min(kStagingChunk, bytes - done);
+    TANDEM_CUDA_CHECK(cudaEventSynchronize(staging_done_[i]));  // the GPU has pulled this buffer's last chunk
+    std::memcpy(staging_[i], static_cast<const char*>(src) + done, n);
+    TANDEM_CUDA_CHECK(
+        cudaMemcpyAsync(static_cast<char*>(dst) + done, staging_[i], n, cudaMemcpyHostToDevice, stream));
+    TANDEM_CUDA_CHECK(cudaEventRecord(staging_done_[i], stream));
+    done += n;
+  }
+}
+
+void CudaDevice::copy_from_host(Stream& stream, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  DeviceGuard g(index_);
+  cudaStream_t s = stream_of(stream, index_);
+  cudaPointerAttributes attr{};
+  const bool pinned = cudaPointerGetAttributes(&attr, src) == cudaSuccess && attr.type == cudaMemoryTypeHost;
+  cudaGetLastError();
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  TANDEM_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
+  if (!pinned && bytes >= (size_t(4) << 20) && capture == cudaStreamCaptureStatusNone) {
+    staged_copy_from_host(s, dst, src, bytes);
+  } else {
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, s));
+  }
+}
+
+void CudaDevice::copy_to_host(Stream& stream, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  DeviceGuard g(index_);
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_of(stream, index_)));
+}
+
+void CudaDevice::copy_device_to_device(Stream& stream, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  DeviceGuard g(index_);
+  TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_of(stream, index_)));
+}
+
+void CudaDevice::copy_2d(Stream& stream, void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
+                         size_t width_bytes, size_t height, CopyKind kind) {
+  check(width_bytes <= dst_pitch && width_bytes <= src_pitch, "copy_2d: width is larger than a pitch");
+  if (width_bytes == 0 || height == 0) return;
+  DeviceGuard g(index_);
+  const cudaMemcpyKind k = kind == CopyKind::HostToDevice   ? cudaMemcpyHostToDevice
+                           : kind == CopyKind::DeviceToHost ? cudaMemcpyDeviceToHost
+                                                            : cudaMemcpyDeviceToDevice;
+  TANDEM_CUDA_CHECK(
+      cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, width_bytes, height, k, stream_of(stream, index_)));
+}
+
+void CudaDevice::copy_to_peer(Stream& stream, void* dst, Device& dst_dev, const void* src, size_t bytes) {
+  check(dst_dev.id().kind == DeviceKind::CUDA, "copy_to_peer: a CUDA device can only copy to another CUDA device");
+  if (bytes == 0) return;
+  DeviceGuard g(index_);
+  TANDEM_CUDA_CHECK(
+      cudaMemcpyPeerAsync(dst, dst_dev.id().index, src, index_, bytes, stream_of(stream, index_)));
+}
+
+}  // namespace cuda
+}  // namespace tandem

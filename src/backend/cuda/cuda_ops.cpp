@@ -1,0 +1,492 @@
+#include "backend/cuda/cuda_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_device.h"
+#include "backend/cuda/cuda_kernels.h"
+
+namespace tandem::cuda {
+namespace {
+
+// ---- argument checks (the CPU backend's rules, for tensors on this CUDA device) ---------------------------
+std::string where(const char* op, const char* name) { return std::string(op) + ": " + name; }
+
+void check_on_device(const char* op, const char* name, const Tensor& t, int index) {
+  check(t.device == DeviceId{DeviceKind::CUDA, index},
+        where(op, name) + " lives on " + t.device.to_string() + ", but this op runs on cuda:" +
+            std::to_string(index) + " (copy it there first)");
+  check(t.data != nullptr || t.nelements() == 0, where(op, name) + " has no data (null pointer)");
+  for (int i = 0; i < 4; ++i) check(t.ne[i] >= 0, where(op, name) + " has a negative dimension");
+}
+void check_type(const char* op, const char* name, const Tensor& t, DType type) {
+  check(t.type == type, where(op, name) + " must be " + dtype_name(type) + ", got " + dtype_name(t.type));
+}
+void check_f32(const char* op, const char* name, const Tensor& t, int index) {
+  check_on_device(op, name, t, index);
+  check_type(op, name, t, DType::F32);
+  check(t.nb[0] == sizeof(float), where(op, name) + " must have contiguous rows (nb[0] == 4)");
+  for (int i = 1; i < 4; ++i) check(t.nb[i] % 4 == 0, where(op, name) + " must have 4-byte aligned row strides");
+}
+void check_i32_vector(const char* op, const char* name, const Tensor& t, int64_t n, int index) {
+  check_on_device(op, name, t, index);
+  check_type(op, name, t, DType::I32);
+  check(t.ne[0] == n && t.nrows() == 1,
+        where(op, name) + " must have shape {" + std::to_string(n) + "}, got " + t.shape_string());
+  check(t.nb[0] == sizeof(int32_t), where(op, name) + " must be contiguous");
+}
+void check_same_shape(const char* op, const char* a_name, const Tensor& a, const char* b_name, const Tensor& b) {
+  check(a.ne == b.ne, std::string(op) + ": " + a_name + " " + a.shape_string() + " and " + b_name + " " +
+                          b.shape_string() + " must have the same shape");
+}
+void check_dims(const char* op, const char* name, const Tensor& t, int64_t ne0, int64_t ne1, int64_t ne2 = 1,
+                int64_t ne3 = 1) {
+  if (t.ne[0] == ne0 && t.ne[1] == ne1 && t.ne[2] == ne2 && t.ne[3] == ne3) return;
+  Tensor want;
+  want.ne = {ne0, ne1, ne2, ne3};
+  throw Error(where(op, name) + " must have shape " + want.shape_string() + ", got " + t.shape_string());
+}
+bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+bool is_weight_type(DType t) {
+  switch (t) {
+    case DType::F32:
+    case DType::F16:
+    case DType::BF16:
+    case DType::Q8_0:
+    case DType::Q4_0:
+    case DType::Q4_K:
+    case DType::Q5_K:
+    case DType::Q6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+void check_cache(const char* op, const KvLayerView& kv, int index) {
+  check_on_device(op, "kv.k", kv.k, index);
+  check_on_device(op, "kv.v", kv.v, index);
+  check(is_float_type(kv.k.type) && is_float_type(kv.v.type), std::string(op) + ": the cache must be f32, f16 or bf16");
+  check(kv.k.is_contiguous() && kv.v.is_contiguous(), std::string(op) + ": the cache tensors must be contiguous");
+  check(kv.block_size == kv.k.ne[2] && kv.block_size > 0,
+        std::string(op) + ": kv.block_size " + std::to_string(kv.block_size) + " does not match kv.k " +
+            kv.k.shape_string());
+  check_dims(op, "kv.v", kv.v, kv.v.ne[0], kv.k.ne[1], kv.k.ne[2], kv.k.ne[3]);
+}
+
+Tensor rows_view(const Tensor& t, int dim, int64_t first, int64_t count) {
+  Tensor v = t;
+  v.data = static_cast<char*>(t.data) + first * int64_t(t.nb[dim]);
+  v.ne[dim] = count;
+  return v;
+}
+
+}  // namespace
+
+CudaOps::CudaOps(int device_index) : index_(device_index) {}
+
+CudaOps::~CudaOps() {
+  if (ws_) {
+    DeviceGuard g(index_);
+    cudaDeviceSynchronize();
+    cudaFree(ws_);
+  }
+}
+
+void CudaOps::need(size_t have, size_t want, const char* what) const {
+  check(want <= have, std::string("CUDA ops: the workspace has ") + std::to_string(have) + " bytes for " + what +
+                          ", this call needs " + std::to_string(want) +
+                          "; call Ops::reserve() with bounds covering it before the step");
+}
+
+void CudaOps::reserve(const WorkspacePlan& p) {
+  check(p.max_rows >= 0 && p.max_matmul_in >= 0 && p.max_head_dim >= 0 && p.max_n_head >= 0 &&
+            p.max_seq_len >= 0 && p.max_vocab >= 0,
+        "reserve: workspace bounds must be >= 0");
+  WorkspacePlan m = plan_;
+  m.max_rows = std::max(m.max_rows, p.max_rows);
+  m.max_matmul_in = std::max(m.max_matmul_in, p.max_matmul_in);
+  m.max_head_dim = std::max(m.max_head_dim, p.max_head_dim);
+  m.max_n_head = std::max(m.max_n_head, p.max_n_head);
+  m.max_seq_len = std::max(m.max_seq_len, p.max_seq_len);
+  m.max_vocab = std::max(m.max_vocab, p.max_vocab);
+
+  auto al = [](size_t n) { return (n + 255) & ~size_t(255); };
+  const int64_t rows = std::max<int64_t>(m.max_rows, 1);
+  const int64_t k_in = (m.max_matmul_in + 255) / 256 * 256;
+  Regions r;
+  r.act_bytes = al(std::max(q8_activation_bytes(k_in, std::min(rows, kQuantGemvMaxRows)), size_t(k_in * rows) * 2));
+  r.dequant_bytes = m.max_matmul_in > 0 && rows > kQuantGemvMaxRows ? kDequantChunkElems * 2 : 0;
+  r.lt_bytes = rows > kGemvMaxCols ? kLtWorkspaceBytes : 0;
+  r.attn_bytes = m.max_n_head > 0 ? al(attention_decode_scratch_bytes(std::min(rows, kDecodeRowChunk), m.max_n_head,
+                                                                      m.max_head_dim, std::max<int64_t>(m.max_seq_len, 1)))
+                                  : 0;
+  r.act = 0;
+  r.dequant = r.act + r.act_bytes;
+  r.lt = r.dequant + r.dequant_bytes;
+  r.attn = r.lt + r.lt_bytes;
+  const size_t total = r.attn + r.attn_bytes;
+  plan_ = m;
+  if (total > ws_bytes_) {
+    DeviceGuard g(index_);
+    if (ws_) {
+      TANDEM_CUDA_CHECK(cudaDeviceSynchronize());  // work in flight may still use the old workspace
+      TANDEM_CUDA_CHECK(cudaFree(ws_));
+      ws_ = nullptr;
+      ws_bytes_ = 0;
+    }
+    if (cudaMalloc(&ws_, total) != cudaSuccess) {
+      cudaGetLastError();
+      ws_ = nullptr;
+      throw Error("CUDA ops: cannot allocate a workspace of " + std::to_string(total >> 20) +
+                  " MiB on cuda:" + std::to_string(index_) + " (lower the batch size or the context)");
+    }
+    ws_bytes_ = total;
+  }
+  regions_ = r;
+  gemm_.set_workspace(r.lt_bytes ? region(r.lt) : nullptr, r.lt_bytes);
+}
+
+void CudaOps::matmul(Stream& s, const Tensor& W, const Tensor& x, const Tensor& y) {
+  const char* op = "matmul";
+  check_on_device(op, "W", W, index_);
+  check(is_weight_type(W.type), std::string("matmul: W has unsupported dtype ") + dtype_name(W.type));
+  check(W.ne[2] == 1 && W.ne[3] == 1, "matmul: W must be a matrix {in, out}, got " + W.shape_string());
+  check(W.nb[0] == dtype_block_bytes(W.type), "matmul: W must have contiguous rows");
+  const int64_t K = W.ne[0], N = W.ne[1];
+  check(K % dtype_block_size(W.type) == 0, "matmul: W's row length " + std::to_string(K) +
+                                               " is not a multiple of the block size of " + dtype_name(W.type));
+  check_f32(op, "x", x, index_);
+  check_f32(op, "y", y, index_);
+  check(x.ne[0] == K && x.ne[2] == 1 && x.ne[3] == 1,
+        "matmul: x must be {" + std::to_string(K) + ", T}, got " + x.shape_string());
+  const int64_t T = x.ne[1];
+  check_dims(op, "y", y, N, T);
+  if (N == 0 || T == 0) return;
+  DeviceGuard g(index_);
+  cudaStream_t st = stream_of(s, index_);
+  const float* xp = static_cast<const float*>(x.data);
+  float* yp = static_cast<float*>(y.data);
+  const int64_t x_ld = int64_t(x.nb[1] / 4), y_ld = int64_t(y.nb[1] / 4);
+  const bool dense = is_float_type(W.type);
+
+  if (dense && T <= kGemvMaxCols) {
+    launch_gemv_dense(W.type, W.data, W.nb[1], K, N, xp, x_ld, T, yp, y_ld, st);
+    return;
+  }
+  // Every other path uses the workspace: the call must lie within the reserved bounds.
+  check(T <= plan_.max_rows && K <= plan_.max_matmul_in,
+        "matmul: x {" + std::to_string(K) + ", " + std::to_string(T) + "} exceeds the reserved workspace bounds (" +
+            std::to_string(plan_.max_matmul_in) + " inputs, " + std::to_string(plan_.max_rows) +
+            " rows); call Ops::reserve() with larger bounds first");
+  if (!dense && T <= kQuantGemvMaxRows && gemv_quant_supports(W.type, K)) {
+    need(regions_.act_bytes, q8_activation_bytes(K, T), "8-bit activations");
+    void* act = region(regions_.act);
+    launch_quantize_q8(xp, x_ld, K, T, act, st);
+    launch_gemv_quant(W.type, W.data, W.nb[1], K, N, act, T, yp, y_ld, st);
+    return;
+  }
+  need(regions_.lt_bytes, kLtWorkspaceBytes, "cuBLASLt");
+  if (W.type == DType::F32) {
+    gemm_.matmul(GemmType::F32, W.data, int64_t(W.nb[1] / 4), xp, x_ld, yp, y_ld, N, T, K, st);
+    return;
+  }
+  const bool f16 = W.type == DType::F16;
+  const GemmType gt = f16 ? GemmType::F16 : GemmType::BF16;
+  need(regions_.act_bytes, size_t(K * T) * 2, "16-bit activations");
+  void* x16 = region(regions_.act);
+  launch_f32_to_16(xp, x_ld, K, T, x16, f16, st);
+  if (dense) {
+    gemm_.matmul(gt, W.data, int64_t(W.nb[1] / 2), x16, K, yp, y_ld, N, T, K, st);
+    return;
+  }
+  need(regions_.dequant_bytes, size_t(K) * 2, "dequantized weights");
+  const int64_t chunk = std::max<int64_t>(1, int64_t(regions_.dequant_bytes / 2) / K);
+  void* wq = region(regions_.dequant);
+  for (int64_t r0 = 0; r0 < N; r0 += chunk) {
+    const int64_t n = std::min(chunk, N - r0);
+    launch_dequantize_rows_16(W.type, static_cast<const char*>(W.data) + r0 * int64_t(W.nb[1]), W.nb[1], K, n, wq,
+                              false, st);
+    gemm_.matmul(GemmType::BF16, wq, K, x16, K, yp + r0, y_ld, n, T, K, st);
+  }
+}
+
+void CudaOps::get_rows(Stream& s, const Tensor& table, const Tensor& ids, const Tensor& out) {
+  const char* op = "get_rows";
+  check_on_device(op, "table", table, index_);
+  check(is_weight_type(table.type), std::string("get_rows: unsupported table dtype ") + dtype_name(table.type));
+  check(table.ne[2] == 1 && table.ne[3] == 1, "get_rows: table must be {n_embd, n_rows}, got " + table.shape_string());
+  check(table.nb[0] == dtype_block_bytes(table.type), "get_rows: table must have contiguous rows");
+  const int64_t T = ids.ne[0];
+  check_i32_vector(op, "ids", ids, T, index_);
+  check_f32(op, "out", out, index_);
+  check_dims(op, "out", out, table.ne[0], T);
+  if (!is_float_type(table.type)) check(table.ne[0] % 8 == 0, "get_rows: quantized rows must have a multiple of 8 values");
+  DeviceGuard g(index_);
+  launch_get_rows(table, static_cast<const int32_t*>(ids.data), out, stream_of(s, index_));
+}
+
+void CudaOps::rms_norm(Stream& s, const Tensor& x, const Tensor* weight, float eps, const Tensor& out) {
+  const char* op = "rms_norm";
+  check_f32(op, "x", x, index_);
+  check_f32(op, "out", out, index_);
+  check_same_shape(op, "x", x, "out", out);
+  check(eps >= 0.0f && std::isfinite(eps), "rms_norm: eps must be a finite value >= 0");
+  if (weight) {
+    check_f32(op, "weight", *weight, index_);
+    check(weight->ne[0] == x.ne[0] && weight->nrows() == 1,
+          "rms_norm: weight must be {" + std::to_string(x.ne[0]) + "}, got " + weight->shape_string());
+  }
+  DeviceGuard g(index_);
+  launch_rms_norm(x, weight ? static_cast<const float*>(weight->data) : nullptr, eps, out, stream_of(s, index_));
+}
+
+void CudaOps::rope(Stream& s, const Tensor& x, const Tensor& positions, const RopeParams& p) {
+  const char* op = "rope";
+  check_f32(op, "x", x, index_);
+  check(x.ne[3] == 1, "rope: x must be {head_dim, n_head, T}, got " + x.shape_string());
+  check_i32_vector(op, "positions", positions, x.ne[2], index_);
+  check(p.n_rot >= 2 && p.n_rot % 2 == 0 && p.n_rot <= x.ne[0],
+        "rope: n_rot must be even and in [2, head_dim = " + std::to_string(x.ne[0]) + "], got " +
+            std::to_string(p.n_rot));
+  check(p.freq_base > 0.0f && std::isfinite(p.freq_base), "rope: freq_base must be > 0");
+  const float* ff = nullptr;
+  if (p.freq_factors) {
+    check_f32(op, "freq_factors", *p.freq_factors, index_);
+    check(p.freq_factors->ne[0] == p.n_rot / 2 && p.freq_factors->nrows() == 1,
+          "rope: freq_factors must be {" + std::to_string(p.n_rot / 2) + "}, got " + p.freq_factors->shape_string());
+    ff = static_cast<const float*>(p.freq_factors->data);
+  }
+  DeviceGuard g(index_);
+  launch_rope(x, static_cast<const int32_t*>(positions.data), p, ff, stream_of(s, index_));
+}
+
+void CudaOps::kv_store(Stream& s, const KvLayerView& kv, const Tensor& k, const Tensor& v,
+                       const Tensor& slot_mapping) {
+  const char* op = "kv_store";
+  check_cache(op, kv, index_);
+  const int64_t n_kv = kv.k.ne[1];
+  check_f32(op, "k", k, index_);
+  check_f32(op, "v", v, index_);
+  const int64_t T = k.ne[2];
+  check_dims(op, "k", k, kv.k.ne[0], n_kv, T);
+  check_dims(op, "v", v, kv.v.ne[0], n_kv, T);
+  check_i32_vector(op, "slot_mapping", slot_mapping, T, index_);
+  DeviceGuard g(index_);
+  launch_kv_store(kv, k, v, static_cast<const int32_t*>(slot_mapping.data), stream_of(s, index_));
+}
+
+void CudaOps::attention(Stream& s, const Tensor& q, const KvLayerView& kv, const AttentionBatch& batch, float scale,
+                        const Tensor& out) {
+  const char* op = "attention";
+  check_f32(op, "q", q, index_);
+  check_f32(op, "out", out, index_);
+  check_cache(op, kv, index_);
+  const int64_t hd_k = kv.k.ne[0], hd_v = kv.v.ne[0], n_kv = kv.k.ne[1];
+  check(q.ne[0] == hd_k && q.ne[3] == 1, "attention: q must be {head_dim_k = " + std::to_string(hd_k) +
+                                             ", n_head, T}, got " + q.shape_string());
+  const int64_t n_head = q.ne[1], T = q.ne[2];
+  check(n_kv > 0 && n_head % n_kv == 0, "attention: n_head " + std::to_string(n_head) +
+                                            " must be a multiple of n_kv_head " + std::to_string(n_kv));
+  check_dims(op, "out", out, hd_v, n_head, T);
+  check(std::isfinite(scale), "attention: scale must be finite");
+  check_i32_vector(op, "batch.positions", batch.positions, T, index_);
+  check_i32_vector(op, "batch.seq_slot", batch.seq_slot, T, index_);
+  check_on_device(op, "batch.block_tables", batch.block_tables, index_);
+  check_type(op, "batch.block_tables", batch.block_tables, DType::I32);
+  check(batch.block_tables.is_contiguous() && batch.block_tables.ne[2] == 1 && batch.block_tables.ne[3] == 1,
+        "attention: batch.block_tables must be a contiguous {max_blocks_per_seq, n_seqs} matrix");
+  const int64_t n_seqs = batch.block_tables.ne[1];
+  check_i32_vector(op, "batch.seq_lens", batch.seq_lens, n_seqs, index_);
+  const bool block_mask = batch.mask == MaskKind::Block;
+  if (block_mask) check_i32_vector(op, "batch.block_end", batch.block_end, T, index_);
+  const bool has_begin = batch.kv_begin.data != nullptr;
+  if (has_begin) check_i32_vector(op, "batch.kv_begin", batch.kv_begin, T, index_);
+  check(batch.sliding_window >= 0, "attention: sliding_window must be >= 0");
+  check(batch.max_seq_len > 0, "attention: batch.max_seq_len must be > 0 (an upper bound of seq_lens)");
+  if (T == 0) return;
+  DeviceGuard g(index_);
+  cudaStream_t st = stream_of(s, index_);
+
+  AttentionArgs a;
+  a.q = q;
+  a.out = out;
+  a.kv = kv;
+  a.mask = batch.mask;
+  a.positions = static_cast<const int32_t*>(batch.positions.data);
+  a.seq_slot = static_cast<const int32_t*>(batch.seq_slot.data);
+  a.block_tables = static_cast<const int32_t*>(batch.block_tables.data);
+  a.max_blocks_per_seq = batch.block_tables.ne[0];
+  a.seq_lens = static_cast<const int32_t*>(batch.seq_lens.data);
+  a.block_end = block_mask ? static_cast<const int32_t*>(batch.block_end.data) : nullptr;
+  a.kv_begin = has_begin ? static_cast<const int32_t*>(batch.kv_begin.data) : nullptr;
+  a.sliding_window = batch.sliding_window;
+  a.max_seq_len = batch.max_seq_len;
+  a.scale = scale;
+  if (T >= kPrefillMinRows && attention_prefill_supported(a)) {
+    launch_attention_prefill(a, st);
+    return;
+  }
+  // Split-K decoding, in chunks of rows that fit the reserved partials.
+  int64_t chunk = std::min<int64_t>(T, kDecodeRowChunk);
+  while (chunk > 1 && attention_decode_scratch_bytes(chunk, n_head, hd_v, a.max_seq_len) > regions_.attn_bytes)
+    chunk /= 2;
+  need(regions_.attn_bytes, attention_decode_scratch_bytes(chunk, n_head, hd_v, a.max_seq_len),
+       "attention partials");
+  for (int64_t r0 = 0; r0 < T; r0 += chunk) {
+    const int64_t n = std::min(chunk, T - r0);
+    AttentionArgs c = a;
+    c.q = rows_view(q, 2, r0, n);
+    c.out = rows_view(out, 2, r0, n);
+    c.positions = a.positions + r0;
+    c.seq_slot = a.seq_slot + r0;
+    if (c.block_end) c.block_end = a.block_end + r0;
+    if (c.kv_begin) c.kv_begin = a.kv_begin + r0;
+    launch_attention_decode(c, region(regions_.attn), regions_.attn_bytes, st);
+  }
+}
+
+void CudaOps::silu_mul(Stream& s, const Tensor& gate, const Tensor& up, const Tensor& out) {
+  const char* op = "silu_mul";
+  check_f32(op, "gate", gate, index_);
+  check_f32(op, "up", up, index_);
+  check_f32(op, "out", out, index_);
+  check_same_shape(op, "gate", gate, "up", up);
+  check_same_shape(op, "gate", gate, "out", out);
+  DeviceGuard g(index_);
+  launch_glu(GluKind::Silu, gate, up, out, stream_of(s, index_));
+}
+
+void CudaOps::gelu_mul(Stream& s, const Tensor& gate, const Tensor& up, const Tensor& out) {
+  const char* op = "gelu_mul";
+  check_f32(op, "gate", gate, index_);
+  check_f32(op, "up", up, index_);
+  check_f32(op, "out", out, index_);
+  check_same_shape(op, "gate", gate, "up", up);
+  check_same_shape(op, "gate", gate, "out", out);
+  DeviceGuard g(index_);
+  launch_glu(GluKind::Gelu, gate, up, out, stream_of(s, index_));
+}
+
+namespace {
+void check_binary(const char* op, const Tensor& a, const Tensor& b, const Tensor& out, int index) {
+  check_f32(op, "a", a, index);
+  check_f32(op, "b", b, index);
+  check_f32(op, "out", out, index);
+  check_same_shape(op, "a", a, "out", out);
+  const bool one_row = b.ne[0] == a.ne[0] && b.nrows() == 1;
+  check(one_row || b.ne == a.ne, std::string(op) + ": b " + b.shape_string() + " must have a's shape " +
+                                     a.shape_string() + " or be one row {" + std::to_string(a.ne[0]) + "}");
+}
+}  // namespace
+
+void CudaOps::add(Stream& s, const Tensor& a, const Tensor& b, const Tensor& out) {
+  check_binary("add", a, b, out, index_);
+  DeviceGuard g(index_);
+  launch_binary(BinaryKind::Add, a, b, out, stream_of(s, index_));
+}
+
+void CudaOps::mul(Stream& s, const Tensor& a, const Tensor& b, const Tensor& out) {
+  check_binary("mul", a, b, out, index_);
+  DeviceGuard g(index_);
+  launch_binary(BinaryKind::Mul, a, b, out, stream_of(s, index_));
+}
+
+void CudaOps::scale(Stream& s, const Tensor& x, float factor, const Tensor& out) {
+  check_f32("scale", "x", x, index_);
+  check_f32("scale", "out", out, index_);
+  check_same_shape("scale", "x", x, "out", out);
+  DeviceGuard g(index_);
+  launch_unary(UnaryKind::Scale, x, factor, out, stream_of(s, index_));
+}
+
+void CudaOps::softcap(Stream& s, const Tensor& x, float cap, const Tensor& out) {
+  check_f32("softcap", "x", x, index_);
+  check_f32("softcap", "out", out, index_);
+  check_same_shape("softcap", "x", x, "out", out);
+  check(cap > 0.0f && std::isfinite(cap), "softcap: cap must be a finite value > 0");
+  DeviceGuard g(index_);
+  launch_unary(UnaryKind::Softcap, x, cap, out, stream_of(s, index_));
+}
+
+void CudaOps::fill(Stream& s, const Tensor& out, float value) {
+  check_f32("fill", "out", out, index_);
+  DeviceGuard g(index_);
+  launch_unary(UnaryKind::Fill, out, value, out, stream_of(s, index_));
+}
+
+void CudaOps::softmax_rows(Stream& s, const Tensor& x, const Tensor& out) {
+  check_f32("softmax_rows", "x", x, index_);
+  check_f32("softmax_rows", "out", out, index_);
+  check_same_shape("softmax_rows", "x", x, "out", out);
+  DeviceGuard g(index_);
+  launch_softmax_rows(x, out, stream_of(s, index_));
+}
+
+void CudaOps::copy(Stream& s, const Tensor& src, const Tensor& dst) {
+  const char* op = "copy";
+  check_on_device(op, "src", src, index_);
+  check_on_device(op, "dst", dst, index_);
+  check_same_shape(op, "src", src, "dst", dst);
+  check(src.nb[0] == dtype_block_bytes(src.type) && dst.nb[0] == dtype_block_bytes(dst.type),
+        "copy: rows of src and dst must be contiguous");
+  check(src.type == dst.type || (is_float_type(src.type) && is_float_type(dst.type)),
+        std::string("copy: cannot convert ") + dtype_name(src.type) + " to " + dtype_name(dst.type) +
+            " (only f32 <-> f16/bf16, or the same dtype)");
+  DeviceGuard g(index_);
+  launch_copy(src, dst, stream_of(s, index_));
+}
+
+namespace {
+void check_logits(const char* op, const Tensor& logits, int index) {
+  check_f32(op, "logits", logits, index);
+  check(logits.ne[2] == 1 && logits.ne[3] == 1 && logits.ne[0] > 0,
+        std::string(op) + ": logits must be {V, T} with V > 0, got " + logits.shape_string());
+  check(logits.ne[0] < (int64_t(1) << 30), std::string(op) + ": vocabulary too large");
+}
+}  // namespace
+
+void CudaOps::argmax_rows(Stream& s, const Tensor& logits, const Tensor& out) {
+  check_logits("argmax_rows", logits, index_);
+  check_i32_vector("argmax_rows", "out", out, logits.ne[1], index_);
+  DeviceGuard g(index_);
+  launch_argmax_rows(logits, static_cast<int32_t*>(out.data), stream_of(s, index_));
+}
+
+void CudaOps::sample_rows(Stream& s, const Tensor& logits, const SamplerParams& params, const Tensor& uniforms,
+                          const Tensor& out) {
+  const char* op = "sample_rows";
+  check_logits(op, logits, index_);
+  const int64_t T = logits.ne[1];
+  check_f32(op, "uniforms", uniforms, index_);
+  check(uniforms.ne[0] == T && uniforms.nrows() == 1, "sample_rows: uniforms must be {T}");
+  check_i32_vector(op, "out", out, T, index_);
+  check(std::isfinite(params.temperature), "sample_rows: temperature must be finite");
+  check(params.top_k >= 0, "sample_rows: top_k must be >= 0");
+  check(params.top_p > 0.0f && params.top_p <= 1.0f, "sample_rows: top_p must be in (0, 1]");
+  check(params.min_p >= 0.0f && params.min_p <= 1.0f, "sample_rows: min_p must be in [0, 1]");
+  DeviceGuard g(index_);
+  launch_sample_rows(logits, params, static_cast<const float*>(uniforms.data), static_cast<int32_t*>(out.data),
+                     stream_of(s, index_));
+}
+
+void CudaOps::diffusion_sample_rows(Stream& s, const Tensor& logits, float inv_temp, const Tensor& uniforms,
+                                    const Tensor& argmax, const Tensor& entropy, const Tensor& sampled) {
+  const char* op = "diffusion_sample_rows";
+  check_logits(op, logits, index_);
+  const int64_t T = logits.ne[1];
+  check_f32(op, "uniforms", uniforms, index_);
+  check(uniforms.ne[0] == T && uniforms.nrows() == 1, "diffusion_sample_rows: uniforms must be {T}");
+  check_i32_vector(op, "argmax", argmax, T, index_);
+  check_i32_vector(op, "sampled", sampled, T, index_);
+  check_f32(op, "entropy", entropy, index_);
+  check(entropy.ne[0] == T && entropy.nrows() == 1, "diffusion_sample_rows: entropy must be {T}");
+  check(inv_temp > 0.0f && std::isfinite(inv_temp), "diffusion_sample_rows: inv_temp must be a finite value > 0");
+  DeviceGuard g(index_);
+  launch_diffusion_sample_rows(logits, inv_temp, static_cast<const float*>(uniforms.data),
+                               static_cast<int32_t*>(argmax.data), static_cast<float*>(entropy.data),
+                               static_cast<int32_t*>(sampled.data), stream_of(s, index_));
+}
+
+}  // namespace tandem::cuda

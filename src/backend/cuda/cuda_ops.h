@@ -1,0 +1,79 @@
+// CudaOps: the Ops table on one CUDA device. Checks every argument on the host (same rules and messages as the
+// CPU backend), then enqueues the kernels of src/backend/cuda on the op's stream. Scratch memory is one
+// workspace sized by reserve(); no op allocates, so a decode step can be captured in a CUDA graph.
+//
+// matmul picks its path by the number of rows T of x:
+//   F32/F16/BF16 weights: T <= kGemvMaxCols -> matrix-vector kernel (weights streamed once with 16-byte
+//     loads); larger T -> cuBLASLt on tensor cores (x converted to the weight's 16-bit type; F32 in F32).
+//   block-quantized weights: T <= kQuantGemvMaxRows -> x quantized to 8 bits + integer-dot-product kernel;
+//     larger T -> weights dequantized to bf16 in chunks of rows into the workspace, then cuBLASLt.
+// attention: T > kPrefillMinRows and F16/BF16 caches -> tensor-core flash attention; otherwise split-K flash
+// decoding (rows processed in chunks that fit the reserved workspace).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "backend/backend.h"
+#include "backend/cuda/gemm_lt.h"
+
+namespace tandem::cuda {
+
+constexpr int64_t kQuantGemvMaxRows = 32;
+constexpr int64_t kPrefillMinRows = 64;
+constexpr int64_t kDecodeRowChunk = 64;           // rows per split-K attention launch
+constexpr size_t kDequantChunkElems = 32u << 20;  // bf16 weights dequantized per cuBLASLt call (64 MiB)
+constexpr size_t kLtWorkspaceBytes = 32u << 20;
+
+class CudaOps final : public Ops {
+ public:
+  explicit CudaOps(int device_index);
+  ~CudaOps() override;
+
+  void reserve(const WorkspacePlan& plan) override;
+  size_t workspace_bytes() const { return ws_bytes_; }
+
+  void matmul(Stream&, const Tensor& W, const Tensor& x, const Tensor& y) override;
+  void get_rows(Stream&, const Tensor& table, const Tensor& ids, const Tensor& out) override;
+  void rms_norm(Stream&, const Tensor& x, const Tensor* weight, float eps, const Tensor& out) override;
+  void rope(Stream&, const Tensor& x, const Tensor& positions, const RopeParams& p) override;
+  void kv_store(Stream&, const KvLayerView& kv, const Tensor& k, const Tensor& v, const Tensor& slot_mapping) override;
+  void attention(Stream&, const Tensor& q, const KvLayerView& kv, const AttentionBatch& batch, float scale,
+                 const Tensor& out) override;
+  void silu_mul(Stream&, const Tensor& gate, const Tensor& up, const Tensor& out) override;
+  void gelu_mul(Stream&, const Tensor& gate, const Tensor& up, const Tensor& out) override;
+  void add(Stream&, const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void mul(Stream&, const Tensor& a, const Tensor& b, const Tensor& out) override;
+  void scale(Stream&, const Tensor& x, float factor, const Tensor& out) override;
+  void softcap(Stream&, const Tensor& x, float cap, const Tensor& out) override;
+  void fill(Stream&, const Tensor& out, float value) override;
+  void softmax_rows(Stream&, const Tensor& x, const Tensor& out) override;
+  void copy(Stream&, const Tensor& src, const Tensor& dst) override;
+  void argmax_rows(Stream&, const Tensor& logits, const Tensor& out) override;
+  void sample_rows(Stream&, const Tensor& logits, const SamplerParams& params, const Tensor& uniforms,
+                   const Tensor& out) override;
+  void diffusion_sample_rows(Stream&, const Tensor& logits, float inv_temp, const Tensor& uniforms,
+                             const Tensor& argmax, const Tensor& entropy, const Tensor& sampled) override;
+
+ private:
+  struct Regions {  // byte offsets into the workspace
+    size_t act = 0, act_bytes = 0;        // q8 or 16-bit activations of a matmul
+    size_t dequant = 0, dequant_bytes = 0;
+    size_t lt = 0, lt_bytes = 0;
+    size_t attn = 0, attn_bytes = 0;
+  };
+  char* region(size_t offset) const { return static_cast<char*>(ws_) + offset; }
+  void need(size_t have, size_t want, const char* what) const;
+
+  int index_;
+  LtGemm gemm_;
+  WorkspacePlan plan_{};
+  Regions regions_{};
+  void* ws_ = nullptr;
+  size_t ws_bytes_ = 0;
+};
+
+}  // namespace tandem::cuda
