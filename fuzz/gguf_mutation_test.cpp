@@ -1,14 +1,15 @@
-// gguf_mutation_sanitized: runs the GGUF reader over a few thousand mutants of valid files, under AddressSanitizer
-// and UBSan (this file and the reader's sources are compiled with them; see fuzz/CMakeLists.txt).
+// gguf_mutation_sanitized: runs the GGUF reader over a few thousand mutants of valid files, under
+// AddressSanitizer and UBSan (this file and the reader's sources are compiled with them; see
+// fuzz/CMakeLists.txt).
 //
-// The seeds come from GgufWriter (gguf_seeds.cpp). A small independent walker finds where every field of a seed
-// lies (counts, lengths, types, dims, offsets, the alignment value), and the mutants are made deterministically
-// from --seed: random bit flips and byte overwrites with interesting values, truncations at every field, huge or
-// boundary values written into each count / length / dim / type / offset field, duplicated names, misaligned and
-// overlapping offsets, spliced bytes. Each mutant is parsed from memory (an exactly sized heap buffer, so ASan
-// sees any read past its end) and from a real file through open(); both must either parse or throw
-// tandem::Error with the same message, and a file that parses is walked completely (every value, every tensor
-// byte). Any other exception fails the test; any sanitizer finding aborts it.
+// The seeds come from GgufWriter (gguf_seeds.cpp). A small independent walker finds where every field of a
+// seed lies (counts, lengths, types, dims, offsets, the alignment value), and the mutants are made
+// deterministically from --seed: random bit flips and byte overwrites with interesting values, truncations at
+// every field, huge or boundary values written into each count / length / dim / type / offset field,
+// duplicated names, misaligned and overlapping offsets, spliced bytes. Each mutant is parsed from memory (an
+// exactly sized heap buffer, so ASan sees any read past its end) and from a real file through open(); both
+// must either parse or throw tandem::Error with the same message, and a file that parses is walked completely
+// (every value, every tensor byte). Any other exception fails the test; any sanitizer finding aborts it.
 //
 //   gguf_mutation_test [--seed N] [--rounds N] [--write-seeds DIR]
 #include <unistd.h>
@@ -31,7 +32,19 @@ namespace {
 using namespace tandem;
 using namespace tandem::gguf;
 
-enum class Kind { Count, Length, ValueType, ArrayType, ArrayCount, NDims, Dim, TensorType, Offset, Alignment, Bool };
+enum class Kind {
+  Count,
+  Length,
+  ValueType,
+  ArrayType,
+  ArrayCount,
+  NDims,
+  Dim,
+  TensorType,
+  Offset,
+  Alignment,
+  Bool
+};
 
 struct Field {
   size_t at;
@@ -140,7 +153,8 @@ class SeedWalker {
 
 class Mutator {
  public:
-  Mutator(const std::vector<uint8_t>& seed, uint64_t rng_seed) : seed_(seed), lay_(SeedWalker(seed).run()), rng_(rng_seed) {}
+  Mutator(const std::vector<uint8_t>& seed, uint64_t rng_seed)
+      : seed_(seed), lay_(SeedWalker(seed).run()), rng_(rng_seed) {}
 
   // Appends every mutant of this seed to out.
   void all(std::vector<std::vector<uint8_t>>& out, int rounds) {
@@ -206,7 +220,8 @@ class Mutator {
       cuts.push_back(f.at + 1);
       cuts.push_back(f.at + f.width - 1);
     }
-    for (size_t c : {size_t(0), size_t(1), size_t(3), size_t(4), size_t(7), seed_.size() - 1}) cuts.push_back(c);
+    for (size_t c : {size_t(0), size_t(1), size_t(3), size_t(4), size_t(7), seed_.size() - 1})
+      cuts.push_back(c);
     for (size_t c : cuts)
       if (c < seed_.size()) out.emplace_back(seed_.begin(), seed_.begin() + long(c));
   }
@@ -221,11 +236,23 @@ class Mutator {
   // Boundary and huge values written into every structural field.
   void field_values(std::vector<std::vector<uint8_t>>& out) {
     const uint64_t n = seed_.size();
-    const std::vector<uint64_t> wide = {0,       1,       2,        n - 1,    n,           n + 1,
-                                        n * 2,   1u << 31, 1ull << 32, 1ull << 62, 0x7FFFFFFFFFFFFFFFull,
-                                        1ull << 63, ~0ull, ~0ull - 7};
-    const std::vector<uint64_t> narrow = {0, 1, 2, 3, 4, 5, 7, 8, 9, 10, 12, 13, 14, 15, 24, 28, 29, 30, 31, 42,
-                                          43, 255, 64, 1u << 31, 0x7FFFFFFF, 0xFFFFFFFF, 0x80000000};
+    const std::vector<uint64_t> wide = {0,
+                                        1,
+                                        2,
+                                        n - 1,
+                                        n,
+                                        n + 1,
+                                        n * 2,
+                                        1u << 31,
+                                        1ull << 32,
+                                        1ull << 62,
+                                        0x7FFFFFFFFFFFFFFFull,
+                                        1ull << 63,
+                                        ~0ull,
+                                        ~0ull - 7};
+    const std::vector<uint64_t> narrow = {0,  1,  2,  3,   4,  5,        7,          8,          9,
+                                          10, 12, 13, 14,  15, 24,       28,         29,         30,
+                                          31, 42, 43, 255, 64, 1u << 31, 0x7FFFFFFF, 0xFFFFFFFF, 0x80000000};
     for (const Field& f : lay_.fields) {
       const auto& values = f.width == 8 ? wide : narrow;
       // Types and alignments get every value; other fields a random half, to keep the run short.
@@ -245,7 +272,8 @@ class Mutator {
   }
 
   // Copies one name over another of the same length: duplicate tensor names / keys.
-  void duplicate_names(std::vector<std::vector<uint8_t>>& out, const std::vector<std::pair<size_t, size_t>>& names) {
+  void duplicate_names(std::vector<std::vector<uint8_t>>& out,
+                       const std::vector<std::pair<size_t, size_t>>& names) {
     for (size_t i = 0; i < names.size(); ++i)
       for (size_t j = 0; j < names.size(); ++j)
         if (i != j && names[i].second == names[j].second) {
@@ -263,8 +291,8 @@ class Mutator {
     for (const Field& f : offs) {
       uint64_t cur;
       std::memcpy(&cur, &seed_[f.at], 8);
-      for (uint64_t delta : {uint64_t(1), uint64_t(lay_.alignment / 2), uint64_t(lay_.alignment), uint64_t(-1),
-                             uint64_t(0) - lay_.alignment, uint64_t(4096)})
+      for (uint64_t delta : {uint64_t(1), uint64_t(lay_.alignment / 2), uint64_t(lay_.alignment),
+                             uint64_t(-1), uint64_t(0) - lay_.alignment, uint64_t(4096)})
         out.push_back(with(f, cur + delta));
       for (const Field& g : offs) {
         uint64_t other;
@@ -366,8 +394,9 @@ int main(int argc, char** argv) {
         parsed += mem.parsed;
         if (mem.parsed != file.parsed || mem.error != file.error) {
           ++failures;
-          std::fprintf(stderr, "FAIL: seed %zu mutant %zu: from_memory and open() disagree:\n  %s\n  %s\n", s, i,
-                       mem.parsed ? "parsed" : mem.error.c_str(), file.parsed ? "parsed" : file.error.c_str());
+          std::fprintf(stderr, "FAIL: seed %zu mutant %zu: from_memory and open() disagree:\n  %s\n  %s\n", s,
+                       i, mem.parsed ? "parsed" : mem.error.c_str(),
+                       file.parsed ? "parsed" : file.error.c_str());
         }
         if (!mem.parsed && mem.error.find(" at byte ") == std::string::npos) {
           ++failures;
@@ -383,8 +412,9 @@ int main(int argc, char** argv) {
   }
   std::filesystem::remove(path);
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("gguf mutation test: %zu mutants of %zu seeds (seed %llu): %zu parsed, %zu rejected with an Error, "
-              "%zu failures, %.1f s\n",
-              total, seeds.size(), static_cast<unsigned long long>(seed), parsed, total - parsed, failures, secs);
+  std::printf(
+      "gguf mutation test: %zu mutants of %zu seeds (seed %llu): %zu parsed, %zu rejected with an Error, "
+      "%zu failures, %.1f s\n",
+      total, seeds.size(), static_cast<unsigned long long>(seed), parsed, total - parsed, failures, secs);
   return failures ? 1 : 0;
 }

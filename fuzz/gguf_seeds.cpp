@@ -21,8 +21,8 @@ void add(GgufWriter& w, const std::string& name, DType type, std::vector<int64_t
   w.add_tensor(name, type, ne, bytes_of(n, seed));
 }
 
-// A llama-like file: the usual scalar keys, a small tokenizer, tensors with names of equal length (so a mutation
-// can copy one name over another and make a duplicate).
+// A llama-like file: the usual scalar keys, a small tokenizer, tensors with names of equal length (so a
+// mutation can copy one name over another and make a duplicate).
 std::vector<uint8_t> llama_like() {
   GgufWriter w;
   w.set("general.architecture", Value::string("llama"));
@@ -66,8 +66,9 @@ std::vector<uint8_t> every_type_aligned_64() {
   w.set("arr.f64", Value::array(ValueType::FLOAT64, {Value::f64(3.0)}));
   w.set("arr.bool", Value::array(ValueType::BOOL, {Value::boolean(true), Value::boolean(false)}));
   w.set("arr.empty", Value::array(ValueType::STRING, {}));
-  w.set("arr.nested", Value::array(ValueType::ARRAY, {Value::i32_array({1, 2}), Value::string_array({"x"}),
-                                                      Value::array(ValueType::ARRAY, {Value::f32_array({1.f})})}));
+  w.set("arr.nested",
+        Value::array(ValueType::ARRAY, {Value::i32_array({1, 2}), Value::string_array({"x"}),
+                                        Value::array(ValueType::ARRAY, {Value::f32_array({1.f})})}));
   add(w, "q4_0", DType::Q4_0, {32, 2}, 5);
   add(w, "q5_k", DType::Q5_K, {256}, 6);
   add(w, "q6_k", DType::Q6_K, {256, 1, 1}, 7);

@@ -7,8 +7,8 @@
 
 namespace tandem::gguf::fuzzing {
 
-// Several files covering every metadata type, nested arrays, general.alignment (default, 1, 64), GGUF v2 and v3,
-// and tensors of several dtypes (including empty and 0-dim ones). Deterministic.
+// Several files covering every metadata type, nested arrays, general.alignment (default, 1, 64), GGUF v2 and
+// v3, and tensors of several dtypes (including empty and 0-dim ones). Deterministic.
 std::vector<std::vector<uint8_t>> make_gguf_seeds();
 
 }  // namespace tandem::gguf::fuzzing

@@ -72,8 +72,10 @@ TEST(GgufErrors, TruncatedHeader) {
 TEST(GgufErrors, NegativeAndHugeCounts) {
   expect_error(Bytes().header(-1, 0).bytes(), "tensor count -1 is negative", 8);
   expect_error(Bytes().header(0, -5).bytes(), "metadata count -5 is negative", 16);
-  expect_error(Bytes().header(0, int64_t(1) << 62).bytes(), "metadata count 4611686018427387904 cannot fit", 16);
-  expect_error(Bytes().header(1000, 0).zeros(100).bytes(), "tensor count 1000 cannot fit in the remaining 100", 8);
+  expect_error(Bytes().header(0, int64_t(1) << 62).bytes(), "metadata count 4611686018427387904 cannot fit",
+               16);
+  expect_error(Bytes().header(1000, 0).zeros(100).bytes(),
+               "tensor count 1000 cannot fit in the remaining 100", 8);
 }
 
 TEST(GgufErrors, StringLengthPastEnd) {
@@ -123,8 +125,8 @@ TEST(GgufErrors, ArrayCountsAndNesting) {
   Bytes b;
   b.header(0, 1).str("k").i32(9).i32(5);
   size_t at = b.pos();
-  expect_error(b.u64(uint64_t(1) << 60).zeros(16).bytes(), "array of 1152921504606846976 int32 values cannot fit",
-               at);
+  expect_error(b.u64(uint64_t(1) << 60).zeros(16).bytes(),
+               "array of 1152921504606846976 int32 values cannot fit", at);
 
   // Arrays of arrays are read; nesting deeper than the limit is refused at the level that crosses it.
   Bytes n;
@@ -174,7 +176,8 @@ TEST(GgufErrors, TensorDims) {
   Bytes neg;
   neg.header(1, 0).str("w").u32(2).i64(4);
   at = neg.pos();
-  expect_error(neg.i64(-2).i32(0).u64(0).zeros(64).bytes(), "tensor 'w' has a negative dimension ne[1] = -2", at);
+  expect_error(neg.i64(-2).i32(0).u64(0).zeros(64).bytes(), "tensor 'w' has a negative dimension ne[1] = -2",
+               at);
 
   Bytes o;
   o.header(1, 0).str("w").u32(3).i64(int64_t(1) << 40);
@@ -247,7 +250,8 @@ TEST(GgufErrors, OpenReportsMissingFiles) {
     GgufFile::open("/nonexistent/tandem.gguf");
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("/nonexistent/tandem.gguf: cannot open"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("/nonexistent/tandem.gguf: cannot open"), std::string::npos)
+        << e.what();
   }
   EXPECT_THROW(GgufFile::open("/tmp"), Error);  // a directory
 }

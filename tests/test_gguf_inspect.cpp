@@ -49,12 +49,32 @@ TEST(GgufInspect, PrintsHeaderMetadataTensorsAndTotals) {
   write_model(path.str());
   RunResult r = run_tandem("inspect " + path.str());
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const char* expected :
-       {"gguf version:  3", "architecture:  llama", "alignment:     32", "metadata: 6 keys", "llama.context_length",
-        "uint32", "4096", "500000", "tokenizer.ggml.tokens", "array<string>[100]", "\"tok0\", \"tok1\"",
-        "... (100 items)]", "array<array>[2]", "[[1, 2], [3]]", "tensors: 3", "token_embd.weight", "q8_0",
-        "[64, 100]", "6800", "blk.0.attn_q.weight", "q4_k", "[256, 64]", "9216", "parameters:  22848 (22.85 K)",
-        "bytes:       16272 (15.89 KiB)", "f32          1 tensors, 64 parameters, 256 bytes (256 B)"}) {
+  for (const char* expected : {"gguf version:  3",
+                               "architecture:  llama",
+                               "alignment:     32",
+                               "metadata: 6 keys",
+                               "llama.context_length",
+                               "uint32",
+                               "4096",
+                               "500000",
+                               "tokenizer.ggml.tokens",
+                               "array<string>[100]",
+                               "\"tok0\", \"tok1\"",
+                               "... (100 items)]",
+                               "array<array>[2]",
+                               "[[1, 2], [3]]",
+                               "tensors: 3",
+                               "token_embd.weight",
+                               "q8_0",
+                               "[64, 100]",
+                               "6800",
+                               "blk.0.attn_q.weight",
+                               "q4_k",
+                               "[256, 64]",
+                               "9216",
+                               "parameters:  22848 (22.85 K)",
+                               "bytes:       16272 (15.89 KiB)",
+                               "f32          1 tensors, 64 parameters, 256 bytes (256 B)"}) {
     EXPECT_NE(r.output.find(expected), std::string::npos) << "missing '" << expected << "' in:\n" << r.output;
   }
 }

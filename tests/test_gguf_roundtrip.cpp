@@ -49,14 +49,15 @@ std::vector<std::pair<std::string, Value>> every_value_type() {
   kv.emplace_back("array.bool", Value::array(ValueType::BOOL, {Value::boolean(true), Value::boolean(false)}));
   kv.emplace_back("array.string", Value::string_array({"<s>", "", "\xE2\x96\x81the", std::string(300, 'z')}));
   kv.emplace_back("array.empty", Value::array(ValueType::STRING, {}));
-  kv.emplace_back("array.nested",
-                  Value::array(ValueType::ARRAY, {Value::i32_array({1, 2, 3}), Value::string_array({"x", "y"}),
-                                                  Value::array(ValueType::FLOAT64, {}),
-                                                  Value::array(ValueType::BOOL, {Value::boolean(true)})}));
-  kv.emplace_back("array.nested3",
-                  Value::array(ValueType::ARRAY,
-                               {Value::array(ValueType::ARRAY, {Value::i32_array({7}), Value::f32_array({1.5f})}),
-                                Value::array(ValueType::ARRAY, {})}));
+  kv.emplace_back("array.nested", Value::array(ValueType::ARRAY,
+                                               {Value::i32_array({1, 2, 3}), Value::string_array({"x", "y"}),
+                                                Value::array(ValueType::FLOAT64, {}),
+                                                Value::array(ValueType::BOOL, {Value::boolean(true)})}));
+  kv.emplace_back(
+      "array.nested3",
+      Value::array(ValueType::ARRAY,
+                   {Value::array(ValueType::ARRAY, {Value::i32_array({7}), Value::f32_array({1.5f})}),
+                    Value::array(ValueType::ARRAY, {})}));
   return kv;
 }
 
@@ -75,9 +76,9 @@ TEST(GgufRoundTrip, EveryMetadataType) {
   ASSERT_EQ(f.metadata().size(), expected.size());
   for (size_t i = 0; i < expected.size(); ++i) {
     EXPECT_EQ(f.metadata()[i].first, expected[i].first);
-    EXPECT_EQ(f.metadata()[i].second, expected[i].second) << expected[i].first << ": got "
-                                                          << f.metadata()[i].second.to_string() << ", wrote "
-                                                          << expected[i].second.to_string();
+    EXPECT_EQ(f.metadata()[i].second, expected[i].second)
+        << expected[i].first << ": got " << f.metadata()[i].second.to_string() << ", wrote "
+        << expected[i].second.to_string();
   }
   // Same bytes through from_memory.
   auto bytes = testing::read_bytes(path.str());
@@ -121,11 +122,21 @@ struct TensorCase {
 };
 
 std::vector<TensorCase> every_dtype() {
-  return {{DType::F32, {5}},           {DType::F16, {3, 7}},       {DType::BF16, {8, 2, 3}},
-          {DType::Q8_0, {64, 3}},      {DType::Q4_0, {32, 1, 2, 2}}, {DType::Q4_K, {256, 2}},
-          {DType::Q5_K, {512}},        {DType::Q6_K, {256, 3}},    {DType::I8, {9}},
-          {DType::I16, {4, 4}},        {DType::I32, {1}},          {DType::I64, {2, 1}},
-          {DType::F64, {3}},           {DType::F32, {}},           {DType::F32, {0, 4}}};
+  return {{DType::F32, {5}},
+          {DType::F16, {3, 7}},
+          {DType::BF16, {8, 2, 3}},
+          {DType::Q8_0, {64, 3}},
+          {DType::Q4_0, {32, 1, 2, 2}},
+          {DType::Q4_K, {256, 2}},
+          {DType::Q5_K, {512}},
+          {DType::Q6_K, {256, 3}},
+          {DType::I8, {9}},
+          {DType::I16, {4, 4}},
+          {DType::I32, {1}},
+          {DType::I64, {2, 1}},
+          {DType::F64, {3}},
+          {DType::F32, {}},
+          {DType::F32, {0, 4}}};
 }
 
 void check_tensors(const GgufFile& f, const std::vector<TensorCase>& cases, size_t alignment) {
@@ -165,7 +176,9 @@ void add_every_dtype(GgufWriter& w, std::vector<std::vector<uint8_t>>& borrowed,
         borrowed.push_back(random_bytes(nbytes, 1000 + i));
         w.add_tensor(name, cases[i].type, cases[i].ne, borrowed.back().data(), nbytes);
         break;
-      case 1: w.add_tensor(name, cases[i].type, cases[i].ne, random_bytes(nbytes, 1000 + i)); break;
+      case 1:
+        w.add_tensor(name, cases[i].type, cases[i].ne, random_bytes(nbytes, 1000 + i));
+        break;
       case 2:
         w.add_tensor(name, cases[i].type, cases[i].ne, nbytes, [i, nbytes, produced_calls](uint8_t* dst) {
           ++*produced_calls;
@@ -210,10 +223,11 @@ TEST(GgufRoundTrip, ProducedTensorsAreMadeDuringWriteInOrder) {
   GgufWriter w;
   std::vector<int> order;
   for (int i = 0; i < 4; ++i) {
-    w.add_tensor("t" + std::to_string(i), DType::F32, {int64_t(3 + i)}, size_t(4 * (3 + i)), [i, &order](uint8_t* dst) {
-      order.push_back(i);
-      for (int k = 0; k < 4 * (3 + i); ++k) dst[k] = uint8_t(i * 16 + k);
-    });
+    w.add_tensor("t" + std::to_string(i), DType::F32, {int64_t(3 + i)}, size_t(4 * (3 + i)),
+                 [i, &order](uint8_t* dst) {
+                   order.push_back(i);
+                   for (int k = 0; k < 4 * (3 + i); ++k) dst[k] = uint8_t(i * 16 + k);
+                 });
   }
   EXPECT_TRUE(order.empty());  // nothing is produced before write
   auto bytes = w.write_to_memory();
@@ -246,7 +260,8 @@ TEST(GgufRoundTrip, WriterRejectsBadInput) {
   EXPECT_THROW(w.add_tensor("", DType::F32, {1}, std::vector<uint8_t>(4)), Error);
   EXPECT_THROW(w.add_tensor(std::string(64, 'n'), DType::F32, {1}, std::vector<uint8_t>(4)), Error);
   w.add_tensor(std::string(63, 'n'), DType::F32, {1}, std::vector<uint8_t>(4));
-  EXPECT_THROW(w.add_tensor(std::string(63, 'n'), DType::F32, {1}, std::vector<uint8_t>(4)), Error);  // duplicate
+  EXPECT_THROW(w.add_tensor(std::string(63, 'n'), DType::F32, {1}, std::vector<uint8_t>(4)),
+               Error);  // duplicate
   EXPECT_THROW(w.add_tensor("five", DType::F32, {1, 1, 1, 1, 1}, std::vector<uint8_t>(4)), Error);
   EXPECT_THROW(w.add_tensor("neg", DType::F32, {-1}, std::vector<uint8_t>()), Error);
   EXPECT_THROW(w.add_tensor("size", DType::F32, {3}, std::vector<uint8_t>(8)), Error);
@@ -291,7 +306,8 @@ TEST(GgufRoundTrip, ReadsVersion2) {
 }
 
 TEST(GgufRoundTrip, AcceptsTensorsStoredOutOfInfoOrderWithGaps) {
-  // The reader checks bounds, alignment and disjointness, not llama.cpp's exact packing (see gguf_reader.cpp).
+  // The reader checks bounds, alignment and disjointness, not llama.cpp's exact packing (see
+  // gguf_reader.cpp).
   testing::Bytes b;
   b.header(2, 0).info("a", {8}, 0, 64).info("b", {8}, 0, 0).pad_to(32);
   size_t data = b.pos();

@@ -13,7 +13,8 @@
 
 namespace tandem::gguf::testing {
 
-// A path in the temp directory, unique per process and name; the file (and "<path>.tmp") is removed at the end.
+// A path in the temp directory, unique per process and name; the file (and "<path>.tmp") is removed at the
+// end.
 class TempPath {
  public:
   explicit TempPath(const std::string& name)

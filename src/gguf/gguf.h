@@ -2,7 +2,8 @@
 //
 // GgufFile::open() checks everything against the file size before it is used (counts, string and array
 // lengths, dims and their products, type ids, offsets, alignment, duplicate names). A bad file throws
-// tandem::Error naming the problem and the byte offset where it was found; never a crash or an out-of-bounds read.
+// tandem::Error naming the problem and the byte offset where it was found; never a crash or an out-of-bounds
+// read.
 #pragma once
 
 #include <array>
@@ -74,9 +75,9 @@ class Value {
   bool is_integer() const;
   bool is_float() const { return type_ == ValueType::FLOAT32 || type_ == ValueType::FLOAT64; }
 
-  int64_t as_int() const;     // any integer type (uint64 above INT64_MAX throws); throws Error otherwise
-  uint64_t as_uint() const;   // any non-negative integer
-  double as_float() const;    // float or integer
+  int64_t as_int() const;    // any integer type (uint64 above INT64_MAX throws); throws Error otherwise
+  uint64_t as_uint() const;  // any non-negative integer
+  double as_float() const;   // float or integer
   bool as_bool() const;
   const std::string& as_string() const;
   const std::vector<Value>& as_array() const;
@@ -157,7 +158,8 @@ class GgufWriter {
   void add_tensor(const std::string& name, DType type, const std::vector<int64_t>& ne, const void* data,
                   size_t nbytes);
   // A tensor that owns its bytes.
-  void add_tensor(const std::string& name, DType type, const std::vector<int64_t>& ne, std::vector<uint8_t> data);
+  void add_tensor(const std::string& name, DType type, const std::vector<int64_t>& ne,
+                  std::vector<uint8_t> data);
   // A tensor produced when written: produce(dst) must fill exactly nbytes bytes (for streaming conversion).
   void add_tensor(const std::string& name, DType type, const std::vector<int64_t>& ne, size_t nbytes,
                   std::function<void(uint8_t* dst)> produce);

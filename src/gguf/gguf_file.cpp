@@ -88,13 +88,25 @@ GgufFile::GgufFile(GgufFile&&) noexcept = default;
 GgufFile& GgufFile::operator=(GgufFile&&) noexcept = default;
 GgufFile::~GgufFile() = default;
 
-const std::string& GgufFile::path() const { return impl_->path; }
-uint32_t GgufFile::version() const { return impl_->version; }
-size_t GgufFile::alignment() const { return impl_->alignment; }
-uint64_t GgufFile::data_offset() const { return impl_->data_offset; }
-uint64_t GgufFile::file_size() const { return impl_->file_size; }
+const std::string& GgufFile::path() const {
+  return impl_->path;
+}
+uint32_t GgufFile::version() const {
+  return impl_->version;
+}
+size_t GgufFile::alignment() const {
+  return impl_->alignment;
+}
+uint64_t GgufFile::data_offset() const {
+  return impl_->data_offset;
+}
+uint64_t GgufFile::file_size() const {
+  return impl_->file_size;
+}
 
-const std::vector<std::pair<std::string, Value>>& GgufFile::metadata() const { return impl_->metadata; }
+const std::vector<std::pair<std::string, Value>>& GgufFile::metadata() const {
+  return impl_->metadata;
+}
 
 const Value* GgufFile::find(std::string_view key) const {
   auto it = impl_->key_index.find(key);
@@ -146,7 +158,9 @@ std::string GgufFile::architecture() const {
   return get_string("general.architecture", std::string());
 }
 
-const std::vector<TensorInfo>& GgufFile::tensors() const { return impl_->tensors; }
+const std::vector<TensorInfo>& GgufFile::tensors() const {
+  return impl_->tensors;
+}
 
 const TensorInfo* GgufFile::find_tensor(std::string_view name) const {
   auto it = impl_->tensor_index.find(name);

@@ -47,8 +47,8 @@ struct GgufState {
   std::map<std::string, size_t, std::less<>> tensor_index;
 };
 
-// Parses and validates bytes[0, file_size) into impl (everything but path/mapping/bytes/file_size, which the caller
-// sets first). Throws Error("<impl.path>: <problem> at byte <offset>").
+// Parses and validates bytes[0, file_size) into impl (everything but path/mapping/bytes/file_size, which the
+// caller sets first). Throws Error("<impl.path>: <problem> at byte <offset>").
 void parse_gguf(GgufState& impl);
 
 }  // namespace tandem::gguf

@@ -23,8 +23,10 @@ std::string float_to_string(double v, bool single) {
   // Shortest text that reads back to the same value, at the value's own precision; plain digits for the
   // magnitudes hyperparameters have (500000, not 5e+05), exponent form for the rest.
   double mag = std::fabs(v);
-  auto fmt = (mag == 0 || (mag >= 1e-4 && mag < 1e16)) ? std::chars_format::fixed : std::chars_format::general;
-  auto res = single ? std::to_chars(buf, buf + sizeof buf, float(v), fmt) : std::to_chars(buf, buf + sizeof buf, v, fmt);
+  auto fmt =
+      (mag == 0 || (mag >= 1e-4 && mag < 1e16)) ? std::chars_format::fixed : std::chars_format::general;
+  auto res = single ? std::to_chars(buf, buf + sizeof buf, float(v), fmt)
+                    : std::to_chars(buf, buf + sizeof buf, v, fmt);
   return std::string(buf, res.ptr);
 }
 
@@ -35,11 +37,21 @@ std::string quote(const std::string& s, size_t max_bytes) {
   for (size_t i = 0; i < n; ++i) {
     unsigned char c = static_cast<unsigned char>(s[i]);
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20 || c == 0x7f) {
           static const char* hex = "0123456789abcdef";
@@ -69,19 +81,32 @@ bool same_float(double a, double b) {
 
 const char* value_type_name(ValueType t) {
   switch (t) {
-    case ValueType::UINT8: return "uint8";
-    case ValueType::INT8: return "int8";
-    case ValueType::UINT16: return "uint16";
-    case ValueType::INT16: return "int16";
-    case ValueType::UINT32: return "uint32";
-    case ValueType::INT32: return "int32";
-    case ValueType::FLOAT32: return "float32";
-    case ValueType::BOOL: return "bool";
-    case ValueType::STRING: return "string";
-    case ValueType::ARRAY: return "array";
-    case ValueType::UINT64: return "uint64";
-    case ValueType::INT64: return "int64";
-    case ValueType::FLOAT64: return "float64";
+    case ValueType::UINT8:
+      return "uint8";
+    case ValueType::INT8:
+      return "int8";
+    case ValueType::UINT16:
+      return "uint16";
+    case ValueType::INT16:
+      return "int16";
+    case ValueType::UINT32:
+      return "uint32";
+    case ValueType::INT32:
+      return "int32";
+    case ValueType::FLOAT32:
+      return "float32";
+    case ValueType::BOOL:
+      return "bool";
+    case ValueType::STRING:
+      return "string";
+    case ValueType::ARRAY:
+      return "array";
+    case ValueType::UINT64:
+      return "uint64";
+    case ValueType::INT64:
+      return "int64";
+    case ValueType::FLOAT64:
+      return "float64";
   }
   return "invalid";
 }
@@ -164,8 +189,8 @@ Value Value::array(ValueType element_type, std::vector<Value> elements) {
         "invalid array element type " + std::to_string(int32_t(element_type)));
   for (size_t i = 0; i < elements.size(); ++i) {
     check(elements[i].type() == element_type, "array of " + std::string(value_type_name(element_type)) +
-                                                   " has an element of type " + elements[i].type_name() +
-                                                   " at index " + std::to_string(i));
+                                                  " has an element of type " + elements[i].type_name() +
+                                                  " at index " + std::to_string(i));
   }
   Value r;
   r.type_ = ValueType::ARRAY;
@@ -198,7 +223,9 @@ std::string Value::type_name() const {
   return std::string("array<") + value_type_name(element_type_) + ">";
 }
 
-bool Value::is_integer() const { return is_unsigned_type(type_) || is_signed_type(type_); }
+bool Value::is_integer() const {
+  return is_unsigned_type(type_) || is_signed_type(type_);
+}
 
 int64_t Value::as_int() const {
   if (is_unsigned_type(type_)) {
@@ -215,7 +242,8 @@ uint64_t Value::as_uint() const {
   if (is_unsigned_type(type_)) return std::get<uint64_t>(v_);
   if (is_signed_type(type_)) {
     int64_t i = std::get<int64_t>(v_);
-    check(i >= 0, "metadata value " + std::to_string(i) + " is negative where a non-negative integer is needed");
+    check(i >= 0,
+          "metadata value " + std::to_string(i) + " is negative where a non-negative integer is needed");
     return uint64_t(i);
   }
   type_error(*this, "an integer");
@@ -244,7 +272,8 @@ const std::vector<Value>& Value::as_array() const {
 }
 
 std::vector<std::string> Value::as_string_array() const {
-  if (type_ != ValueType::ARRAY || element_type_ != ValueType::STRING) type_error(*this, "an array of strings");
+  if (type_ != ValueType::ARRAY || element_type_ != ValueType::STRING)
+    type_error(*this, "an array of strings");
   std::vector<std::string> out;
   out.reserve(as_array().size());
   for (const auto& e : as_array()) out.push_back(e.as_string());
@@ -275,15 +304,21 @@ std::string Value::to_string(size_t max_items) const {
     case ValueType::UINT8:
     case ValueType::UINT16:
     case ValueType::UINT32:
-    case ValueType::UINT64: return std::to_string(std::get<uint64_t>(v_));
+    case ValueType::UINT64:
+      return std::to_string(std::get<uint64_t>(v_));
     case ValueType::INT8:
     case ValueType::INT16:
     case ValueType::INT32:
-    case ValueType::INT64: return std::to_string(std::get<int64_t>(v_));
-    case ValueType::FLOAT32: return float_to_string(std::get<double>(v_), true);
-    case ValueType::FLOAT64: return float_to_string(std::get<double>(v_), false);
-    case ValueType::BOOL: return std::get<bool>(v_) ? "true" : "false";
-    case ValueType::STRING: return quote(std::get<std::string>(v_), 160);
+    case ValueType::INT64:
+      return std::to_string(std::get<int64_t>(v_));
+    case ValueType::FLOAT32:
+      return float_to_string(std::get<double>(v_), true);
+    case ValueType::FLOAT64:
+      return float_to_string(std::get<double>(v_), false);
+    case ValueType::BOOL:
+      return std::get<bool>(v_) ? "true" : "false";
+    case ValueType::STRING:
+      return quote(std::get<std::string>(v_), 160);
     case ValueType::ARRAY: {
       const auto& elems = std::get<std::vector<Value>>(v_);
       std::string out = "[";
@@ -292,9 +327,11 @@ std::string Value::to_string(size_t max_items) const {
       size_t inner_items = std::max<size_t>(1, max_items / 2);
       for (size_t i = 0; i < shown; ++i) {
         if (i) out += ", ";
-        out += elems[i].type_ == ValueType::STRING ? quote(elems[i].as_string(), 40) : elems[i].to_string(inner_items);
+        out += elems[i].type_ == ValueType::STRING ? quote(elems[i].as_string(), 40)
+                                                   : elems[i].to_string(inner_items);
       }
-      if (shown < elems.size()) out += std::string(shown ? ", " : "") + "... (" + std::to_string(elems.size()) + " items)";
+      if (shown < elems.size())
+        out += std::string(shown ? ", " : "") + "... (" + std::to_string(elems.size()) + " items)";
       return out + "]";
     }
   }

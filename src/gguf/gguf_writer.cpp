@@ -1,6 +1,6 @@
 // GgufWriter: GGUF v3 files with metadata of every type and aligned, zero-padded tensor data
-// (../shared/GGUF-ARCH-FACTS.md section A). Tensors are emitted one at a time, so a converter that produces its
-// tensors on demand never holds more than one of them in memory.
+// (../shared/GGUF-ARCH-FACTS.md section A). Tensors are emitted one at a time, so a converter that produces
+// its tensors on demand never holds more than one of them in memory.
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -52,18 +52,42 @@ class Out {
 // so an array nested in an array carries its own element type.
 void put_value(Out& out, const Value& v) {
   switch (v.type()) {
-    case ValueType::UINT8: out.put<uint8_t>(uint8_t(v.as_uint())); break;
-    case ValueType::INT8: out.put<int8_t>(int8_t(v.as_int())); break;
-    case ValueType::UINT16: out.put<uint16_t>(uint16_t(v.as_uint())); break;
-    case ValueType::INT16: out.put<int16_t>(int16_t(v.as_int())); break;
-    case ValueType::UINT32: out.put<uint32_t>(uint32_t(v.as_uint())); break;
-    case ValueType::INT32: out.put<int32_t>(int32_t(v.as_int())); break;
-    case ValueType::UINT64: out.put<uint64_t>(v.as_uint()); break;
-    case ValueType::INT64: out.put<int64_t>(v.as_int()); break;
-    case ValueType::FLOAT32: out.put<float>(float(v.as_float())); break;
-    case ValueType::FLOAT64: out.put<double>(v.as_float()); break;
-    case ValueType::BOOL: out.put<uint8_t>(v.as_bool() ? 1 : 0); break;
-    case ValueType::STRING: out.string(v.as_string()); break;
+    case ValueType::UINT8:
+      out.put<uint8_t>(uint8_t(v.as_uint()));
+      break;
+    case ValueType::INT8:
+      out.put<int8_t>(int8_t(v.as_int()));
+      break;
+    case ValueType::UINT16:
+      out.put<uint16_t>(uint16_t(v.as_uint()));
+      break;
+    case ValueType::INT16:
+      out.put<int16_t>(int16_t(v.as_int()));
+      break;
+    case ValueType::UINT32:
+      out.put<uint32_t>(uint32_t(v.as_uint()));
+      break;
+    case ValueType::INT32:
+      out.put<int32_t>(int32_t(v.as_int()));
+      break;
+    case ValueType::UINT64:
+      out.put<uint64_t>(v.as_uint());
+      break;
+    case ValueType::INT64:
+      out.put<int64_t>(v.as_int());
+      break;
+    case ValueType::FLOAT32:
+      out.put<float>(float(v.as_float()));
+      break;
+    case ValueType::FLOAT64:
+      out.put<double>(v.as_float());
+      break;
+    case ValueType::BOOL:
+      out.put<uint8_t>(v.as_bool() ? 1 : 0);
+      break;
+    case ValueType::STRING:
+      out.string(v.as_string());
+      break;
     case ValueType::ARRAY: {
       const auto& elems = v.as_array();
       out.put<int32_t>(int32_t(v.element_type()));
@@ -90,7 +114,8 @@ size_t tensor_bytes(const std::string& name, DType type, const std::vector<int64
                                       std::to_string(tr.block_size));
   uint64_t bytes = uint64_t(ne0 / tr.block_size);
   bool overflow = __builtin_mul_overflow(bytes, uint64_t(tr.block_bytes), &bytes);
-  for (size_t d = 1; d < ne.size(); ++d) overflow = overflow || __builtin_mul_overflow(bytes, uint64_t(ne[d]), &bytes);
+  for (size_t d = 1; d < ne.size(); ++d)
+    overflow = overflow || __builtin_mul_overflow(bytes, uint64_t(ne[d]), &bytes);
   check(!overflow && bytes <= SIZE_MAX, "GGUF writer: tensor '" + name + "' is too large");
   return size_t(bytes);
 }
@@ -120,15 +145,15 @@ size_t GgufWriter::alignment() const {
   for (const auto& [key, v] : metadata_) {
     if (key != "general.alignment") continue;
     check(v.type() == ValueType::UINT32 && v.as_uint() != 0 && std::has_single_bit(v.as_uint()),
-          "GGUF writer: general.alignment must be a uint32 non-zero power of two, got " + v.type_name() + " " +
-              v.to_string());
+          "GGUF writer: general.alignment must be a uint32 non-zero power of two, got " + v.type_name() +
+              " " + v.to_string());
     return size_t(v.as_uint());
   }
   return kDefaultAlignment;
 }
 
-void GgufWriter::add_tensor(const std::string& name, DType type, const std::vector<int64_t>& ne, const void* data,
-                            size_t nbytes) {
+void GgufWriter::add_tensor(const std::string& name, DType type, const std::vector<int64_t>& ne,
+                            const void* data, size_t nbytes) {
   size_t expected = tensor_bytes(name, type, ne);
   check(nbytes == expected, "GGUF writer: tensor '" + name + "' was given " + std::to_string(nbytes) +
                                 " bytes, its type and shape need " + std::to_string(expected));
@@ -144,8 +169,8 @@ void GgufWriter::add_tensor(const std::string& name, DType type, const std::vect
   tensors_.back().owned = std::move(owned);
 }
 
-void GgufWriter::add_tensor(const std::string& name, DType type, const std::vector<int64_t>& ne, size_t nbytes,
-                            std::function<void(uint8_t* dst)> produce) {
+void GgufWriter::add_tensor(const std::string& name, DType type, const std::vector<int64_t>& ne,
+                            size_t nbytes, std::function<void(uint8_t* dst)> produce) {
   size_t expected = tensor_bytes(name, type, ne);
   check(nbytes == expected, "GGUF writer: tensor '" + name + "' declares " + std::to_string(nbytes) +
                                 " bytes, its type and shape need " + std::to_string(expected));
@@ -205,11 +230,13 @@ void GgufWriter::write(const std::string& path) const {
   try {
     std::setvbuf(f, nullptr, _IOFBF, size_t(1) << 20);
     emit([&](const void* p, size_t n) {
-      if (std::fwrite(p, 1, n, f) != n) throw Error(path + ": write to " + tmp + " failed: " + std::strerror(errno));
+      if (std::fwrite(p, 1, n, f) != n)
+        throw Error(path + ": write to " + tmp + " failed: " + std::strerror(errno));
     });
     std::FILE* closing = f;
     f = nullptr;
-    if (std::fclose(closing) != 0) throw Error(path + ": closing " + tmp + " failed: " + std::strerror(errno));
+    if (std::fclose(closing) != 0)
+      throw Error(path + ": closing " + tmp + " failed: " + std::strerror(errno));
     if (std::rename(tmp.c_str(), path.c_str()) != 0)
       throw Error(path + ": cannot rename " + tmp + " to it: " + std::strerror(errno));
   } catch (...) {

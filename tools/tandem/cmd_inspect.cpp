@@ -113,8 +113,8 @@ void print_text(const GgufFile& f, size_t items) {
   }
   std::printf("  %-*s  %-*s  %s\n", int(key_w), "KEY", int(type_w), "TYPE", "VALUE");
   for (const auto& [key, v] : f.metadata())
-    std::printf("  %-*s  %-*s  %s\n", int(key_w), one_line(key).c_str(), int(type_w), type_with_count(v).c_str(),
-                v.to_string(items).c_str());
+    std::printf("  %-*s  %-*s  %s\n", int(key_w), one_line(key).c_str(), int(type_w),
+                type_with_count(v).c_str(), v.to_string(items).c_str());
 
   std::printf("\ntensors: %zu\n", f.tensors().size());
   if (!f.tensors().empty()) {
@@ -124,12 +124,12 @@ void print_text(const GgufFile& f, size_t items) {
       shape_w = std::max(shape_w, shape_string(t).size());
       bytes_w = std::max(bytes_w, std::to_string(t.nbytes).size());
     }
-    std::printf("  %-*s  %-5s  %-*s  %*s  %s\n", int(name_w), "NAME", "TYPE", int(shape_w), "SHAPE", int(bytes_w),
-                "BYTES", "OFFSET");
+    std::printf("  %-*s  %-5s  %-*s  %*s  %s\n", int(name_w), "NAME", "TYPE", int(shape_w), "SHAPE",
+                int(bytes_w), "BYTES", "OFFSET");
     for (const TensorInfo& t : f.tensors())
-      std::printf("  %-*s  %-5s  %-*s  %*llu  %llu\n", int(name_w), one_line(t.name).c_str(), dtype_name(t.type),
-                  int(shape_w), shape_string(t).c_str(), int(bytes_w), static_cast<unsigned long long>(t.nbytes),
-                  static_cast<unsigned long long>(t.offset));
+      std::printf("  %-*s  %-5s  %-*s  %*llu  %llu\n", int(name_w), one_line(t.name).c_str(),
+                  dtype_name(t.type), int(shape_w), shape_string(t).c_str(), int(bytes_w),
+                  static_cast<unsigned long long>(t.nbytes), static_cast<unsigned long long>(t.offset));
     std::printf("  (shapes in ggml order, innermost first; offsets relative to the data section)\n");
   }
 
@@ -138,7 +138,8 @@ void print_text(const GgufFile& f, size_t items) {
   std::printf("  tensors:     %llu\n", static_cast<unsigned long long>(tot.tensors));
   std::printf("  parameters:  %llu (%s)\n", static_cast<unsigned long long>(tot.parameters),
               human_count(tot.parameters).c_str());
-  std::printf("  bytes:       %llu (%s)\n", static_cast<unsigned long long>(tot.bytes), human_bytes(tot.bytes).c_str());
+  std::printf("  bytes:       %llu (%s)\n", static_cast<unsigned long long>(tot.bytes),
+              human_bytes(tot.bytes).c_str());
   for (const auto& [type, p] : tot.by_type)
     std::printf("  %-5s        %llu tensors, %llu parameters, %llu bytes (%s)\n", type.c_str(),
                 static_cast<unsigned long long>(p.tensors), static_cast<unsigned long long>(p.parameters),
@@ -150,15 +151,20 @@ nlohmann::json value_json(const Value& v, size_t items) {
     case ValueType::UINT8:
     case ValueType::UINT16:
     case ValueType::UINT32:
-    case ValueType::UINT64: return v.as_uint();
+    case ValueType::UINT64:
+      return v.as_uint();
     case ValueType::INT8:
     case ValueType::INT16:
     case ValueType::INT32:
-    case ValueType::INT64: return v.as_int();
+    case ValueType::INT64:
+      return v.as_int();
     case ValueType::FLOAT32:
-    case ValueType::FLOAT64: return v.as_float();  // NaN and inf become null
-    case ValueType::BOOL: return v.as_bool();
-    case ValueType::STRING: return v.as_string();
+    case ValueType::FLOAT64:
+      return v.as_float();  // NaN and inf become null
+    case ValueType::BOOL:
+      return v.as_bool();
+    case ValueType::STRING:
+      return v.as_string();
     case ValueType::ARRAY: {
       const auto& elems = v.as_array();
       nlohmann::json shown = nlohmann::json::array();
@@ -184,7 +190,8 @@ void print_json(const GgufFile& f, size_t items) {
   j["file_size"] = f.file_size();
   j["metadata"] = nlohmann::json::array();
   for (const auto& [key, v] : f.metadata())
-    j["metadata"].push_back({{"key", key}, {"type", gguf::value_type_name(v.type())}, {"value", value_json(v, items)}});
+    j["metadata"].push_back(
+        {{"key", key}, {"type", gguf::value_type_name(v.type())}, {"value", value_json(v, items)}});
   j["tensors"] = nlohmann::json::array();
   for (const TensorInfo& t : f.tensors()) {
     j["tensors"].push_back({{"name", t.name},
@@ -199,7 +206,8 @@ void print_json(const GgufFile& f, size_t items) {
   nlohmann::json by_type = nlohmann::json::object();
   for (const auto& [type, p] : tot.by_type)
     by_type[type] = {{"tensors", p.tensors}, {"parameters", p.parameters}, {"bytes", p.bytes}};
-  j["totals"] = {{"tensors", tot.tensors}, {"parameters", tot.parameters}, {"bytes", tot.bytes}, {"by_type", by_type}};
+  j["totals"] = {
+      {"tensors", tot.tensors}, {"parameters", tot.parameters}, {"bytes", tot.bytes}, {"by_type", by_type}};
   // Strings from the file need not be valid UTF-8: replace bad bytes rather than fail.
   std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
 }
@@ -220,7 +228,8 @@ void add_inspect_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand("inspect", "Show a GGUF file's metadata, tensor table and totals");
   cmd->add_option("file", args->file, "GGUF file")->required();
   cmd->add_flag("--json", args->json, "print one JSON document instead of text");
-  cmd->add_option("--items", args->items, "array elements shown before abbreviating")->check(CLI::Range(0, 1000000));
+  cmd->add_option("--items", args->items, "array elements shown before abbreviating")
+      ->check(CLI::Range(0, 1000000));
   cmd->callback([args] { run_inspect(*args); });
 }
 
