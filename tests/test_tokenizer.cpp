@@ -13,7 +13,7 @@
 #include "tokenizer/pre_patterns.h"
 #include "tokenizer/regex_split.h"
 
-namespace tandem::test {
+namespace tandem::tokenizer_test {
 namespace {
 
 using tokenizer::Tokenizer;
@@ -356,4 +356,4 @@ TEST(TokenizerUnicode, IncompleteTail) {
 }
 
 }  // namespace
-}  // namespace tandem::test
+}  // namespace tandem::tokenizer_test

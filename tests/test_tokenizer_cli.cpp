@@ -8,7 +8,7 @@
 #include "gguf/gguf.h"
 #include "test_tokenizer_util.h"
 
-namespace tandem::test {
+namespace tandem::tokenizer_test {
 namespace {
 
 struct Result {
@@ -103,4 +103,4 @@ TEST(TokenizeCommand, ClearErrors) {
 }
 
 }  // namespace
-}  // namespace tandem::test
+}  // namespace tandem::tokenizer_test

@@ -5,7 +5,7 @@
 #include "core/error.h"
 #include "test_tokenizer_util.h"
 
-namespace tandem::test {
+namespace tandem::tokenizer_test {
 namespace {
 
 using tokenizer::Tokenizer;
@@ -327,4 +327,4 @@ TEST(TokenizerLoadErrors, ByteTokenThatIsNotAByte) {
 }
 
 }  // namespace
-}  // namespace tandem::test
+}  // namespace tandem::tokenizer_test

@@ -13,7 +13,7 @@
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 
-namespace tandem::test {
+namespace tandem::tokenizer_test {
 namespace {
 
 class TokenizerParityFixture : public ::testing::TestWithParam<const char*> {};
@@ -54,4 +54,4 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, TokenizerParityFixture,
                          });
 
 }  // namespace
-}  // namespace tandem::test
+}  // namespace tandem::tokenizer_test

@@ -15,7 +15,7 @@
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
 
-namespace tandem::test {
+namespace tandem::tokenizer_test {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -161,4 +161,4 @@ inline json sentencepiece_json(const std::vector<std::string>& chars,
             {"fuse_unk", true}}}};
 }
 
-}  // namespace tandem::test
+}  // namespace tandem::tokenizer_test
