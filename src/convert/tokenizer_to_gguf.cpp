@@ -132,7 +132,9 @@ bool json_has_type(const json& j, const std::string& type) {
   return false;
 }
 
-// Does the normalizer prepend "▁" (Llama-2 style) or does a Metaspace add a prefix space?
+// Does the normalizer prepend "▁" (Llama-2 style) or does a Metaspace add a prefix space? (HF's Metaspace leaves
+// the prefix out when the text already starts with a space; SentencePiece and llama.cpp always add it, and so
+// does tandem, so a Metaspace tokenizer.json can differ from tandem on text that starts with a space.)
 bool has_space_prefix(const json& tj) {
   bool prefix = false;
   std::function<void(const json&)> walk = [&](const json& j) {
