@@ -11,9 +11,10 @@ namespace tandem::eval {
 inline constexpr const char* kDefaultModelFile = "tandem-small-q8_0.gguf";
 inline constexpr const char* kDefaultDraftFile = "tandem-draft-q8_0.gguf";
 
-// The places searched, in order: $TANDEM_MODEL (a file path, when set: then it must exist); <source_dir>/models/<file> (the
-// checkout the binary was built from); <dir of the running binary>/../share/tandem/models/<file> (an
-// installed tree); <dir of the running binary>/../../models/<file> (a build folder inside the checkout).
+// The places searched, in order: $TANDEM_MODEL (a file path, when set: then it must exist);
+// <source_dir>/models/<file> (the checkout the binary was built from); <dir of the running
+// binary>/../share/tandem/models/<file> (an installed tree); <dir of the running binary>/../../models/<file>
+// (a build folder inside the checkout).
 std::vector<std::string> default_model_candidates(const std::string& source_dir,
                                                   const char* file = kDefaultModelFile);
 

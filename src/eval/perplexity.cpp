@@ -40,7 +40,9 @@ std::vector<PerplexityWindow> perplexity_windows(int64_t n_tokens, int32_t ctx, 
   return out;
 }
 
-double NllStats::ppl() const { return std::exp(mean()); }
+double NllStats::ppl() const {
+  return std::exp(mean());
+}
 
 double NllStats::ppl_error() const {
   if (count < 2) return 0.0;
@@ -51,9 +53,9 @@ double NllStats::ppl_error() const {
 }
 
 double token_nll(std::span<const float> logits, int32_t target) {
-  check(target >= 0 && size_t(target) < logits.size(),
-        "perplexity: target token " + std::to_string(target) + " is outside the vocabulary of " +
-            std::to_string(logits.size()));
+  check(target >= 0 && size_t(target) < logits.size(), "perplexity: target token " + std::to_string(target) +
+                                                           " is outside the vocabulary of " +
+                                                           std::to_string(logits.size()));
   double mx = -INFINITY;
   for (float v : logits) mx = std::max(mx, double(v));
   double s = 0.0;
@@ -74,12 +76,12 @@ PerplexityResult compute_perplexity(const std::shared_ptr<Model>& model, std::sp
           "perplexity: the model adds BOS but has no valid BOS token id");
   }
   for (size_t i = 0; i < tokens.size(); ++i) {
-    check(tokens[i] >= 0 && tokens[i] < info.n_vocab, "perplexity: token " + std::to_string(tokens[i]) +
-                                                          " at index " + std::to_string(i) +
-                                                          " is outside the vocabulary of " +
-                                                          std::to_string(info.n_vocab));
+    check(tokens[i] >= 0 && tokens[i] < info.n_vocab,
+          "perplexity: token " + std::to_string(tokens[i]) + " at index " + std::to_string(i) +
+              " is outside the vocabulary of " + std::to_string(info.n_vocab));
   }
-  const std::vector<PerplexityWindow> windows = perplexity_windows(int64_t(tokens.size()), params.ctx, params.stride);
+  const std::vector<PerplexityWindow> windows =
+      perplexity_windows(int64_t(tokens.size()), params.ctx, params.stride);
 
   SessionParams sp;
   sp.n_ctx = params.ctx;

@@ -1,7 +1,8 @@
 // Perplexity of a model over a token sequence, in windows, as `tandem perplexity` reports it.
 //
 // Windows (models/training/train.py evaluates with exactly the same ones, so the figures can be compared):
-//  - stride == 0 (default, as llama-perplexity): non-overlapping windows of ctx tokens, floor(n / ctx) of them
+//  - stride == 0 (default, as llama-perplexity): non-overlapping windows of ctx tokens, floor(n / ctx) of
+//  them
 //    (a trailing partial window is dropped). The first half of each window is context only: the scored
 //    targets are the tokens at window positions ctx/2 + 1 .. ctx - 1 (ctx - 1 - ctx/2 per window), each
 //    predicted from the logits of the token before it.

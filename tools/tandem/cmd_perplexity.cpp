@@ -79,7 +79,8 @@ void run_perplexity(const PerplexityOptions& o) {
 
   std::printf("PPL = %.4f +/- %.5f\n", r.ppl, r.ppl_error);
   std::fprintf(stderr, "%lld tokens scored in %lld windows, mean NLL %.6f, %.1f s\n",
-               static_cast<long long>(r.tokens_scored), static_cast<long long>(r.windows), r.mean_nll, seconds);
+               static_cast<long long>(r.tokens_scored), static_cast<long long>(r.windows), r.mean_nll,
+               seconds);
 }
 
 }  // namespace
@@ -88,7 +89,8 @@ void add_perplexity_command(CLI::App& app) {
   auto opts = std::make_shared<PerplexityOptions>();
   CLI::App* cmd = app.add_subcommand(
       "perplexity",
-      "Perplexity of a model over a text file. Default windows: non-overlapping, --ctx tokens each, the second "
+      "Perplexity of a model over a text file. Default windows: non-overlapping, --ctx tokens each, the "
+      "second "
       "half of each scored (as llama-perplexity); --stride S: sliding windows every S tokens, each scoring "
       "only tokens not scored before. Prints 'PPL = x +/- err' (standard error).");
   cmd->add_option("-m,--model", opts->model, "GGUF model (default: the model shipped in models/)");
