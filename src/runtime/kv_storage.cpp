@@ -34,12 +34,13 @@ KvStorage::KvStorage(Device& device, std::span<const KvLayerShape> layers, DType
         dtype_row_bytes(type_k, l.head_dim_k * l.n_kv_head) * size_t(block_size) * size_t(n_blocks);
     const size_t v_bytes =
         dtype_row_bytes(type_v, l.head_dim_v * l.n_kv_head) * size_t(block_size) * size_t(n_blocks);
-    Buffer& kb = buffers_.emplace_back(device.allocate(k_bytes));
-    Buffer& vb = buffers_.emplace_back(device.allocate(v_bytes));
+    void* k_data =
+        buffers_.emplace_back(device.allocate(k_bytes)).data();  // (the vector may move Buffers, not
+    void* v_data = buffers_.emplace_back(device.allocate(v_bytes)).data();  // the memory they own)
     view.k =
-        Tensor::contiguous(type_k, {l.head_dim_k, l.n_kv_head, block_size, n_blocks}, kb.data(), device.id());
+        Tensor::contiguous(type_k, {l.head_dim_k, l.n_kv_head, block_size, n_blocks}, k_data, device.id());
     view.v =
-        Tensor::contiguous(type_v, {l.head_dim_v, l.n_kv_head, block_size, n_blocks}, vb.data(), device.id());
+        Tensor::contiguous(type_v, {l.head_dim_v, l.n_kv_head, block_size, n_blocks}, v_data, device.id());
     views_.push_back(view);
     bytes_ += k_bytes + v_bytes;
   }
