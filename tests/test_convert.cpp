@@ -672,6 +672,11 @@ TEST(Convert, Q4KMRecipeLayers) {
   EXPECT_EQ(type_of("output.weight", -1, 8, true), DType::Q6_K);
   EXPECT_EQ(type_of("token_embd.weight", -1, 8, true), DType::Q4_K);
   EXPECT_EQ(type_of("token_embd.weight", -1, 8, false), DType::Q6_K);  // tied: the embeddings are the head
+  PlannedTensor v3{"blk.3.attn_v.weight", "", {256, 256}, 0, 3},
+      v4{"blk.4.attn_v.weight", "", {256, 256}, 0, 4};
+  EXPECT_EQ(tensor_type_for(OutType::Q5_K_M, v3, 8, true), DType::Q6_K);
+  EXPECT_EQ(tensor_type_for(OutType::Q5_K_M, v4, 8, true), DType::Q5_K);
+  EXPECT_EQ(file_type_of(OutType::Q5_K_M), 17u);
   PlannedTensor norm{"blk.0.attn_norm.weight", "", {256}, 0, 0};
   EXPECT_EQ(tensor_type_for(OutType::Q4_K_M, norm, 8, true), DType::F32);
 }

@@ -1,6 +1,7 @@
 #include "convert/output_type.h"
 
 #include "core/error.h"
+#include "quant/quantize_model.h"
 
 namespace tandem::convert {
 namespace {
@@ -10,30 +11,25 @@ struct OutTypeName {
   const char* name;
 };
 constexpr OutTypeName kNames[] = {
-    {OutType::AUTO, "auto"}, {OutType::F32, "f32"},      {OutType::F16, "f16"},   {OutType::BF16, "bf16"},
-    {OutType::Q8_0, "q8_0"}, {OutType::Q4_0, "q4_0"},    {OutType::Q4_K, "q4_k"}, {OutType::Q5_K, "q5_k"},
-    {OutType::Q6_K, "q6_k"}, {OutType::Q4_K_M, "q4_k_m"}};
+    {OutType::AUTO, "auto"}, {OutType::F32, "f32"},       {OutType::F16, "f16"},      {OutType::BF16, "bf16"},
+    {OutType::Q8_0, "q8_0"}, {OutType::Q4_0, "q4_0"},     {OutType::Q4_K, "q4_k"},    {OutType::Q5_K, "q5_k"},
+    {OutType::Q6_K, "q6_k"}, {OutType::Q4_K_M, "q4_k_m"}, {OutType::Q5_K_M, "q5_k_m"}};
 
 bool ends_with(const std::string& s, std::string_view suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// The layers where llama.cpp's q4_k_m recipe spends more bits on attn_v and ffn_down: the first and last
-// eighth of the blocks, and every third block in between.
-bool use_more_bits(int64_t layer, int64_t n_layer) {
-  return layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
-}
-
-// Q4_K_M (mixed): Q6_K for the output head (token_embd when tied) and for attn_v / ffn_down in the layers of
-// use_more_bits; Q4_K for every other matrix.
-DType q4_k_m_type(const PlannedTensor& t, int64_t n_layer, bool has_output) {
+// The mixed recipes (llama.cpp's Q4_K_M / Q5_K_M, the same rule `tandem quantize` applies,
+// quant/quantize_model.h): Q6_K for the output head (token_embd when tied) and for attn_v / ffn_down in the
+// layers of quant::more_bits_layer; the base type (Q4_K / Q5_K) for every other matrix.
+DType mixed_type(DType base, const PlannedTensor& t, int64_t n_layer, bool has_output) {
   if (t.gguf_name == "output.weight" || (!has_output && t.gguf_name == "token_embd.weight"))
     return DType::Q6_K;
   if (t.layer >= 0 &&
       (ends_with(t.gguf_name, ".attn_v.weight") || ends_with(t.gguf_name, ".ffn_down.weight")) &&
-      use_more_bits(t.layer, n_layer))
+      quant::more_bits_layer(t.layer, int(n_layer)))
     return DType::Q6_K;
-  return DType::Q4_K;
+  return base;
 }
 
 }  // namespace
@@ -77,6 +73,8 @@ uint32_t file_type_of(OutType t) {
       return 15;
     case OutType::Q5_K:
       return 16;
+    case OutType::Q5_K_M:
+      return 17;
     case OutType::Q6_K:
       return 18;
     case OutType::BF16:
@@ -116,7 +114,10 @@ DType tensor_type_for(OutType t, const PlannedTensor& tensor, int64_t n_layer, b
       want = DType::Q6_K;
       break;
     case OutType::Q4_K_M:
-      want = q4_k_m_type(tensor, n_layer, has_output);
+      want = mixed_type(DType::Q4_K, tensor, n_layer, has_output);
+      break;
+    case OutType::Q5_K_M:
+      want = mixed_type(DType::Q5_K, tensor, n_layer, has_output);
       break;
     case OutType::AUTO:
       throw Error("internal: tensor_type_for(auto)");
@@ -146,6 +147,8 @@ bool is_fallback_type(OutType t, DType stored) {
       return stored != DType::Q6_K;
     case OutType::Q4_K_M:
       return stored != DType::Q4_K && stored != DType::Q6_K;
+    case OutType::Q5_K_M:
+      return stored != DType::Q5_K && stored != DType::Q6_K;
     case OutType::AUTO:
       break;
   }

@@ -56,8 +56,8 @@ void add_convert_command(CLI::App& app) {
   cmd->add_option(
       "--type", args->type,
       "tensor type of the matrices: auto (bf16 if the checkpoint is bf16, else f16), f32, f16, bf16, "
-      "q8_0, q4_0, q4_k, q5_k, q6_k, or q4_k_m (q4_k with q6_k for the output head and some attn_v / "
-      "ffn_down); 1-D tensors (norms) are always f32");
+      "q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m or q5_k_m (q4_k / q5_k with q6_k for the output head and some "
+      "attn_v / ffn_down, as `tandem quantize`); 1-D tensors (norms) are always f32");
   cmd->add_option("--threads", args->threads, "quantization threads (0: one per hardware thread)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--vocab-only", args->vocab_only,
