@@ -1,8 +1,336 @@
-// `tandem generate`: placeholder until its issue lands (the owner replaces this file).
+// `tandem generate -m MODEL.gguf (-p PROMPT | --prompt-ids 1,2,3) [-n N] [sampling flags] [--ctx N]
+// [--threads N] [--parallel N] [--ids]`: autoregressive generation on the CPU.
+//
+// One sequence streams its text to stdout as it is produced. --parallel N decodes N sequences of the same
+// prompt in one batch per step: the prompt is prefilled once in sequence 0 and forked into the others (the KV
+// blocks are shared, not copied); sequence i samples with seed + i. --prompt-ids may hold several prompts
+// separated by ';' (one sequence each, prefilled together in one batch). --ids prints the generated ids,
+// space-separated, one line per sequence. Prompt and generation speed go to stderr at the end.
+//
+// Hidden (for tests and the transformers parity script): --dump-logits FILE writes the logits of every prompt
+// row and of every decoded row as binary records: the header "TLOG" + uint32 n_vocab, then per row int32
+// sequence, int32 position, n_vocab float32 (little-endian).
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
 #include "commands.h"
+#include "core/error.h"
+#include "eval/default_model.h"
+#include "model/model_impl.h"
+#include "tandem/model.h"
+#include "tandem/sampling.h"
+#include "tandem/session.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tandem::cli {
+namespace {
 
-void add_generate_command(CLI::App& app) { (void)app; }
+struct GenerateArgs {
+  std::string model;
+  std::string prompt;
+  std::string prompt_ids;
+  int n_predict = 128;
+  float temperature = 0.8f;
+  int top_k = 40;
+  float top_p = 0.95f;
+  float min_p = 0.05f;
+  float repeat_penalty = 1.0f;
+  int repeat_last_n = 64;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  int64_t seed = -1;
+  int ctx = 4096;
+  int threads = 0;
+  int parallel = 1;
+  int batch = 512;
+  std::string kv_type = "f16";
+  bool ids = false;
+  bool ignore_eos = false;
+  bool no_bos = false;
+  bool verbose = false;
+  std::string dump_logits;
+};
+
+// "1,2,3;4,5" -> {{1, 2, 3}, {4, 5}}
+std::vector<std::vector<int32_t>> parse_prompt_ids(const std::string& s) {
+  std::vector<std::vector<int32_t>> prompts(1);
+  std::string num;
+  auto flush = [&]() {
+    if (num.empty()) return;
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(num, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    check(used == num.size() && v >= INT32_MIN && v <= INT32_MAX,
+          "--prompt-ids: '" + num + "' is not a token id (expected comma-separated integers)");
+    prompts.back().push_back(int32_t(v));
+    num.clear();
+  };
+  for (char c : s) {
+    if (c == ',' || c == ' ') {
+      flush();
+    } else if (c == ';') {
+      flush();
+      prompts.emplace_back();
+    } else {
+      num += c;
+    }
+  }
+  flush();
+  for (const auto& p : prompts) check(!p.empty(), "--prompt-ids: empty prompt in '" + s + "'");
+  return prompts;
+}
+
+KvType parse_kv_type(const std::string& s) {
+  if (s == "f32") return KvType::F32;
+  if (s == "f16") return KvType::F16;
+  if (s == "bf16") return KvType::BF16;
+  throw Error("--kv-type must be f32, f16 or bf16, got '" + s + "'");
+}
+
+class LogitsDump {
+ public:
+  LogitsDump(const std::string& path, int64_t n_vocab) : out_(path, std::ios::binary) {
+    check(static_cast<bool>(out_), "cannot write " + path);
+    out_.write("TLOG", 4);
+    const uint32_t n = uint32_t(n_vocab);
+    out_.write(reinterpret_cast<const char*>(&n), 4);
+  }
+  void row(int32_t seq, int32_t pos, std::span<const float> logits) {
+    out_.write(reinterpret_cast<const char*>(&seq), 4);
+    out_.write(reinterpret_cast<const char*>(&pos), 4);
+    out_.write(reinterpret_cast<const char*>(logits.data()), std::streamsize(logits.size() * sizeof(float)));
+    check(static_cast<bool>(out_), "writing the logits dump failed");
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void run_generate(const GenerateArgs& a) {
+  check(a.n_predict >= 0,
+        "-n must be >= 0 (the number of tokens to generate), got " + std::to_string(a.n_predict));
+  check(a.parallel >= 1, "--parallel must be at least 1, got " + std::to_string(a.parallel));
+  check(a.ctx >= 1, "--ctx must be at least 1, got " + std::to_string(a.ctx));
+  check(a.batch >= 1, "--batch must be at least 1, got " + std::to_string(a.batch));
+  check(a.threads >= 0, "--threads must be >= 0 (0 = all cores), got " + std::to_string(a.threads));
+  check(a.prompt.empty() != a.prompt_ids.empty(),
+        "give the prompt either as text (-p) or as ids (--prompt-ids)");
+
+  ModelParams mp;
+  mp.n_threads = a.threads;
+  // No -m: the small model shipped in models/ (models/README.md).
+  const auto model = Model::load(a.model.empty() ? eval::default_model_path(TANDEM_SOURCE_DIR) : a.model, mp);
+  const ModelInfo& info = model->info();
+  if (a.verbose)
+    std::fprintf(stderr, "model: %s %s, %lld layers, n_embd %lld, vocab %lld, %.1f M params, on %s\n",
+                 info.arch.c_str(), info.name.empty() ? "" : ("'" + info.name + "'").c_str(),
+                 (long long)info.n_layer, (long long)info.n_embd, (long long)info.n_vocab,
+                 double(info.n_params) / 1e6, info.device.c_str());
+
+  // The tokenizer is needed for a text prompt and for text output.
+  std::unique_ptr<tokenizer::Tokenizer> tok;
+  if (!a.prompt.empty() || !a.ids) {
+    try {
+      tok = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_gguf(*model->impl().file));
+    } catch (const Error& e) {
+      throw Error(std::string("this model's tokenizer cannot be used (") + e.what() +
+                  "); give --prompt-ids and --ids to work with token ids");
+    }
+  }
+
+  std::vector<std::vector<int32_t>> prompts;
+  if (!a.prompt_ids.empty()) {
+    prompts = parse_prompt_ids(a.prompt_ids);
+  } else {
+    prompts.push_back(tok->encode(a.prompt, /*add_special=*/!a.no_bos, /*parse_special=*/true));
+    check(!prompts[0].empty(), "the prompt is empty after tokenization");
+  }
+  const bool shared_prompt = prompts.size() == 1;
+  check(shared_prompt || a.parallel == 1 || a.parallel == int(prompts.size()),
+        "--parallel " + std::to_string(a.parallel) + " does not match the " + std::to_string(prompts.size()) +
+            " prompts of --prompt-ids");
+  const int n_seq = shared_prompt ? a.parallel : int(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i)
+    check(int64_t(prompts[i].size()) <= a.ctx, "the prompt has " + std::to_string(prompts[i].size()) +
+                                                   " tokens but the context holds " + std::to_string(a.ctx) +
+                                                   " (--ctx)");
+
+  SessionParams sp;
+  sp.n_ctx = a.ctx;
+  sp.n_seq_max = n_seq;
+  sp.n_batch = a.batch;
+  sp.kv_type = parse_kv_type(a.kv_type);
+  Session session(model, sp);
+  std::unique_ptr<LogitsDump> dump;
+  if (!a.dump_logits.empty()) dump = std::make_unique<LogitsDump>(a.dump_logits, info.n_vocab);
+
+  SamplingParams base;
+  base.temperature = a.temperature;
+  base.top_k = a.top_k;
+  base.top_p = a.top_p;
+  base.min_p = a.min_p;
+  base.repeat_penalty = a.repeat_penalty;
+  base.penalty_last_n = a.repeat_last_n;
+  base.presence_penalty = a.presence_penalty;
+  base.frequency_penalty = a.frequency_penalty;
+  uint64_t seed = uint64_t(a.seed);
+  if (a.seed < 0) {
+    std::random_device rd;
+    seed = (uint64_t(rd()) << 32) ^ rd();
+  }
+  std::vector<Sampler> samplers;
+  for (int i = 0; i < n_seq; ++i) {
+    SamplingParams p = base;
+    p.seed = seed + uint64_t(i);
+    samplers.emplace_back(p);
+    samplers.back().accept(prompts[shared_prompt ? 0 : size_t(i)]);
+  }
+  auto is_eos = [&](int32_t t) {
+    if (a.ignore_eos) return false;
+    if (tok) return tok->is_end_of_generation(t);
+    for (int32_t e : info.eos_ids)
+      if (e == t) return true;
+    return false;
+  };
+
+  // Prefill: the shared prompt once in sequence 0 (then forked), or every prompt in one batch.
+  const auto t_prompt = std::chrono::steady_clock::now();
+  Batch batch;
+  std::vector<size_t> logit_row(static_cast<size_t>(n_seq), 0);
+  size_t n_prompt_tokens = 0;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    for (size_t j = 0; j < prompts[i].size(); ++j)
+      batch.add(prompts[i][j], int32_t(j), int32_t(i), dump != nullptr || j + 1 == prompts[i].size());
+    logit_row[i] = batch.size() - 1;
+    n_prompt_tokens += prompts[i].size();
+  }
+  if (a.n_predict > 0 || dump) session.decode(batch);
+  if (dump)
+    for (size_t r = 0; r < batch.size(); ++r)
+      dump->row(batch.seq_ids[r], batch.positions[r], session.logits(r));
+  if (shared_prompt) {
+    for (int i = 1; i < n_seq; ++i) {
+      session.seq_fork(0, i);
+      logit_row[size_t(i)] = logit_row[0];
+    }
+  }
+  const double prompt_s = seconds_since(t_prompt);
+
+  // Generation: one batch per step with one row per unfinished sequence.
+  const auto t_gen = std::chrono::steady_clock::now();
+  std::vector<std::vector<int32_t>> generated(static_cast<size_t>(n_seq));
+  std::vector<bool> done(static_cast<size_t>(n_seq), a.n_predict == 0);
+  std::unique_ptr<tokenizer::StreamingDetokenizer> stream;
+  const bool stream_text = !a.ids && n_seq == 1;
+  if (stream_text) stream = std::make_unique<tokenizer::StreamingDetokenizer>(*tok);
+  size_t n_generated = 0;
+  for (;;) {
+    std::vector<int32_t> next(static_cast<size_t>(n_seq), -1);
+    for (int i = 0; i < n_seq; ++i) {
+      if (done[size_t(i)]) continue;
+      const int32_t t = samplers[size_t(i)].sample(session.logits(logit_row[size_t(i)]));
+      samplers[size_t(i)].accept(t);
+      if (is_eos(t)) {
+        done[size_t(i)] = true;
+        continue;
+      }
+      generated[size_t(i)].push_back(t);
+      ++n_generated;
+      if (stream) {
+        const std::string piece = stream->push(t);
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+      }
+      if (int(generated[size_t(i)].size()) >= a.n_predict)
+        done[size_t(i)] = true;  // the last token needs no forward pass
+      else
+        next[size_t(i)] = t;
+    }
+    batch.clear();
+    for (int i = 0; i < n_seq; ++i) {
+      if (next[size_t(i)] < 0) continue;
+      logit_row[size_t(i)] = batch.size();
+      batch.add(next[size_t(i)], session.seq_len(i), i, true);
+    }
+    if (batch.empty()) break;
+    session.decode(batch);
+    if (dump)
+      for (size_t r = 0; r < batch.size(); ++r)
+        dump->row(batch.seq_ids[r], batch.positions[r], session.logits(r));
+  }
+  const double gen_s = seconds_since(t_gen);
+
+  if (stream) {
+    const std::string rest = stream->flush();
+    std::fwrite(rest.data(), 1, rest.size(), stdout);
+    std::fputc('\n', stdout);
+  } else if (a.ids) {
+    for (const auto& g : generated) {
+      std::string line;
+      for (size_t j = 0; j < g.size(); ++j) line += (j ? " " : "") + std::to_string(g[j]);
+      std::printf("%s\n", line.c_str());
+    }
+  } else {
+    for (int i = 0; i < n_seq; ++i) {
+      std::printf("=== sequence %d (seed %llu) ===\n%s\n", i, (unsigned long long)(seed + uint64_t(i)),
+                  tok->decode(generated[size_t(i)]).c_str());
+    }
+  }
+  std::fflush(stdout);
+  std::fprintf(stderr, "prompt: %zu tokens in %.3f s (%.2f tokens/s)\n", n_prompt_tokens, prompt_s,
+               prompt_s > 0 ? double(n_prompt_tokens) / prompt_s : 0.0);
+  const std::string seed_note = base.greedy() ? "greedy" : "seed " + std::to_string(seed);
+  std::fprintf(stderr, "generation: %zu tokens in %d sequence%s in %.3f s (%.2f tokens/s, %s)\n", n_generated,
+               n_seq, n_seq == 1 ? "" : "s", gen_s, gen_s > 0 ? double(n_generated) / gen_s : 0.0,
+               seed_note.c_str());
+}
+
+}  // namespace
+
+void add_generate_command(CLI::App& app) {
+  auto args = std::make_shared<GenerateArgs>();
+  CLI::App* cmd = app.add_subcommand("generate", "Generate text with a model (autoregressive, CPU)");
+  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);  // a later flag overrides
+  cmd->add_option("-m,--model", args->model,
+                  "Model file (GGUF); default: the shipped models/tandem-small-q8_0.gguf");
+  cmd->add_option("-p,--prompt", args->prompt, "Prompt text");
+  cmd->add_option("--prompt-ids", args->prompt_ids,
+                  "Prompt as token ids, comma-separated; several prompts separated by ';' run as one batch");
+  cmd->add_option("-n,--n-predict", args->n_predict, "Tokens to generate per sequence");
+  cmd->add_option("--temp", args->temperature, "Temperature (<= 0: greedy)");
+  cmd->add_option("--top-k", args->top_k, "Top-k (0: off)");
+  cmd->add_option("--top-p", args->top_p, "Top-p (1: off)");
+  cmd->add_option("--min-p", args->min_p, "Min-p (0: off)");
+  cmd->add_option("--repeat-penalty", args->repeat_penalty, "Repetition penalty (1: off)");
+  cmd->add_option("--repeat-last-n", args->repeat_last_n, "Tokens the penalties look back over (-1: all)");
+  cmd->add_option("--presence-penalty", args->presence_penalty, "Presence penalty (0: off)");
+  cmd->add_option("--frequency-penalty", args->frequency_penalty, "Frequency penalty (0: off)");
+  cmd->add_option("--seed", args->seed, "Random seed (-1: random); sequence i uses seed + i");
+  cmd->add_option("-c,--ctx", args->ctx, "KV cache size in positions, shared by all sequences");
+  cmd->add_option("-t,--threads", args->threads, "CPU threads (0: all cores)");
+  cmd->add_option("--parallel", args->parallel, "Sequences decoded together from the same prompt");
+  cmd->add_option("-b,--batch", args->batch, "Rows per forward pass during prompt processing");
+  cmd->add_option("--kv-type", args->kv_type, "KV cache type: f32, f16 or bf16");
+  cmd->add_flag("--ids", args->ids, "Print generated token ids (one line per sequence) instead of text");
+  cmd->add_flag("--ignore-eos", args->ignore_eos, "Do not stop at end-of-generation tokens");
+  cmd->add_flag("--no-bos", args->no_bos, "Do not add the BOS token to a text prompt");
+  cmd->add_flag("-v,--verbose", args->verbose, "Describe the model on stderr before generating");
+  cmd->add_option("--dump-logits", args->dump_logits, "Write every computed row of logits to FILE (tests)")
+      ->group("");  // hidden
+  cmd->callback([args]() { run_generate(*args); });
+}
 
 }  // namespace tandem::cli
