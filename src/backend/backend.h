@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -324,6 +325,16 @@ class Device {
   virtual void copy_to_peer(Stream& stream, void* dst, Device& dst_dev, const void* src, size_t bytes) = 0;
 
   virtual Ops& ops() = 0;
+
+  // Runs `body`, which enqueues work on `stream`, as a replay of a recording of it (a CUDA graph): the first
+  // call with a key records body's work and replays it, later calls with the key only replay. The caller
+  // guarantees that every call with the same key enqueues the same work on the same memory: only the contents
+  // of device tensors (token ids, positions, block tables, lengths) may differ between calls. Devices without
+  // recordings (the CPU) just run body. A device drops its recordings when its Ops workspace is reallocated.
+  virtual void run_recorded(Stream& stream, uint64_t key, const std::function<void(Stream&)>& body) {
+    (void)key;
+    body(stream);
+  }
 };
 
 // Creates the device `id` (cpu:N, or cuda:N when built with CUDA). Throws Error for a device that does not exist

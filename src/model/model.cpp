@@ -15,6 +15,17 @@ int32_t token_id_key(const gguf::GgufFile& f, const char* key, int64_t n_vocab) 
   return id >= 0 && id < n_vocab ? int32_t(id) : -1;
 }
 
+// "cpu", "cpu:N", "cuda", "cuda:N".
+DeviceId parse_model_device(const std::string& s) {
+  const bool cpu = s.rfind("cpu", 0) == 0, cuda = s.rfind("cuda", 0) == 0;
+  const size_t n = cpu ? 3 : 4;
+  check((cpu || cuda) && (s.size() == n || (s[n] == ':' && s.size() > n + 1 &&
+                                            s.find_first_not_of("0123456789", n + 1) == std::string::npos)),
+        "device '" + s + "': expected cpu, cpu:N, cuda or cuda:N");
+  const int index = s.size() > n ? std::stoi(s.substr(n + 1)) : 0;
+  return DeviceId{cpu ? DeviceKind::CPU : DeviceKind::CUDA, index};
+}
+
 }  // namespace
 
 Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -30,7 +41,7 @@ std::shared_ptr<Model> Model::load(const std::string& path, const ModelParams& p
   impl->file = std::make_unique<gguf::GgufFile>(gguf::GgufFile::open(path));
   DeviceOptions options;
   options.n_threads = params.n_threads;
-  impl->device = create_device(DeviceId{DeviceKind::CPU, 0}, options);
+  impl->device = create_device(parse_model_device(params.device), options);
   impl->decoder = load_decoder_model(*impl->file, impl->device->id());
 
   const gguf::GgufFile& f = *impl->file;

@@ -34,8 +34,38 @@ bool matmul_dtype(DType t) {
 }  // namespace
 
 WeightLoader::WeightLoader(const gguf::GgufFile& file, DeviceId device) : file_(file), device_(device) {
-  check(device.kind == DeviceKind::CPU,
-        "loading weights onto " + device.to_string() + " is not supported yet");
+  if (device.kind == DeviceKind::CPU) return;
+  upload_device_ = create_device(device);
+  uint64_t total = 0;
+  for (const gguf::TensorInfo& t : file.tensors()) total += (t.nbytes + 255) / 256 * 256;
+  const size_t free_b = upload_device_->free_memory(), total_b = upload_device_->total_memory();
+  auto gib = [](double b) { return std::to_string(b / double(1u << 30)).substr(0, 5) + " GiB"; };
+  check(total <= free_b, "the model's weights need " + gib(double(total)) + " on " + upload_device_->name() +
+                             ", which has " + gib(double(free_b)) + " free of " + gib(double(total_b)) +
+                             ": use a smaller quantization (q8_0, q4_k) or split the model over more devices");
+  device_weights_ = upload_device_->allocate(std::max<uint64_t>(total, 256));
+}
+
+Tensor WeightLoader::to_device(const Tensor& host, const std::string& name) {
+  auto it = uploaded_.find(name);
+  void* dst = it != uploaded_.end() ? it->second : nullptr;
+  if (!dst) {
+    const size_t bytes = host.nbytes();
+    if (device_used_ + bytes <= device_weights_.size()) {
+      dst = static_cast<char*>(device_weights_.data()) + device_used_;
+      device_used_ += (bytes + 255) / 256 * 256;
+    } else {  // converted vectors (f16 -> f32) are larger than in the file
+      dst = device_owned_.emplace_back(upload_device_->allocate(std::max<size_t>(bytes, 1))).data();
+    }
+    Stream& s = upload_device_->default_stream();
+    upload_device_->copy_from_host(s, dst, host.data, bytes);
+    s.synchronize();  // the model's own stream uses the weights next
+    uploaded_[name] = dst;
+  }
+  Tensor t = host;
+  t.data = dst;
+  t.device = device_;
+  return t;
 }
 
 const gguf::TensorInfo& WeightLoader::find(const std::string& name) {
@@ -55,10 +85,14 @@ void WeightLoader::check_shape(const gguf::TensorInfo& info, const std::vector<i
         "tensor " + info.name + " has shape " + shape_string(actual) + ", expected " + shape_string(expect));
 }
 
-Tensor WeightLoader::view(const gguf::TensorInfo& info) const {
+Tensor WeightLoader::view(const gguf::TensorInfo& info) {
   Tensor t = Tensor::contiguous(info.type, {info.ne[0], info.ne[1], info.ne[2], info.ne[3]},
-                                const_cast<uint8_t*>(file_.tensor_data(info)), device_);
-  return t;
+                                const_cast<uint8_t*>(file_.tensor_data(info)), DeviceId{});
+  if (device_.kind == DeviceKind::CPU) {
+    t.device = device_;
+    return t;
+  }
+  return to_device(t, info.name);
 }
 
 Tensor WeightLoader::matrix(const std::string& name, std::initializer_list<int64_t> shape) {
@@ -90,7 +124,12 @@ Tensor WeightLoader::vector(const std::string& name, int64_t n) {
     std::memcpy(&h, src + i, 2);
     dst[size_t(i)] = info.type == DType::F16 ? fp16_to_fp32(h) : bf16_to_fp32(h);
   }
-  return Tensor::contiguous(DType::F32, {n}, dst.data(), device_);
+  Tensor t = Tensor::contiguous(DType::F32, {n}, dst.data(), DeviceId{});
+  if (device_.kind == DeviceKind::CPU) {
+    t.device = device_;
+    return t;
+  }
+  return to_device(t, name + " (f32)");
 }
 
 std::optional<Tensor> WeightLoader::optional_vector(const std::string& name, int64_t n) {

@@ -10,10 +10,13 @@
 #pragma once
 
 #include <deque>
+#include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "core/tensor.h"
 #include "gguf/gguf.h"
 
@@ -21,8 +24,10 @@ namespace tandem {
 
 class WeightLoader {
  public:
-  // Tensors for `device` (only CPU devices for now: the views point into file's mapping, which must outlive
-  // them).
+  // Tensors for `device`. CPU: the views point into file's mapping, which must outlive them. Other devices
+  // (CUDA): every tensor handed out is copied into one device allocation sized for all tensors of the file up
+  // front, so that a model that does not fit fails at once with the sizes; the views point there and the
+  // loader keeps the memory.
   WeightLoader(const gguf::GgufFile& file, DeviceId device);
 
   // A matrix for Ops::matmul / get_rows: F32, F16, BF16 or a supported block type, of exactly `shape`.
@@ -42,12 +47,20 @@ class WeightLoader {
  private:
   const gguf::TensorInfo& find(const std::string& name);
   void check_shape(const gguf::TensorInfo& info, const std::vector<int64_t>& shape) const;
-  Tensor view(const gguf::TensorInfo& info) const;
+  Tensor view(const gguf::TensorInfo& info);
 
   const gguf::GgufFile& file_;
   DeviceId device_;
   std::vector<std::string> used_;
   std::deque<std::vector<float>> owned_;  // deque: growing keeps earlier buffers in place
+
+  // Device copies (non-CPU devices only).
+  Tensor to_device(const Tensor& host, const std::string& name);
+  std::unique_ptr<Device> upload_device_;
+  Buffer device_weights_;
+  size_t device_used_ = 0;
+  std::map<std::string, void*> uploaded_;
+  std::deque<Buffer> device_owned_;
 };
 
 }  // namespace tandem

@@ -3,6 +3,7 @@
 #include "tandem/session.h"
 
 #include <algorithm>
+#include <atomic>
 #include <string>
 
 #include "core/error.h"
@@ -73,6 +74,7 @@ struct Session::Impl {
   std::vector<int32_t> tap_layers;
   TapDestination tap_dst;
   std::vector<LayerTap> taps;
+  uint64_t graph_session_id = 0;  // identifies this session's recorded graphs on the device
 
   Impl(std::shared_ptr<Model> m, const SessionParams& p)
       : model(std::move(m)),
@@ -302,7 +304,11 @@ void Session::Impl::run_chunk(const Batch& batch, size_t r0, size_t r1, size_t o
                                        d_block_tables.buffer.data(), dev);
   ab.seq_lens = d_seq_lens.view(params.n_seq_max, dev);
   device.copy_from_host(stream, ab.seq_lens.data, h_seq_lens.data(), h_seq_lens.size() * 4);
-  ab.max_seq_len = max_len;
+  // Decode-sized chunks of token rows run as a recorded CUDA graph (Device::run_recorded), one per (session,
+  // rows, logit rows): every pointer is fixed, and max_seq_len is the session's capacity so that the recorded
+  // attention launch covers any length. The CPU device runs the forward directly.
+  const bool record = device.id().kind != DeviceKind::CPU && T <= 64 && tap_layers.empty() && !batch.tokens.empty();
+  ab.max_seq_len = record ? int32_t(int64_t(table.n_blocks()) * params.block_size) : max_len;
 
   in.n_out = n_out;
   in.out_rows_all = n_out == T;
@@ -326,7 +332,16 @@ void Session::Impl::run_chunk(const Batch& batch, size_t r0, size_t r1, size_t o
   }
   in.taps = taps;
 
-  decoder.forward(stream, ops, in, storage->layers(), *scratch);
+  auto forward = [&](Stream& st) { decoder.forward(st, ops, in, storage->layers(), *scratch); };
+  if (record) {
+    static std::atomic<uint64_t> next_session_id{1};  // keys never repeat, also after a session is destroyed
+    if (graph_session_id == 0) graph_session_id = next_session_id++;
+    const uint64_t key = (graph_session_id << 32) | (uint64_t(T) << 16) | (uint64_t(n_out) << 1) |
+                         uint64_t(in.out_rows_all);
+    device.run_recorded(stream, key, forward);
+  } else {
+    forward(stream);
+  }
   if (n_out > 0)
     device.copy_to_host(stream, logits.data() + out0 * size_t(n_vocab), d_logits_buf.data(),
                         size_t(n_out) * size_t(n_vocab) * sizeof(float));
