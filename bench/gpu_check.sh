@@ -13,13 +13,26 @@ mkdir -p "$OUT"
 STAGES=${STAGES:-"info build tests sanitizer kernels models bench"}
 MODELS=${MODELS:-"qwen3-0.6b qwen3-8b"}
 BENCH_ARGS=${BENCH_ARGS:-"-p 512 -n 128 -b 1,8,32 -r 3"}
-MODEL_DIR=${MODEL_DIR:-/tmp/tandem-models}
+# Models in RAM (/dev/shm) when it has room for the 8B set (~50 GB at the peak), else on disk.
+shm_free=$(df -BG --output=avail /dev/shm 2>/dev/null | tail -1 | tr -dc 0-9)
+if [ -z "${MODEL_DIR:-}" ]; then
+  if [ "${shm_free:-0}" -ge 60 ]; then MODEL_DIR=/dev/shm/tandem-models; else MODEL_DIR=/tmp/tandem-models; fi
+fi
 export PATH=/usr/local/cuda/bin:$PATH
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 LOG="$OUT/gpu_check.log"
 exec > >(tee -a "$LOG") 2>&1
 has() { [[ " $STAGES " == *" $1 "* ]]; }
 stage() { echo; echo "=== $* ($(date +%T), ${SECONDS}s)"; }
+
+# Libraries the carried binaries need (cuBLASLt, cudart) may live in the Python packages rather than in the
+# toolkit's lib64: add whatever directory holds them.
+for lib in libcublasLt.so.13 libcudart.so.13; do
+  if ! ldconfig -p 2>/dev/null | grep -q "$lib" && ! ls /usr/local/cuda/lib64/$lib >/dev/null 2>&1; then
+    d=$(dirname "$(find / -name "$lib*" -not -path "/proc/*" 2>/dev/null | head -1)" 2>/dev/null)
+    [ -n "$d" ] && [ "$d" != "." ] && export LD_LIBRARY_PATH="$d:$LD_LIBRARY_PATH" && echo "using $lib from $d"
+  fi
+done
 
 BIN=""
 if [ -x gpu-bin/tandem ] && [ -x gpu-bin/tandem_gpu_tests ]; then
@@ -52,29 +65,29 @@ echo "binaries: $BIN"
 
 if has tests; then
   stage tests
-  "$BIN/tandem_gpu_tests" --gtest_brief=1 2>&1 | tail -60
+  timeout ${T_TESTS:-200} "$BIN/tandem_gpu_tests" --gtest_brief=1 2>&1 | tail -80
 fi
 
 if has sanitizer; then
   stage compute-sanitizer
-  SUB='GpuOps.*:GpuMatmul.StridedActivations:GpuAttention.*:GpuDevice.GraphCapture*'
-  compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/tandem_gpu_tests" --gtest_brief=1 --gtest_filter="$SUB" \
+  SUB='GpuOps.*:GpuMatmul.StridedActivations:GpuAttention.*:GpuDevice.GraphCapture*:GpuShippedModel.*'
+  timeout ${T_SAN:-150} compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/tandem_gpu_tests" --gtest_brief=1 --gtest_filter="$SUB" \
     >"$OUT/sanitizer.log" 2>&1
   echo "memcheck exit code $?"; grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/sanitizer.log" | tail -5
-  compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN/tandem_gpu_tests" --gtest_brief=1 \
-    --gtest_filter='GpuAttention.PrefillKernelTensorCores:GpuOps.ArgmaxAndSampling:GpuMatmul.StridedActivations' \
+  timeout ${T_SAN:-150} compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN/tandem_gpu_tests" --gtest_brief=1 \
+    --gtest_filter='GpuAttention.SmallCasesForSanitizer:GpuOps.SmallSamplingForSanitizer:GpuMatmul.StridedActivations' \
     >>"$OUT/sanitizer.log" 2>&1
   echo "racecheck exit code $?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY" "$OUT/sanitizer.log" | tail -3
 fi
 
 if has kernels; then
   stage kernels
-  "$BIN/tandem" bench --kernels -o md | tee "$OUT/kernels.md"
+  timeout ${T_KERNELS:-120} "$BIN/tandem" bench --kernels -o md 2>&1 | tee "$OUT/kernels.md"
 fi
 
 if has models; then
   stage models
-  bench/models.sh "$MODEL_DIR" "$BIN/tandem" "$MODELS" 2>&1 | tail -20
+  timeout ${T_MODELS:-300} bench/models.sh "$MODEL_DIR" "$BIN/tandem" "$MODELS" 2>&1 | tail -20
 fi
 
 if has bench; then
@@ -84,7 +97,7 @@ if has bench; then
       f="$MODEL_DIR/$shape-$q.gguf"
       [ -f "$f" ] || continue
       echo "--- $f"
-      "$BIN/tandem" bench -m "$f" $BENCH_ARGS -o md 2>&1 | tee -a "$OUT/bench.md"
+      timeout ${T_BENCH:-90} "$BIN/tandem" bench -m "$f" $BENCH_ARGS -o md 2>&1 | tee -a "$OUT/bench.md"
     done
   done
 fi

@@ -50,10 +50,10 @@ class GpuAttention : public GpuTest {
       max_len = std::max(max_len, len);
     }
     const int n_blocks = total_blocks + 2;
-    std::vector<int32_t> perm(size_t(n_blocks));
+    std::vector<int32_t> perm(static_cast<size_t>(n_blocks));
     std::iota(perm.begin(), perm.end(), 0);
     std::shuffle(perm.begin(), perm.end(), rng);
-    std::vector<int32_t> tables(size_t(max_blocks * n_seqs), 0), lens(size_t(n_seqs));
+    std::vector<int32_t> tables(static_cast<size_t>(max_blocks * n_seqs), 0), lens(static_cast<size_t>(n_seqs));
     int next = 0;
     for (int s = 0; s < n_seqs; ++s) {
       lens[size_t(s)] = c.seqs[size_t(s)].cached_before + c.seqs[size_t(s)].new_rows;
@@ -166,6 +166,16 @@ TEST_F(GpuAttention, PrefillKernelTensorCores) {
   k.padding_row = true;
   k.tol = 1.5e-2;
   run(k, seed++);
+}
+
+// One small case of each kernel, for compute-sanitizer (racecheck is slow on shared-memory-heavy kernels).
+TEST_F(GpuAttention, SmallCasesForSanitizer) {
+  Case p{MaskKind::Block, 4, 2, 64, 64, DType::BF16, {{3, 70}, {0, 3}}};
+  p.tol = 1.5e-2;
+  run(p, 900);
+  Case d{MaskKind::Causal, 4, 2, 64, 40, DType::F16, {{300, 2}, {0, 1}}};
+  d.padding_row = true;
+  run(d, 901);
 }
 
 }  // namespace

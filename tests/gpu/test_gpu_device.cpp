@@ -68,7 +68,7 @@ TEST_F(GpuDevice, GraphCaptureOfDecodeOpsReplaysWithNewInputs) {
   Pair xn = make_out(DType::F32, {K, 1});
   Pair kc = make(DType::BF16, {hd, n_kv, bs, n_blocks}, nullptr), vc = make(DType::BF16, {hd, n_kv, bs, n_blocks}, nullptr);
   {
-    std::vector<uint16_t> init(size_t(hd * n_kv * bs * n_blocks));
+    std::vector<uint16_t> init(static_cast<size_t>(hd * n_kv * bs * n_blocks));
     for (auto& h : init) h = fp32_to_bf16(std::uniform_real_distribution<float>(-1, 1)(rng));
     std::memcpy(kc.host.data(), init.data(), kc.host.size());
     upload(kc);

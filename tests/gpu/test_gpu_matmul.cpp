@@ -58,7 +58,7 @@ class GpuMatmul : public GpuTest {
     for (int64_t t = 0; t < c.T; ++t) {
       const int64_t xr = strided ? 2 * t : t;
       const float* x = xbuf.data() + xr * c.K;
-      std::vector<double> d(size_t(c.K / 32));
+      std::vector<double> d(static_cast<size_t>(c.K / 32));
       for (int64_t b = 0; b < c.K / 32; ++b) {
         float m = 0;
         for (int i = 0; i < 32; ++i) m = std::max(m, std::fabs(x[b * 32 + i]));

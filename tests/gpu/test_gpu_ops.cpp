@@ -179,7 +179,7 @@ TEST_F(GpuOps, ArgmaxAndSampling) {
   cops().argmax_rows(cs(), l.cpu, am.cpu);
   EXPECT_EQ(download_i32(am), host_i32(am));
 
-  std::vector<float> u(size_t(T));
+  std::vector<float> u(static_cast<size_t>(T));
   for (auto& x : u) x = std::uniform_real_distribution<float>(0.0f, 0.999f)(rng);
   Pair uni = make_f32({T}, u);
   const SamplerParams cases[] = {{0.0f, 0, 1.0f, 0.0f}, {1.0f, 0, 1.0f, 0.0f},  {0.8f, 40, 1.0f, 0.0f},
@@ -201,15 +201,32 @@ TEST_F(GpuOps, ArgmaxAndSampling) {
       same += g[size_t(t)] == c[size_t(t)];
     }
     EXPECT_GE(same, T - 1);
-    if (p.temperature <= 0.0f || p.top_k == 1) EXPECT_EQ(g, c);
+    if (p.temperature <= 0.0f || p.top_k == 1) {
+      EXPECT_EQ(g, c);
+    }
   }
+}
+
+// A small sampling case for compute-sanitizer's racecheck.
+TEST_F(GpuOps, SmallSamplingForSanitizer) {
+  std::mt19937 rng(8);
+  const int64_t V = 3000, T = 3;
+  Pair l = make_f32({V, T}, random_floats(size_t(V * T), rng, -4, 4));
+  Pair uni = make_f32({T}, {0.1f, 0.5f, 0.9f});
+  Pair out = make_out(DType::I32, {T});
+  gops().sample_rows(gs(), l.dev, SamplerParams{0.9f, 20, 0.9f, 0.02f}, uni.dev, out.dev);
+  cops().sample_rows(cs(), l.cpu, SamplerParams{0.9f, 20, 0.9f, 0.02f}, uni.cpu, out.cpu);
+  EXPECT_EQ(download_i32(out), host_i32(out));
+  Pair am = make_out(DType::I32, {T}), ent = make_out(DType::F32, {T}), smp = make_out(DType::I32, {T});
+  gops().diffusion_sample_rows(gs(), l.dev, 1.0f, uni.dev, am.dev, ent.dev, smp.dev);
+  EXPECT_EQ(download_i32(am).size(), size_t(T));
 }
 
 TEST_F(GpuOps, DiffusionSampleRows) {
   std::mt19937 rng(7);
   const int64_t V = 5000, T = 33;
   Pair l = make_f32({V, T}, random_floats(size_t(V * T), rng, -5, 5));
-  std::vector<float> u(size_t(T));
+  std::vector<float> u(static_cast<size_t>(T));
   for (auto& x : u) x = std::uniform_real_distribution<float>(0.0f, 0.999f)(rng);
   Pair uni = make_f32({T}, u);
   Pair am = make_out(DType::I32, {T}), ent = make_out(DType::F32, {T}), smp = make_out(DType::I32, {T});

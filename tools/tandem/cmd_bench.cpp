@@ -135,7 +135,7 @@ double measure_copy_bandwidth(Device& dev, size_t bytes) {
 // F32-weight matmul rate on the CPU, in FLOP/s (the CPU has no bf16 matrix unit to compare against).
 double measure_cpu_matmul_rate(Device& dev) {
   const int64_t K = 1024, N = 1024, T = 64;
-  std::vector<float> w(size_t(K * N)), x(size_t(K * T)), y(size_t(N * T));
+  std::vector<float> w(static_cast<size_t>(K * N)), x(size_t(K * T)), y(static_cast<size_t>(N * T));
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> d(-1, 1);
   for (auto& v : w) v = d(rng);
@@ -245,10 +245,7 @@ double run_tg(Session& session, int n, int n_seq, std::mt19937& rng, int64_t n_v
 std::shared_ptr<Model> load_model(const std::string& path, DeviceId dev, int threads) {
   ModelParams mp;
   mp.n_threads = threads;
-  check(dev.kind == DeviceKind::CPU,
-        "tandem bench --device " + dev.to_string() +
-            ": loading a whole model onto a CUDA device is not supported by Model::load yet; use --kernels to "
-            "time the CUDA kernels on the model's shapes, or --device cpu");
+  mp.device = dev.to_string();
   return Model::load(path, mp);
 }
 
@@ -331,7 +328,7 @@ std::vector<KernelResult> bench_kernels(Device& dev, const ModelShape& shape) {
 
   // Matrix-vector (decode) per weight dtype, on the FFN matrices {E, F} (gate/up) and {F, E} (down).
   const DType types[] = {DType::BF16, DType::F16, DType::Q8_0, DType::Q6_K, DType::Q5_K, DType::Q4_K, DType::Q4_0};
-  std::vector<float> src(size_t(E * F));
+  std::vector<float> src(static_cast<size_t>(E * F));
   {
     std::uniform_real_distribution<float> d(-0.05f, 0.05f);
     for (auto& v : src) v = d(rng);
@@ -374,7 +371,7 @@ std::vector<KernelResult> bench_kernels(Device& dev, const ModelShape& shape) {
     const int64_t T = int64_t(n_seq) * rows_per_seq;
     Buffer kc = dev.allocate(size_t(hd * nkv * bs * n_blocks) * 2), vc = dev.allocate(size_t(hd * nkv * bs * n_blocks) * 2);
     {
-      std::vector<uint16_t> h(size_t(hd * nkv * bs * n_blocks));
+      std::vector<uint16_t> h(static_cast<size_t>(hd * nkv * bs * n_blocks));
       std::uniform_real_distribution<float> d(-1, 1);
       for (auto& v : h) v = fp32_to_fp16(d(rng));
       dev.copy_from_host(s, kc.data(), h.data(), h.size() * 2);

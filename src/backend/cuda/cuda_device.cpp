@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "backend/cuda/cuda_check.h"
@@ -87,11 +88,14 @@ CudaDevice::CudaDevice(int index, const DeviceOptions&) : index_(index) {
   TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
   stream_ = std::make_unique<CudaStream>(id(), s, true);
   ops_ = std::make_unique<CudaOps>(index_);
+  const char* no_graphs = std::getenv("TANDEM_NO_GRAPHS");
+  graphs_enabled_ = !(no_graphs && *no_graphs && *no_graphs != '0');
 }
 
 CudaDevice::~CudaDevice() {
   cudaSetDevice(index_);
   cudaDeviceSynchronize();
+  drop_graphs();
   ops_.reset();
   stream_.reset();
   for (int i = 0; i < 2; ++i) {
@@ -158,6 +162,51 @@ std::unique_ptr<Event> CudaDevice::create_event() { return std::make_unique<Cuda
 void CudaDevice::synchronize() {
   DeviceGuard g(index_);
   TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void CudaDevice::drop_graphs() {
+  for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+  graphs_.clear();
+  capture_failures_.clear();
+}
+
+void CudaDevice::run_recorded(Stream& stream, uint64_t key, const std::function<void(Stream&)>& body) {
+  DeviceGuard g(index_);
+  cudaStream_t s = stream_of(stream, index_);
+  if (!graphs_enabled_) return body(stream);
+  if (ops_->workspace_generation() != graphs_generation_) {
+    TANDEM_CUDA_CHECK(cudaDeviceSynchronize());  // replays in flight may still use the old graphs
+    drop_graphs();
+    graphs_generation_ = ops_->workspace_generation();
+  }
+  const auto id = std::make_pair(key, s);
+  if (auto it = graphs_.find(id); it != graphs_.end()) {
+    TANDEM_CUDA_CHECK(cudaGraphLaunch(it->second, s));
+    return;
+  }
+  if (capture_failures_[id] >= 2) return body(stream);  // this work cannot be captured: run it directly
+  TANDEM_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  try {
+    body(stream);
+  } catch (...) {
+    cudaGraph_t partial = nullptr;
+    cudaStreamEndCapture(s, &partial);
+    if (partial) cudaGraphDestroy(partial);
+    cudaGetLastError();
+    throw;
+  }
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(s, &graph);
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t inst = end == cudaSuccess ? cudaGraphInstantiate(&exec, graph, 0) : end;
+  if (graph) cudaGraphDestroy(graph);
+  if (inst != cudaSuccess) {  // e.g. a first-use initialisation that capture does not allow: run directly
+    cudaGetLastError();
+    ++capture_failures_[id];
+    return body(stream);
+  }
+  graphs_[id] = exec;
+  TANDEM_CUDA_CHECK(cudaGraphLaunch(exec, s));
 }
 
 void CudaDevice::staged_copy_from_host(cudaStream_t stream, void* dst, const void* src, size_t bytes) {

@@ -5,9 +5,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_ops.h"
@@ -85,6 +87,10 @@ class CudaDevice final : public Device {
                size_t height, CopyKind kind) override;
   void copy_to_peer(Stream& stream, void* dst, Device& dst_dev, const void* src, size_t bytes) override;
   Ops& ops() override { return *ops_; }
+  // CUDA graphs, one per (key, stream); dropped when the Ops workspace is reallocated. Set TANDEM_NO_GRAPHS=1
+  // to run every body directly (for comparisons).
+  void run_recorded(Stream& stream, uint64_t key, const std::function<void(Stream&)>& body) override;
+  size_t recorded_graphs() const { return graphs_.size(); }
 
   int index() const { return index_; }
   const cudaDeviceProp& properties() const { return props_; }
@@ -97,6 +103,12 @@ class CudaDevice final : public Device {
   cudaDeviceProp props_{};
   std::unique_ptr<CudaStream> stream_;
   std::unique_ptr<CudaOps> ops_;
+
+  void drop_graphs();
+  std::map<std::pair<uint64_t, cudaStream_t>, cudaGraphExec_t> graphs_;
+  std::map<std::pair<uint64_t, cudaStream_t>, int> capture_failures_;
+  uint64_t graphs_generation_ = 0;
+  bool graphs_enabled_ = true;
 
   // Pinned staging for copies from pageable memory (allocated on first use).
   static constexpr size_t kStagingChunk = size_t(32) << 20;

@@ -143,6 +143,7 @@ void CudaOps::reserve(const WorkspacePlan& p) {
                   " MiB on cuda:" + std::to_string(index_) + " (lower the batch size or the context)");
     }
     ws_bytes_ = total;
+    ++ws_generation_;
   }
   regions_ = r;
   gemm_.set_workspace(r.lt_bytes ? region(r.lt) : nullptr, r.lt_bytes);
@@ -324,7 +325,9 @@ void CudaOps::attention(Stream& s, const Tensor& q, const KvLayerView& kv, const
   a.sliding_window = batch.sliding_window;
   a.max_seq_len = batch.max_seq_len;
   a.scale = scale;
-  if (T >= kPrefillMinRows && attention_prefill_supported(a)) {
+  // The tensor-core kernel shares each K/V tile among the rows of one sequence; decode batches (one row per
+  // sequence) go to split-K decoding, which handles each row's sequence in parallel.
+  if (T >= std::max<int64_t>(kPrefillMinRows, 2 * n_seqs) && attention_prefill_supported(a)) {
     launch_attention_prefill(a, st);
     return;
   }

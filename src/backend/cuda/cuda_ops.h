@@ -7,8 +7,8 @@
 //     loads); larger T -> cuBLASLt on tensor cores (x converted to the weight's 16-bit type; F32 in F32).
 //   block-quantized weights: T <= kQuantGemvMaxRows -> x quantized to 8 bits + integer-dot-product kernel;
 //     larger T -> weights dequantized to bf16 in chunks of rows into the workspace, then cuBLASLt.
-// attention: T > kPrefillMinRows and F16/BF16 caches -> tensor-core flash attention; otherwise split-K flash
-// decoding (rows processed in chunks that fit the reserved workspace).
+// attention: T >= max(kPrefillMinRows, 2 x sequences of the block table) with F16/BF16 caches -> tensor-core
+// flash attention; otherwise split-K flash decoding (rows in chunks that fit the reserved workspace).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -35,6 +35,8 @@ class CudaOps final : public Ops {
 
   void reserve(const WorkspacePlan& plan) override;
   size_t workspace_bytes() const { return ws_bytes_; }
+  // Incremented whenever the workspace moves (recorded graphs that point into it become invalid).
+  uint64_t workspace_generation() const { return ws_generation_; }
 
   void matmul(Stream&, const Tensor& W, const Tensor& x, const Tensor& y) override;
   void get_rows(Stream&, const Tensor& table, const Tensor& ids, const Tensor& out) override;
@@ -74,6 +76,7 @@ class CudaOps final : public Ops {
   Regions regions_{};
   void* ws_ = nullptr;
   size_t ws_bytes_ = 0;
+  uint64_t ws_generation_ = 0;
 };
 
 }  // namespace tandem::cuda
