@@ -655,6 +655,17 @@ TEST(ConvertErrors, MoreTokensThanEmbeddingRows) {
   expect_convert_fails(tmp / "hf", tmp / "out.gguf", {"tokenizer.json has 261 tokens", "200"});
 }
 
+TEST(ConvertErrors, OutputOverAnInputIsRefused) {
+  TempDir tmp("err_overwrite");
+  Spec s;
+  write_checkpoint(tmp / "hf", s);
+  const auto before = fs::file_size(tmp / "hf" / "model.safetensors");
+  EXPECT_THROW(convert(tmp / "hf", tmp / "hf" / "model.safetensors", OutType::BF16), Error);
+  EXPECT_THROW(convert(tmp / "hf", tmp / "hf" / "config.json", OutType::BF16), Error);
+  EXPECT_EQ(fs::file_size(tmp / "hf" / "model.safetensors"), before);
+  EXPECT_THROW(convert(tmp / "hf", tmp / "no_such_dir" / "out.gguf", OutType::BF16), Error);
+}
+
 TEST(ConvertErrors, BadConfigValues) {
   Spec s;
   json c = config_of(s);

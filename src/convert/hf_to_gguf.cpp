@@ -245,6 +245,19 @@ ConvertResult convert_hf_to_gguf(const ConvertOptions& o) {
   check(fs::is_directory(out_dir),
         o.output.string() + ": the output directory " + out_dir.string() + " does not exist");
 
+  // Renaming the output over an input would destroy the checkpoint.
+  if (fs::exists(o.output)) {
+    for (const char* input : {"config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors",
+                              "model.safetensors.index.json"}) {
+      std::error_code ec;
+      check(!fs::equivalent(o.output, o.hf_dir / input, ec),
+            o.output.string() + " is the checkpoint's " + input + "; choose another output file");
+    }
+    if (fs::equivalent(o.output.parent_path().empty() ? fs::path(".") : o.output.parent_path(), o.hf_dir))
+      check(o.output.extension() != ".safetensors",
+            o.output.string() + " is a safetensors file of the checkpoint; choose another output file");
+  }
+
   gguf::GgufWriter w;
   ConvertResult result;
   if (o.vocab_only) {
