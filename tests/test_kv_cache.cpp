@@ -6,8 +6,10 @@
 #include <string>
 #include <vector>
 
+#include "backend/backend.h"
 #include "core/error.h"
 #include "runtime/kv_cache.h"
+#include "runtime/kv_storage.h"
 
 namespace tandem {
 namespace {
@@ -261,6 +263,41 @@ TEST(KvCacheTable, RandomOperationsKeepTheInvariants) {
         }
     if (HasFailure()) break;
   }
+}
+
+TEST(KvStorage, CopiesTheLeadingSlotsOfABlockInEveryLayer) {
+  auto dev = create_device(DeviceId{DeviceKind::CPU, 0});
+  const std::vector<KvLayerShape> layers = {{4, 2, 2}, {8, 4, 1}};
+  KvStorage st(*dev, layers, DType::F32, DType::F16, 3, 4);
+  ASSERT_EQ(st.layers().size(), 2u);
+  EXPECT_EQ(st.layer(1).k.shape_string(), "{8, 1, 4, 3}");
+  EXPECT_EQ(st.layer(1).v.type, DType::F16);
+  EXPECT_EQ(st.bytes(), KvStorage::bytes_per_position(layers, DType::F32, DType::F16) * 12);
+  // distinct bytes everywhere
+  for (const KvLayerView& l : st.layers())
+    for (const Tensor* t : {&l.k, &l.v}) {
+      auto* p = static_cast<uint8_t*>(t->data);
+      for (size_t i = 0; i < t->nbytes(); ++i) p[i] = uint8_t(i * 7 + 3);
+    }
+  std::vector<std::vector<uint8_t>> before;
+  for (const KvLayerView& l : st.layers())
+    for (const Tensor* t : {&l.k, &l.v})
+      before.emplace_back(static_cast<uint8_t*>(t->data), static_cast<uint8_t*>(t->data) + t->nbytes());
+  const BlockCopy copy{2, 0, 3};  // slots 8..10 -> 0..2
+  st.apply_copies(dev->default_stream(), std::span(&copy, 1));
+  size_t k = 0;
+  for (const KvLayerView& l : st.layers())
+    for (const Tensor* t : {&l.k, &l.v}) {
+      const auto* p = static_cast<const uint8_t*>(t->data);
+      const size_t slot = t->nb[2], block = t->nb[3];
+      for (size_t i = 0; i < t->nbytes(); ++i) {
+        const size_t expect_from =
+            i < 3 * slot ? 2 * block + i : i;  // the first 3 slots of block 0 are copied
+        ASSERT_EQ(p[i], before[k][expect_from]) << "byte " << i;
+      }
+      ++k;
+    }
+  EXPECT_THROW(KvStorage(*dev, layers, DType::Q8_0, DType::F16, 3, 4), Error);
 }
 
 }  // namespace
