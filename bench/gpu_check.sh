@@ -22,7 +22,8 @@ export PATH=/usr/local/cuda/bin:$PATH
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
 LOG="$OUT/gpu_check.log"
 exec > >(tee -a "$LOG") 2>&1
-has() { [[ " $STAGES " == *" $1 "* ]]; }
+DEADLINE=${DEADLINE:-100000}  # seconds after which no further stage starts (the device time is short)
+has() { [[ " $STAGES " == *" $1 "* ]] && { [ "$SECONDS" -lt "$DEADLINE" ] || { echo "=== skip $1: past ${DEADLINE}s"; false; }; }; }
 stage() { echo; echo "=== $* ($(date +%T), ${SECONDS}s)"; }
 
 # Libraries the carried binaries need (cuBLASLt, cudart) may live in the Python packages rather than in the
@@ -68,18 +69,6 @@ if has tests; then
   timeout ${T_TESTS:-200} "$BIN/tandem_gpu_tests" --gtest_brief=1 2>&1 | tail -80
 fi
 
-if has sanitizer; then
-  stage compute-sanitizer
-  SUB='GpuOps.*:GpuMatmul.StridedActivations:GpuAttention.*:GpuDevice.GraphCapture*:GpuShippedModel.*'
-  timeout ${T_SAN:-150} compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/tandem_gpu_tests" --gtest_brief=1 --gtest_filter="$SUB" \
-    >"$OUT/sanitizer.log" 2>&1
-  echo "memcheck exit code $?"; grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/sanitizer.log" | tail -5
-  timeout ${T_SAN:-150} compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN/tandem_gpu_tests" --gtest_brief=1 \
-    --gtest_filter='GpuAttention.SmallCasesForSanitizer:GpuOps.SmallSamplingForSanitizer:GpuMatmul.StridedActivations' \
-    >>"$OUT/sanitizer.log" 2>&1
-  echo "racecheck exit code $?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY" "$OUT/sanitizer.log" | tail -3
-fi
-
 if has kernels; then
   stage kernels
   timeout ${T_KERNELS:-120} "$BIN/tandem" bench --kernels -o md 2>&1 | tee "$OUT/kernels.md"
@@ -87,7 +76,7 @@ fi
 
 if has models; then
   stage models
-  timeout ${T_MODELS:-300} bench/models.sh "$MODEL_DIR" "$BIN/tandem" "$MODELS" 2>&1 | tail -20
+  FAST_QUANT=${FAST_QUANT:-1} timeout ${T_MODELS:-300} bench/models.sh "$MODEL_DIR" "$BIN/tandem" "$MODELS" 2>&1 | tail -20
 fi
 
 if has bench; then
@@ -101,4 +90,16 @@ if has bench; then
     done
   done
 fi
+if has sanitizer; then
+  stage compute-sanitizer
+  SUB='GpuOps.*:GpuMatmul.StridedActivations:GpuAttention.*:GpuDevice.GraphCapture*:GpuShippedModel.*'
+  timeout ${T_SAN:-150} compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/tandem_gpu_tests" --gtest_brief=1 --gtest_filter="$SUB" \
+    >"$OUT/sanitizer.log" 2>&1
+  echo "memcheck exit code $?"; grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/sanitizer.log" | tail -5
+  timeout ${T_SAN:-150} compute-sanitizer --tool racecheck --error-exitcode 9 "$BIN/tandem_gpu_tests" --gtest_brief=1 \
+    --gtest_filter='GpuAttention.SmallCasesForSanitizer:GpuOps.SmallSamplingForSanitizer:GpuMatmul.StridedActivations' \
+    >>"$OUT/sanitizer.log" 2>&1
+  echo "racecheck exit code $?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY" "$OUT/sanitizer.log" | tail -3
+fi
+
 stage done

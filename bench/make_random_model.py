@@ -72,14 +72,14 @@ def main():
     cfg = dict(SHAPES[a.shape])
     if a.layers:
         cfg["num_hidden_layers"] = a.layers
-    config = Qwen3Config(**cfg, torch_dtype="bfloat16", attention_bias=False)
+    config = Qwen3Config(**cfg, attention_bias=False)
     torch.manual_seed(a.seed)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.set_default_dtype(torch.bfloat16)
     with torch.device(device):
         model = Qwen3ForCausalLM(config)
     os.makedirs(a.out_dir, exist_ok=True)
-    model.save_pretrained(a.out_dir, safe_serialization=True, max_shard_size="50GB")
+    model.save_pretrained(a.out_dir, max_shard_size="50GB")  # safetensors, one file
     write_tokenizer(a.out_dir)
     n = sum(p.numel() for p in model.parameters())
     print(f"wrote {a.out_dir}: {a.shape}, {n / 1e9:.3f} B parameters, bf16, initialised on {device}", flush=True)

@@ -6,6 +6,10 @@
 # usage: bench/models.sh OUT_DIR [TANDEM_BIN] [SHAPES]   (SHAPES default: "qwen3-0.6b qwen3-8b")
 # Writes OUT_DIR/<shape>-{bf16,q8_0,q4_k}.gguf; skips files that exist. The safetensors are deleted after
 # conversion (the 8B checkpoint is 16 GB).
+#
+# FAST_QUANT=1: make the q8_0 / q4_k files with `tandem bench --random-weights` (random valid blocks, seconds)
+# instead of `tandem quantize` (its scale searches run at ~2-4 M weights/s per thread: several minutes for 8B
+# even on 16 cores). Speed does not depend on the weights' values; BENCHMARKS.md says which way each file was made.
 set -euo pipefail
 out=${1:?usage: bench/models.sh OUT_DIR [TANDEM_BIN] [SHAPES]}
 tandem=${2:-build-gpu/bin/tandem}
@@ -28,8 +32,13 @@ for shape in $shapes; do
     f="$out/$shape-$q.gguf"
     if [ ! -f "$f" ]; then
       t0=$(date +%s)
-      "$tandem" quantize "$bf16" "$f" "$q" --quiet
-      echo "$shape: quantize $q $(( $(date +%s) - t0 )) s"
+      if [ "${FAST_QUANT:-0}" = 1 ]; then
+        "$tandem" bench -m "$bf16" --random-weights "$q" --to "$f"
+        echo "$shape: random $q weights $(( $(date +%s) - t0 )) s"
+      else
+        "$tandem" quantize "$bf16" "$f" "$q" --quiet
+        echo "$shape: quantize $q $(( $(date +%s) - t0 )) s"
+      fi
     fi
   done
 done

@@ -127,7 +127,9 @@ TEST_P(GpuModel, CudaMatchesCpu) {
 // is compared free-running (each device feeds back its own tokens) for 24 steps after a 90-token prompt.
 TEST(GpuShippedModel, TandemSmallQ8GreedyMatchesCpu) {
   TANDEM_REQUIRE_GPU();
-  const std::string path = std::string(TANDEM_SOURCE_DIR) + "/models/tandem-small-q8_0.gguf";
+  // The repository root is the working directory on the GPU machine; the source tree of the build otherwise.
+  std::string path = "models/tandem-small-q8_0.gguf";
+  if (!std::filesystem::exists(path)) path = std::string(TANDEM_SOURCE_DIR) + "/models/tandem-small-q8_0.gguf";
   if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " not present";
   ModelParams gpu_p;
   gpu_p.device = "cuda:0";

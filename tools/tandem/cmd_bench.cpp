@@ -19,6 +19,10 @@
 //
 // --kernels times the CUDA (or CPU) kernels alone on the shapes of the model (or of Qwen3-8B without -m): the
 // matrix-vector products per weight dtype, the prefill matmul, and attention, each against its limit.
+//
+// --random-weights TYPE --to OUT.gguf does not benchmark: it writes a copy of -m whose matrices are random
+// TYPE values (valid blocks with fp16 scales of 1e-3 .. 2e-3), for benchmark models of any type in seconds
+// (`tandem quantize`'s scale searches take minutes for an 8B model; speed does not depend on the values).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -29,6 +33,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/backend.h"
@@ -59,6 +64,8 @@ struct BenchArgs {
   std::string device;      // "" = cuda:0 when present, else cpu
   bool kernels = false;
   int threads = 0;
+  std::string random_type;  // --random-weights: write -m's model with random TYPE matrices to --to, then exit
+  std::string random_to;
 };
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -420,7 +427,102 @@ std::vector<KernelResult> bench_kernels(Device& dev, const ModelShape& shape) {
 
 // ---- output ---------------------------------------------------------------------------------------------------
 
+// ---- random-weight copies of a model, for benchmarks -----------------------------------------------------------
+
+// Fills n bytes of matrix data of dtype t with random values in the range of trained weights (|w| <~ 0.1):
+// random quant codes with fp16 scales of 1e-3 .. 2e-3 (d and dmin of every block), or random bf16/f16/f32 values.
+// Matrix-vector and GEMM speed does not depend on the values, only on their being ordinary finite numbers.
+void fill_random_matrix(DType t, uint8_t* dst, size_t n, uint64_t seed) {
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  auto next = [&x] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  auto small = [&](uint64_t r) { return fp32_to_fp16(1e-3f + float(r & 0xffff) * (1e-3f / 65536.0f)); };
+  if (t == DType::F32 || t == DType::F16 || t == DType::BF16) {
+    const size_t elem = t == DType::F32 ? 4 : 2;
+    for (size_t i = 0; i + elem <= n; i += elem) {
+      const float v = (float(next() & 0xffffff) / float(0x1000000) - 0.5f) * 0.1f;
+      if (t == DType::F32) {
+        std::memcpy(dst + i, &v, 4);
+      } else {
+        const uint16_t h = t == DType::F16 ? fp32_to_fp16(v) : fp32_to_bf16(v);
+        std::memcpy(dst + i, &h, 2);
+      }
+    }
+    return;
+  }
+  for (size_t i = 0; i + 8 <= n; i += 8) {
+    const uint64_t r = next();
+    std::memcpy(dst + i, &r, 8);
+  }
+  for (size_t i = n / 8 * 8; i < n; ++i) dst[i] = uint8_t(next());
+  const size_t bb = dtype_block_bytes(t);
+  for (size_t b = 0; b + bb <= n; b += bb) {
+    const uint64_t r = next();
+    const uint16_t d = small(r), dmin = small(r >> 16);
+    switch (t) {
+      case DType::Q6_K:
+        std::memcpy(dst + b + 208, &d, 2);
+        break;
+      case DType::Q4_K:
+      case DType::Q5_K:
+        std::memcpy(dst + b, &d, 2);
+        std::memcpy(dst + b + 2, &dmin, 2);
+        break;
+      default:  // Q8_0, Q4_0: d first
+        std::memcpy(dst + b, &d, 2);
+        break;
+    }
+  }
+}
+
+void write_random_weights(const std::string& in, const std::string& type_name, const std::string& out,
+                          int threads) {
+  const auto type = dtype_from_name(type_name);
+  check(type.has_value() &&
+            (*type == DType::F32 || *type == DType::F16 || *type == DType::BF16 || dtype_traits(*type).quantized),
+        "--random-weights: unknown weight type '" + type_name + "' (f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k)");
+  check(!out.empty(), "--random-weights needs --to OUT.gguf");
+  const gguf::GgufFile f = gguf::GgufFile::open(in);
+  gguf::GgufWriter w;
+  for (const auto& [k, v] : f.metadata()) w.set(k, v);
+  w.set("general.name", gguf::Value::string("random " + type_name + " weights of " + f.get_string("general.name", "")));
+  const int n_threads = threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  uint64_t seed = 1;
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    std::vector<int64_t> ne(t.ne.begin(), t.ne.begin() + std::max<uint32_t>(t.n_dims, 1));
+    const bool matrix = t.n_dims == 2 && t.ne[0] % dtype_block_size(*type) == 0;
+    if (!matrix) {
+      w.add_tensor(t.name, t.type, ne, f.tensor_data(t), t.nbytes);
+      continue;
+    }
+    const size_t row = dtype_row_bytes(*type, t.ne[0]), nbytes = row * size_t(t.ne[1]);
+    const DType dt = *type;
+    const uint64_t s0 = seed++;
+    w.add_tensor(t.name, dt, ne, nbytes, [dt, row, rows = size_t(t.ne[1]), n_threads, s0](uint8_t* dst) {
+      std::vector<std::thread> pool;
+      const size_t per = (rows + size_t(n_threads) - 1) / size_t(n_threads);
+      for (int k = 0; k < n_threads; ++k) {
+        const size_t r0 = std::min(rows, per * size_t(k)), r1 = std::min(rows, r0 + per);
+        if (r0 < r1)
+          pool.emplace_back([=] { fill_random_matrix(dt, dst + r0 * row, (r1 - r0) * row, s0 * 1000003 + uint64_t(k)); });
+      }
+      for (auto& th : pool) th.join();
+    });
+  }
+  w.write(out);
+  std::printf("wrote %s (%s matrices with random values, other tensors and all metadata from %s)\n", out.c_str(),
+              type_name.c_str(), in.c_str());
+}
+
 void run_bench(const BenchArgs& a) {
+  if (!a.random_type.empty()) {
+    check(!a.model.empty(), "--random-weights needs the model to copy with -m");
+    return write_random_weights(a.model, a.random_type, a.random_to, a.threads);
+  }
   check(a.split_mode == "none", "--split-mode " + a.split_mode +
                                     ": only 'none' (one device) is supported by tandem bench for now");
   check(a.output == "md" || a.output == "json", "-o: expected md or json, got '" + a.output + "'");
@@ -530,7 +632,7 @@ void run_bench(const BenchArgs& a) {
     return;
   }
   std::printf("device: %s\ncommit: %s\n", dev->name().c_str(), TANDEM_GIT_COMMIT);
-  std::printf("limits: copy bandwidth %.1f GB/s (%s), matmul %.1f TFLOP/s (%s)\n", bw / 1e9,
+  std::printf("limits: copy bandwidth %.1f GB/s (%s), matmul %.3g TFLOP/s (%s)\n", bw / 1e9,
               a.bw_gbs > 0 ? "given" : "measured", rate / 1e12, rate_src.c_str());
   if (!a.model.empty())
     std::printf("model: %s (%s), %.2f GiB, %.2f B params\nshape: %s\n", a.model.c_str(), shape.file_type.c_str(),
@@ -569,6 +671,10 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--device", args->device, "cuda:N or cpu (default: cuda:0 when present)");
   cmd->add_option("-t,--threads", args->threads, "CPU threads (0 = all)");
   cmd->add_flag("--kernels", args->kernels, "also time the kernels alone on the model's shapes");
+  cmd->add_option("--random-weights", args->random_type,
+                  "instead of benchmarking: write a copy of -m whose matrices are random values of this type "
+                  "(q8_0, q4_k, ...) to --to (benchmark models in seconds; speed does not depend on the values)");
+  cmd->add_option("--to", args->random_to, "output file of --random-weights");
   cmd->callback([args] { run_bench(*args); });
 }
 

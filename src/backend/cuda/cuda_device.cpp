@@ -185,7 +185,8 @@ void CudaDevice::run_recorded(Stream& stream, uint64_t key, const std::function<
     return;
   }
   if (capture_failures_[id] >= 2) return body(stream);  // this work cannot be captured: run it directly
-  TANDEM_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  // Relaxed: a first use of a kernel inside the body may set its attributes (cudaFuncSetAttribute).
+  TANDEM_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
   try {
     body(stream);
   } catch (...) {
