@@ -16,7 +16,7 @@ TEST(ThreadPool, RunsEveryTaskExactlyOnce) {
     ThreadPool pool(n_threads);
     EXPECT_EQ(pool.n_threads(), n_threads);
     for (int64_t n_tasks : {0, 1, 2, 7, 100, 1000}) {
-      std::vector<std::atomic<int>> hits(size_t(n_tasks));
+      std::vector<std::atomic<int>> hits(static_cast<size_t>(n_tasks));
       std::atomic<int> bad_thread{0};
       pool.parallel_for(n_tasks, [&](int64_t task, int thread_id) {
         hits[size_t(task)].fetch_add(1);

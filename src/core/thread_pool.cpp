@@ -73,8 +73,9 @@ void ThreadPool::worker_main(int thread_id) {
     }
     seen = gen;
     if (stop_.load()) return;
-    work_on_current_job(thread_id);
-    busy_workers_.fetch_sub(1, std::memory_order_release);
+    active_workers_.fetch_add(1);  // seq_cst: pairs with the caller's close-then-check
+    if (job_open_.load()) work_on_current_job(thread_id);
+    active_workers_.fetch_sub(1, std::memory_order_release);
   }
 }
 
@@ -90,19 +91,19 @@ void ThreadPool::run(int64_t n_tasks, TaskFn fn, void* ctx) {
   error_ = nullptr;
   failed_.store(false, std::memory_order_relaxed);
   next_task_.store(0, std::memory_order_relaxed);
-  busy_workers_.store(n_threads_ - 1, std::memory_order_relaxed);
-  generation_.fetch_add(1);  // seq_cst: publishes the job; pairs with the sleeping_ check below
+  job_open_.store(true);     // publishes the job data above
+  generation_.fetch_add(1);  // seq_cst: pairs with the sleeping_ check below
   if (sleeping_.load() > 0) generation_.notify_all();
 
   work_on_current_job(0);
 
-  // Wait for the workers to leave the job (they may still be running their last task).
-  // On an oversubscribed machine a worker may be descheduled: yield after a short spin instead of burning it.
-  for (int spins = 0; busy_workers_.load(std::memory_order_acquire) != 0; ++spins) {
+  // Close the job, then wait for the workers that joined it (they may still be running their last task).
+  job_open_.store(false);
+  for (int spins = 0; active_workers_.load() != 0; ++spins) {
     if (spins < 4096) {
       TANDEM_CPU_RELAX();
     } else {
-      std::this_thread::yield();
+      std::this_thread::yield();  // a joined worker may have been descheduled mid-task
     }
   }
 

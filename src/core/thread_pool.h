@@ -48,14 +48,18 @@ class ThreadPool {
   int n_threads_ = 1;
   std::vector<std::thread> workers_;
 
-  // The current job: written by the caller before `generation_` is bumped, read by workers after they see it.
+  // The current job: written by the caller while job_open_ is false, published by job_open_ = true (and a bump of
+  // generation_ to wake workers). A worker joins by incrementing active_workers_ and only then checking
+  // job_open_; the caller closes the job when the tasks are exhausted and waits until active_workers_ is 0.
+  // So workers that were not scheduled in time never hold the caller up (the machine may be oversubscribed).
   TaskFn job_fn_ = nullptr;
   void* job_ctx_ = nullptr;
   int64_t job_tasks_ = 0;
   alignas(64) std::atomic<int64_t> next_task_{0};
-  alignas(64) std::atomic<uint64_t> generation_{0};  // bumped once per job; workers wait for a change
-  alignas(64) std::atomic<int> busy_workers_{0};     // workers that have not finished the current job
-  alignas(64) std::atomic<int> sleeping_{0};         // workers blocked in generation_.wait (need a notify)
+  alignas(64) std::atomic<uint64_t> generation_{0};  // bumped once per job; idle workers wait for a change
+  alignas(64) std::atomic<bool> job_open_{false};
+  alignas(64) std::atomic<int> active_workers_{0};  // workers inside the current job
+  alignas(64) std::atomic<int> sleeping_{0};        // workers blocked in generation_.wait (need a notify)
   std::atomic<bool> stop_{false};
   std::atomic<bool> failed_{false};
   std::mutex error_mutex_;
