@@ -1,9 +1,9 @@
-// CPU ops other than matmul and attention, each against a plain double-precision loop on random inputs, with both
-// the AVX2 and the scalar kernels; plus the CPU device (allocation, copies) and bad-input errors.
+// CPU ops other than matmul and attention, each against a plain double-precision loop on random inputs, with
+// both the AVX2 and the scalar kernels; plus the CPU device (allocation, copies) and bad-input errors.
 //
 // Bounds: rms_norm sums squares in double and scales in f32, so the result is within a few f32 ulps: 1e-6
-// relative. rope: the reference computes theta the way backend.h defines it (f32 running product, as ggml) and
-// cos/sin in double; the kernel uses cosf/sinf (<= 1 ulp) and one rounding per product: 1e-6 * max|x|.
+// relative. rope: the reference computes theta the way backend.h defines it (f32 running product, as ggml)
+// and cos/sin in double; the kernel uses cosf/sinf (<= 1 ulp) and one rounding per product: 1e-6 * max|x|.
 // Activations / softmax use expf / tanhf (<= 2 ulp): 1e-6 relative plus 1e-7 absolute.
 #include <algorithm>
 #include <cstring>
@@ -21,7 +21,8 @@ class CpuOpsTest : public SimdParam {};
 TEST_P(CpuOpsTest, RmsNormWithAndWithoutWeight) {
   for (int64_t n : {64, 100, 4096}) {
     const int64_t rows = 5;
-    std::vector<float> x = random_normal(size_t(n * rows), uint32_t(n), 3.0f), w = random_normal(size_t(n), 2);
+    std::vector<float> x = random_normal(size_t(n * rows), uint32_t(n), 3.0f),
+                       w = random_normal(size_t(n), 2);
     std::vector<float> out(x.size()), out_nw(x.size());
     Tensor wt = f32(w, {n});
     ops().rms_norm(stream(), f32(x, {n, rows}), &wt, 1e-6f, f32(out, {n, rows}));
@@ -99,8 +100,8 @@ TEST_P(CpuOpsTest, RopeNormAndNeoxWithFactorsAndPartialRotation) {
     for (int n_rot : {64, 48, 10}) {
       for (bool with_ff : {false, true}) {
         if (with_ff && n_rot != 48) continue;
-        SCOPED_TRACE(std::string(mode == RopeMode::Norm ? "norm" : "neox") + " n_rot=" + std::to_string(n_rot) +
-                     (with_ff ? " ff" : ""));
+        SCOPED_TRACE(std::string(mode == RopeMode::Norm ? "norm" : "neox") +
+                     " n_rot=" + std::to_string(n_rot) + (with_ff ? " ff" : ""));
         RopeParams p;
         p.n_rot = n_rot;
         p.mode = mode;
@@ -240,15 +241,17 @@ TEST_P(CpuOpsTest, GetRowsForEveryTableType) {
 
 INSTANTIATE_TEST_SUITE_P(Paths, CpuOpsTest, ::testing::Bool(), simd_name);
 
-// ---- sampling reductions -------------------------------------------------------------------------------------
+// ---- sampling reductions ----------------------------------------------------------------------------------
 
-// The SamplerParams chain of backend.h, written literally: rank everything, apply each step, draw in id order.
+// The SamplerParams chain of backend.h, written literally: rank everything, apply each step, draw in id
+// order.
 int32_t sample_reference(const std::vector<float>& x, const SamplerParams& sp, float u) {
   const int64_t n = int64_t(x.size());
   if (sp.temperature <= 0.0f) return int32_t(std::max_element(x.begin(), x.end()) - x.begin());
   std::vector<int32_t> rank(static_cast<size_t>(n));
   std::iota(rank.begin(), rank.end(), 0);
-  std::stable_sort(rank.begin(), rank.end(), [&](int32_t a, int32_t b) { return x[size_t(a)] > x[size_t(b)]; });
+  std::stable_sort(rank.begin(), rank.end(),
+                   [&](int32_t a, int32_t b) { return x[size_t(a)] > x[size_t(b)]; });
   const double mx = x[size_t(rank[0])];
   int64_t kept = n;
   if (sp.top_k > 0) kept = std::min<int64_t>(kept, sp.top_k);
@@ -302,12 +305,12 @@ TEST(CpuSampling, SampleRowsFollowsTheChainExactly) {
   std::vector<float> u(static_cast<size_t>(T));
   std::mt19937 rng(3);
   for (auto& v : u) v = std::uniform_real_distribution<float>(0.0f, 1.0f)(rng);
-  const SamplerParams chains[] = {{0.0f, 0, 1.0f, 0.0f},   {1.0f, 0, 1.0f, 0.0f},  {0.7f, 40, 1.0f, 0.0f},
-                                  {0.8f, 0, 0.9f, 0.0f},   {1.2f, 50, 0.95f, 0.05f}, {1.0f, 0, 1.0f, 0.1f},
-                                  {0.5f, 1, 1.0f, 0.0f},   {1.0f, 1000, 0.5f, 0.0f}};
+  const SamplerParams chains[] = {{0.0f, 0, 1.0f, 0.0f}, {1.0f, 0, 1.0f, 0.0f},    {0.7f, 40, 1.0f, 0.0f},
+                                  {0.8f, 0, 0.9f, 0.0f}, {1.2f, 50, 0.95f, 0.05f}, {1.0f, 0, 1.0f, 0.1f},
+                                  {0.5f, 1, 1.0f, 0.0f}, {1.0f, 1000, 0.5f, 0.0f}};
   for (const SamplerParams& sp : chains) {
-    SCOPED_TRACE("temp=" + std::to_string(sp.temperature) + " top_k=" + std::to_string(sp.top_k) + " top_p=" +
-                 std::to_string(sp.top_p) + " min_p=" + std::to_string(sp.min_p));
+    SCOPED_TRACE("temp=" + std::to_string(sp.temperature) + " top_k=" + std::to_string(sp.top_k) +
+                 " top_p=" + std::to_string(sp.top_p) + " min_p=" + std::to_string(sp.min_p));
     std::vector<int32_t> out(static_cast<size_t>(T));
     test_device().ops().sample_rows(test_device().default_stream(), f32(logits, {V, T}), sp, f32(u, {T}),
                                     i32(out, {T}));
@@ -346,7 +349,8 @@ TEST(CpuSampling, SampleRowsDistributionMatchesSoftmax) {
 
 TEST(CpuSampling, DiffusionSampleRows) {
   const int64_t V = 300, T = 9;
-  std::vector<float> logits = random_normal(size_t(V * T), 5, 3.0f), u(static_cast<size_t>(T)), entropy(static_cast<size_t>(T));
+  std::vector<float> logits = random_normal(size_t(V * T), 5, 3.0f), u(static_cast<size_t>(T)),
+                     entropy(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) u[size_t(t)] = (float(t) + 0.3f) / float(T);
   std::vector<int32_t> am(static_cast<size_t>(T)), smp(static_cast<size_t>(T));
   const float inv_temp = 1.0f / 0.7f;
@@ -386,15 +390,17 @@ TEST(CpuSampling, BadParametersAreErrors) {
   Stream& s = test_device().default_stream();
   std::vector<float> logits = random_normal(20, 1), u = {0.5f};
   std::vector<int32_t> out(1);
-  EXPECT_THROW(ops.sample_rows(s, f32(logits, {20, 1}), {1.0f, -1, 1.0f, 0.0f}, f32(u, {1}), i32(out, {1})), Error);
-  EXPECT_THROW(ops.sample_rows(s, f32(logits, {20, 1}), {1.0f, 0, 0.0f, 0.0f}, f32(u, {1}), i32(out, {1})), Error);
+  EXPECT_THROW(ops.sample_rows(s, f32(logits, {20, 1}), {1.0f, -1, 1.0f, 0.0f}, f32(u, {1}), i32(out, {1})),
+               Error);
+  EXPECT_THROW(ops.sample_rows(s, f32(logits, {20, 1}), {1.0f, 0, 0.0f, 0.0f}, f32(u, {1}), i32(out, {1})),
+               Error);
   std::vector<float> u_bad = {1.0f};
   EXPECT_THROW(ops.sample_rows(s, f32(logits, {20, 1}), {}, f32(u_bad, {1}), i32(out, {1})), Error);
   std::vector<float> u2 = {0.1f, 0.2f};
   EXPECT_THROW(ops.sample_rows(s, f32(logits, {20, 1}), {}, f32(u2, {2}), i32(out, {1})), Error);
 }
 
-// ---- the device ------------------------------------------------------------------------------------------------
+// ---- the device -------------------------------------------------------------------------------------------
 
 TEST(CpuDevice, AllocationCopiesAndFactory) {
   auto dev = create_device(DeviceId{DeviceKind::CPU, 2});

@@ -2,9 +2,9 @@
 // of different lengths in one batch, block tables with shuffled (non-contiguous) physical blocks, GQA ratios
 // 1, 2 and 4, every mask kind, a sliding window, kv_begin, padding rows, and f32 / f16 / bf16 caches.
 //
-// Error bound: out is a convex combination of V rows, and the reference reads the same (converted) cache values,
-// so the only differences are f32 rounding of the scores (hd_k-term dot products, relative ~1e-6) and of the
-// online-softmax accumulation. |out - ref| <= 1e-5 * max|V| covers that with margin.
+// Error bound: out is a convex combination of V rows, and the reference reads the same (converted) cache
+// values, so the only differences are f32 rounding of the scores (hd_k-term dot products, relative ~1e-6) and
+// of the online-softmax accumulation. |out - ref| <= 1e-5 * max|V| covers that with margin.
 #include <algorithm>
 #include <numeric>
 
@@ -66,7 +66,8 @@ void run_attention_case(Ops& ops, Stream& s, const AttnCase& c, uint32_t seed) {
   int next = 0;
   for (int sq = 0; sq < n_seqs; ++sq) {
     seq_lens[size_t(sq)] = seqs[size_t(sq)].cached_before + seqs[size_t(sq)].new_rows;
-    for (int b = 0; b < (seq_lens[size_t(sq)] + bs - 1) / bs; ++b) block_tables[size_t(sq * max_blocks + b)] = perm[size_t(next++)];
+    for (int b = 0; b < (seq_lens[size_t(sq)] + bs - 1) / bs; ++b)
+      block_tables[size_t(sq * max_blocks + b)] = perm[size_t(next++)];
   }
   auto slot_of = [&](int sq, int j) { return block_tables[size_t(sq * max_blocks + j / bs)] * bs + j % bs; };
 
@@ -133,7 +134,8 @@ void run_attention_case(Ops& ops, Stream& s, const AttnCase& c, uint32_t seed) {
 
   // Naive reference: visibility straight from the rule in backend.h, K/V read through the block table.
   double vmax = 0.0;
-  for (size_t i = 0; i < vbuf.size() / elem; ++i) vmax = std::max(vmax, std::fabs(double(cache_value(c.cache_type, vbuf.data(), i))));
+  for (size_t i = 0; i < vbuf.size() / elem; ++i)
+    vmax = std::max(vmax, std::fabs(double(cache_value(c.cache_type, vbuf.data(), i))));
   const int group = c.n_head / c.n_kv_head;
   for (int64_t r = 0; r < T; ++r) {
     for (int h = 0; h < c.n_head; ++h) {
@@ -144,7 +146,9 @@ void run_attention_case(Ops& ops, Stream& s, const AttnCase& c, uint32_t seed) {
         const int p = positions[size_t(r)], kvh = h / group;
         std::vector<int> visible;
         for (int j = 0; j < seq_lens[size_t(sq)]; ++j) {
-          bool ok = c.mask == MaskKind::Causal ? j <= p : c.mask == MaskKind::Bidirectional ? true : j < block_end[size_t(r)];
+          bool ok = c.mask == MaskKind::Causal          ? j <= p
+                    : c.mask == MaskKind::Bidirectional ? true
+                                                        : j < block_end[size_t(r)];
           if (c.sliding_window > 0) ok = ok && j > p - c.sliding_window;
           if (c.use_kv_begin) ok = ok && j >= kv_begin[size_t(r)];
           if (ok) visible.push_back(j);
@@ -155,7 +159,8 @@ void run_attention_case(Ops& ops, Stream& s, const AttnCase& c, uint32_t seed) {
           const size_t base = (size_t(slot_of(sq, j)) * c.n_kv_head + kvh);
           double d = 0.0;
           for (int i = 0; i < hd_k; ++i)
-            d += double(q[size_t((r * c.n_head + h) * hd_k + i)]) * cache_value(c.cache_type, kbuf.data(), base * hd_k + i);
+            d += double(q[size_t((r * c.n_head + h) * hd_k + i)]) *
+                 cache_value(c.cache_type, kbuf.data(), base * hd_k + i);
           w.push_back(d * scale);
           mx = std::max(mx, w.back());
         }
@@ -163,7 +168,8 @@ void run_attention_case(Ops& ops, Stream& s, const AttnCase& c, uint32_t seed) {
         for (double& x : w) z += (x = std::exp(x - mx));
         for (size_t n = 0; n < visible.size(); ++n) {
           const size_t base = (size_t(slot_of(sq, visible[n])) * c.n_kv_head + kvh);
-          for (int i = 0; i < hd_v; ++i) ref[size_t(i)] += w[n] / z * cache_value(c.cache_type, vbuf.data(), base * hd_v + i);
+          for (int i = 0; i < hd_v; ++i)
+            ref[size_t(i)] += w[n] / z * cache_value(c.cache_type, vbuf.data(), base * hd_v + i);
         }
       }
       for (int i = 0; i < hd_v; ++i)
@@ -176,7 +182,8 @@ TEST_P(CpuAttention, MaskKindsGqaAndCacheTypes) {
   uint32_t seed = 1;
   for (MaskKind mask : {MaskKind::Causal, MaskKind::Bidirectional, MaskKind::Block})
     for (int ratio : {1, 2, 4}) run_attention_case(ops(), stream(), {mask, 2 * ratio, 2, DType::F32}, seed++);
-  for (DType t : {DType::F16, DType::BF16}) run_attention_case(ops(), stream(), {MaskKind::Causal, 4, 2, t}, seed++);
+  for (DType t : {DType::F16, DType::BF16})
+    run_attention_case(ops(), stream(), {MaskKind::Causal, 4, 2, t}, seed++);
   run_attention_case(ops(), stream(), {MaskKind::Block, 8, 2, DType::F16}, seed++);
 }
 
@@ -191,7 +198,8 @@ TEST_P(CpuAttention, SlidingWindowAndKvBegin) {
 TEST_P(CpuAttention, LongSequenceSpansManyTiles) {
   // One decode row over 300 cached positions (many 32-position tiles, running max changes between tiles).
   const int hd = 32, bs = 16, len = 300, n_blocks = (len + bs - 1) / bs;
-  std::vector<float> kc = random_normal(size_t(hd * bs * n_blocks), 7, 3.0f), vc = random_normal(size_t(hd * bs * n_blocks), 8);
+  std::vector<float> kc = random_normal(size_t(hd * bs * n_blocks), 7, 3.0f),
+                     vc = random_normal(size_t(hd * bs * n_blocks), 8);
   KvLayerView kv;
   kv.k = f32(kc, {hd, 1, bs, n_blocks});
   kv.v = f32(vc, {hd, 1, bs, n_blocks});
@@ -220,7 +228,8 @@ TEST_P(CpuAttention, LongSequenceSpansManyTiles) {
     for (double& x : sc) z += (x = std::exp(x - mx));
     for (int i = 0; i < hd; ++i) {
       double ref = 0.0;
-      for (int j = 0; j < len; ++j) ref += sc[size_t(j)] / z * vc[size_t((table[size_t(j / bs)] * bs + j % bs) * hd + i)];
+      for (int j = 0; j < len; ++j)
+        ref += sc[size_t(j)] / z * vc[size_t((table[size_t(j / bs)] * bs + j % bs) * hd + i)];
       EXPECT_NEAR(out[size_t(h * hd + i)], ref, 2e-5) << "head " << h << " dim " << i;
     }
   }
@@ -238,16 +247,22 @@ TEST(CpuKvStore, WritesConvertedRowsAndSkipsPadding) {
     std::vector<uint8_t> kb(size_t(hd * n_kv * bs * n_blocks) * elem, 0xAB), vb(kb.size(), 0xCD);
     KvLayerView kv{Tensor::contiguous(t, {hd, n_kv, bs, n_blocks}, kb.data()),
                    Tensor::contiguous(t, {hd, n_kv, bs, n_blocks}, vb.data()), bs};
-    std::vector<float> k = random_normal(size_t(hd * n_kv * 3), 1), v = random_normal(size_t(hd * n_kv * 3), 2);
+    std::vector<float> k = random_normal(size_t(hd * n_kv * 3), 1),
+                       v = random_normal(size_t(hd * n_kv * 3), 2);
     std::vector<int32_t> slots = {9, -1, 2};
     ops.kv_store(s, kv, f32(k, {hd, n_kv, 3}), f32(v, {hd, n_kv, 3}), i32(slots, {3}));
     for (int t_row : {0, 2}) {
       for (int h = 0; h < n_kv; ++h)
         for (int i = 0; i < hd; ++i) {
           const size_t at = (size_t(slots[size_t(t_row)]) * n_kv + h) * hd + i;
-          const float kin = k[size_t((t_row * n_kv + h) * hd + i)], vin = v[size_t((t_row * n_kv + h) * hd + i)];
-          const float kexp = t == DType::F16 ? fp16_to_fp32(fp32_to_fp16(kin)) : t == DType::BF16 ? bf16_to_fp32(fp32_to_bf16(kin)) : kin;
-          const float vexp = t == DType::F16 ? fp16_to_fp32(fp32_to_fp16(vin)) : t == DType::BF16 ? bf16_to_fp32(fp32_to_bf16(vin)) : vin;
+          const float kin = k[size_t((t_row * n_kv + h) * hd + i)],
+                      vin = v[size_t((t_row * n_kv + h) * hd + i)];
+          const float kexp = t == DType::F16    ? fp16_to_fp32(fp32_to_fp16(kin))
+                             : t == DType::BF16 ? bf16_to_fp32(fp32_to_bf16(kin))
+                                                : kin;
+          const float vexp = t == DType::F16    ? fp16_to_fp32(fp32_to_fp16(vin))
+                             : t == DType::BF16 ? bf16_to_fp32(fp32_to_bf16(vin))
+                                                : vin;
           EXPECT_EQ(cache_value(t, kb.data(), at), kexp);
           EXPECT_EQ(cache_value(t, vb.data(), at), vexp);
         }
@@ -263,7 +278,8 @@ TEST(CpuAttentionErrors, BadMetadataIsAnError) {
   Ops& ops = test_device().ops();
   Stream& s = test_device().default_stream();
   const int hd = 8, bs = 4, n_blocks = 2;
-  std::vector<float> kc(size_t(hd * bs * n_blocks), 1.0f), vc = kc, q(size_t(hd * 2), 1.0f), out(size_t(hd * 2));
+  std::vector<float> kc(size_t(hd * bs * n_blocks), 1.0f), vc = kc, q(size_t(hd * 2), 1.0f),
+                                                           out(size_t(hd * 2));
   KvLayerView kv{f32(kc, {hd, 1, bs, n_blocks}), f32(vc, {hd, 1, bs, n_blocks}), bs};
   std::vector<int32_t> pos = {3}, slot = {0}, table = {1, 0}, lens = {5};
   AttentionBatch b;
@@ -283,10 +299,13 @@ TEST(CpuAttentionErrors, BadMetadataIsAnError) {
   EXPECT_THROW(ops.attention(s, f32(q, {hd, 2, 1}), kv, b, 1.0f, f32(out, {hd, 2, 1})), Error);
   slot[0] = 0;
   std::vector<float> q_wide(size_t(2 * hd * 2), 1.0f);
-  EXPECT_THROW(ops.attention(s, f32(q_wide, {2 * hd, 2, 1}), kv, b, 1.0f, f32(out, {hd, 2, 1})), Error);  // head dim
-  std::vector<float> k2(size_t(hd * 2 * bs * n_blocks), 1.0f), v2 = k2, q3(size_t(hd * 3), 1.0f), out3(size_t(hd * 3));
+  // wrong head dim
+  EXPECT_THROW(ops.attention(s, f32(q_wide, {2 * hd, 2, 1}), kv, b, 1.0f, f32(out, {hd, 2, 1})), Error);
+  std::vector<float> k2(size_t(hd * 2 * bs * n_blocks), 1.0f), v2 = k2, q3(size_t(hd * 3), 1.0f),
+                                                               out3(size_t(hd * 3));
   KvLayerView kv2{f32(k2, {hd, 2, bs, n_blocks}), f32(v2, {hd, 2, bs, n_blocks}), bs};
-  EXPECT_THROW(ops.attention(s, f32(q3, {hd, 3, 1}), kv2, b, 1.0f, f32(out3, {hd, 3, 1})), Error);  // 3 % 2 != 0
+  // 3 query heads over 2 KV heads
+  EXPECT_THROW(ops.attention(s, f32(q3, {hd, 3, 1}), kv2, b, 1.0f, f32(out3, {hd, 3, 1})), Error);
   b.mask = MaskKind::Block;  // Block without block_end
   EXPECT_THROW(ops.attention(s, f32(q, {hd, 2, 1}), kv, b, 1.0f, f32(out, {hd, 2, 1})), Error);
   std::vector<int32_t> bad_slots = {8};

@@ -1,15 +1,15 @@
-// CPU matmul against a double-precision loop over the dequantized weights, for every weight dtype, with both the
-// AVX2 and the scalar kernels.
+// CPU matmul against a double-precision loop over the dequantized weights, for every weight dtype, with both
+// the AVX2 and the scalar kernels.
 //
 // Error bounds (per output y[o, t], exact = sum_i w_i x_i in double, w = the dequantized weights):
 // - f32 / f16 / bf16 weights (f32 products, f32 sums in any order): the classic summation bound
 //   |y - exact| <= n * u * sum_i |w_i x_i| with u = 2^-24, times 1.5 for slack in how the bound is reached.
-// - quantized weights: x is rounded to 8 bits per block (d_b = max|x over block b| / 127, |x_i - d_b q_i| <= d_b / 2),
-//   so |y - exact| <= sum_i |w_i| d_b(i) / 2 (x 1.001 for the f32 rounding of d and x / d) plus the f32
-//   summation term above. That bound is rigorous but loose, so a second check bounds the RMS error over all
-//   outputs: per term the rounding error is ~uniform with sd d / sqrt(12), giving an expected relative RMS error
-//   of about (max|x| / 127) / sqrt(12) / rms(x) ~ 0.6% for 256-blocks of N(0, 1) (max ~ 2.9 sigma) and ~0.5% for
-//   32-blocks; the test allows 1.5%.
+// - quantized weights: x is rounded to 8 bits per block (d_b = max|x over block b| / 127, |x_i - d_b q_i| <=
+//   d_b / 2), so |y - exact| <= sum_i |w_i| d_b(i) / 2 (x 1.001 for the f32 rounding of d and x / d) plus the
+//   f32 summation term above. That bound is rigorous but loose, so a second check bounds the RMS error over
+//   all outputs: per term the rounding error is ~uniform with sd d / sqrt(12), giving an expected relative
+//   RMS error of about (max|x| / 127) / sqrt(12) / rms(x) ~ 0.6% for 256-blocks of N(0, 1) (max ~ 2.9 sigma)
+//   and ~0.5% for 32-blocks; the test allows 1.5%.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -66,10 +66,11 @@ struct MatmulCase {
 
 class CpuMatmul : public SimdParam {};
 
-// Checks the per-output bound; returns {sum of squared errors, sum of squared exact values} for the RMS check.
+// Checks the per-output bound; returns {sum of squared errors, sum of squared exact values} for the RMS
+// check.
 std::pair<double, double> run_case(Ops& ops, Stream& s, const MatmulCase& c, uint32_t seed) {
-  SCOPED_TRACE(std::string(dtype_name(c.type)) + " in=" + std::to_string(c.n_in) + " out=" +
-               std::to_string(c.n_out) + " T=" + std::to_string(c.T));
+  SCOPED_TRACE(std::string(dtype_name(c.type)) + " in=" + std::to_string(c.n_in) +
+               " out=" + std::to_string(c.n_out) + " T=" + std::to_string(c.T));
   Weights w = make_weights(c.type, c.n_in, c.n_out, seed);
   std::vector<float> x = random_normal(size_t(c.n_in * c.T), seed + 1);
   std::vector<float> y(size_t(c.n_out * c.T), NAN);
@@ -124,7 +125,8 @@ TEST_P(CpuMatmul, EveryDtypeAgainstDoubleReference) {
     if (act_block(type)) {
       std::printf("  %s: relative RMS error vs the exact product %.3f%%\n", dtype_name(type),
                   100.0 * std::sqrt(err2 / ref2));
-      EXPECT_LE(std::sqrt(err2 / ref2), 0.015) << dtype_name(type) << ": relative RMS error of the 8-bit path";
+      EXPECT_LE(std::sqrt(err2 / ref2), 0.015)
+          << dtype_name(type) << ": relative RMS error of the 8-bit path";
     }
   }
 }
@@ -149,11 +151,13 @@ TEST_P(CpuMatmul, StridedActivationAndOutputRows) {
   y.nb[1] = y_pitch * sizeof(float);
   ops().matmul(stream(), w.tensor, x, y);
   std::vector<float> xc(size_t(256 * T));
-  for (int64_t t = 0; t < T; ++t) std::memcpy(&xc[size_t(t * 256)], &xbuf[size_t(t * x_pitch)], 256 * sizeof(float));
+  for (int64_t t = 0; t < T; ++t)
+    std::memcpy(&xc[size_t(t * 256)], &xbuf[size_t(t * x_pitch)], 256 * sizeof(float));
   ops().matmul(stream(), w.tensor, f32(xc, {256, T}), f32(yref, {10, T}));
   for (int64_t t = 0; t < T; ++t) {
     for (int64_t o = 0; o < 10; ++o) EXPECT_EQ(ybuf[size_t(t * y_pitch + o)], yref[size_t(t * 10 + o)]);
-    for (int64_t o = 10; o < y_pitch; ++o) EXPECT_EQ(ybuf[size_t(t * y_pitch + o)], -7.0f) << "wrote past the row";
+    for (int64_t o = 10; o < y_pitch; ++o)
+      EXPECT_EQ(ybuf[size_t(t * y_pitch + o)], -7.0f) << "wrote past the row";
   }
 }
 
@@ -199,8 +203,8 @@ TEST(CpuMatmulErrors, BadShapesAndTypes) {
   Stream& s = test_device().default_stream();
   Weights w = make_weights(DType::Q8_0, 64, 4, 1);
   std::vector<float> x(64 * 2, 1.0f), y(4 * 2);
-  EXPECT_THROW(ops.matmul(s, w.tensor, f32(x, {32, 4}), f32(y, {4, 2})), Error);   // x width != in
-  EXPECT_THROW(ops.matmul(s, w.tensor, f32(x, {64, 2}), f32(y, {2, 4})), Error);   // y shape
+  EXPECT_THROW(ops.matmul(s, w.tensor, f32(x, {32, 4}), f32(y, {4, 2})), Error);  // x width != in
+  EXPECT_THROW(ops.matmul(s, w.tensor, f32(x, {64, 2}), f32(y, {2, 4})), Error);  // y shape
   std::vector<int32_t> wi(64 * 4);
   EXPECT_THROW(ops.matmul(s, i32(wi, {64, 4}), f32(x, {64, 2}), f32(y, {4, 2})), Error);  // weight type
   Tensor on_gpu = f32(x, {64, 2});

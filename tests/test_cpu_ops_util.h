@@ -31,7 +31,9 @@ template <class T>
 Tensor view(std::vector<T>& v, DType type, std::initializer_list<int64_t> dims) {
   return Tensor::contiguous(type, dims, v.data());
 }
-inline Tensor f32(std::vector<float>& v, std::initializer_list<int64_t> dims) { return view(v, DType::F32, dims); }
+inline Tensor f32(std::vector<float>& v, std::initializer_list<int64_t> dims) {
+  return view(v, DType::F32, dims);
+}
 inline Tensor i32(std::vector<int32_t>& v, std::initializer_list<int64_t> dims) {
   return view(v, DType::I32, dims);
 }
@@ -56,6 +58,8 @@ class SimdParam : public ::testing::TestWithParam<bool> {
   Stream& stream() { return dev().default_stream(); }
 };
 
-inline std::string simd_name(const ::testing::TestParamInfo<bool>& info) { return info.param ? "Avx2" : "Scalar"; }
+inline std::string simd_name(const ::testing::TestParamInfo<bool>& info) {
+  return info.param ? "Avx2" : "Scalar";
+}
 
 }  // namespace tandem::test

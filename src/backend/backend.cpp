@@ -13,8 +13,8 @@ std::unique_ptr<Device> create_device(DeviceId id, const DeviceOptions& options)
   if (id.kind == DeviceKind::CPU) return create_cpu_device(id.index, options);
 #if defined(TANDEM_HAVE_CUDA)
   const int n = cuda_device_count();
-  check(id.index >= 0 && id.index < n, "device " + id.to_string() + " does not exist (" + std::to_string(n) +
-                                           " CUDA devices visible)");
+  check(id.index >= 0 && id.index < n,
+        "device " + id.to_string() + " does not exist (" + std::to_string(n) + " CUDA devices visible)");
   return create_cuda_device(id.index, options);
 #else
   throw Error("device " + id.to_string() + " is not available: this tandem was built without CUDA");

@@ -1,21 +1,22 @@
 // The backend seam: Device, Stream, Event, Buffer and the Ops table. Model code is written only against this
-// header; the CPU backend (src/backend/cpu) is the reference and the CUDA backend (src/backend/cuda) implements
-// the same Ops and is tested against it.
+// header; the CPU backend (src/backend/cpu) is the reference and the CUDA backend (src/backend/cuda)
+// implements the same Ops and is tested against it.
 //
 // Conventions that hold for every op below:
-// - Shapes are in ggml ne order (ne[0] innermost): a matrix of T rows of n values is {n, T}. Activations are F32
-//   unless a parameter says otherwise. Index tensors are I32.
-// - Every Tensor argument is a view (core/tensor.h) whose data lives on this Ops' device. Unless a parameter says
-//   "contiguous", a tensor may be a strided view: elements inside a row (ne[0]) must be contiguous
-//   (nb[0] == element size), while rows may have any byte strides nb[1], nb[2], nb[3] (views into fused QKV, a
-//   shard, a few rows of a larger buffer, ...). Outputs must not overlap inputs unless the op says "in place ok".
+// - Shapes are in ggml ne order (ne[0] innermost): a matrix of T rows of n values is {n, T}. Activations are
+//   F32 unless a parameter says otherwise. Index tensors are I32.
+// - Every Tensor argument is a view (core/tensor.h) whose data lives on this Ops' device. Unless a parameter
+//   says "contiguous", a tensor may be a strided view: elements inside a row (ne[0]) must be contiguous
+//   (nb[0] == element size), while rows may have any byte strides nb[1], nb[2], nb[3] (views into fused QKV,
+//   a shard, a few rows of a larger buffer, ...). Outputs must not overlap inputs unless the op says
+//   "in place ok".
 // - Every op takes the Stream it runs on first. On CPU the op runs synchronously on the calling thread, which
-//   uses the device's thread pool; on CUDA it is enqueued on the stream. Ops never allocate memory during a step:
-//   each backend keeps a workspace that Ops::reserve() sizes once at plan time (see WorkspacePlan). One Ops object
-//   is used by one host thread at a time.
-// - Bad shapes, dtypes or devices throw tandem::Error (checked on the host, before any work is enqueued). Index
-//   values inside device tensors (token ids, slots, positions) are the caller's responsibility on CUDA; the CPU
-//   backend checks them and throws Error.
+//   uses the device's thread pool; on CUDA it is enqueued on the stream. Ops never allocate memory during a
+//   step: each backend keeps a workspace that Ops::reserve() sizes once at plan time (see WorkspacePlan). One
+//   Ops object is used by one host thread at a time.
+// - Bad shapes, dtypes or devices throw tandem::Error (checked on the host, before any work is enqueued).
+//   Index values inside device tensors (token ids, slots, positions) are the caller's responsibility on CUDA;
+//   the CPU backend checks them and throws Error.
 #pragma once
 
 #include <cstddef>
@@ -31,7 +32,7 @@ namespace tandem {
 class Device;
 class Ops;
 
-// ---- streams, events, buffers --------------------------------------------------------------------------------
+// ---- streams, events, buffers -----------------------------------------------------------------------------
 
 // An ordered queue of work on one device. On CPU it is trivial (ops run synchronously); on CUDA it wraps a
 // cudaStream_t.
@@ -55,8 +56,8 @@ class Event {
   virtual void synchronize() = 0;
 };
 
-// An owning allocation on one device (move-only; frees on destruction). Host-side buffers (Device::allocate_host)
-// report DeviceId CPU even when they belong to a CUDA device.
+// An owning allocation on one device (move-only; frees on destruction). Host-side buffers
+// (Device::allocate_host) report DeviceId CPU even when they belong to a CUDA device.
 class Buffer {
  public:
   using Deleter = void (*)(void* data, void* context);
@@ -103,10 +104,10 @@ class Buffer {
 enum class CopyKind { HostToDevice, DeviceToHost, DeviceToDevice };
 
 struct DeviceOptions {
-  int n_threads = 0;  // CPU: worker threads of the device's pool including the caller; 0 = all hardware threads
+  int n_threads = 0;  // CPU: threads of the device's pool including the caller; 0 = all hardware threads
 };
 
-// ---- attention and rope parameters ---------------------------------------------------------------------------
+// ---- attention and rope parameters ------------------------------------------------------------------------
 
 // Which cache positions a query row may see (see AttentionBatch for the exact rule).
 enum class MaskKind { Causal, Bidirectional, Block };
@@ -118,9 +119,10 @@ enum class RopeMode { Norm, Neox };
 // position p:  theta_i = p * freq_scale * freq_base^(-2i/n_rot) / ff_i   (ff_i = freq_factors[i], or 1),
 //   c = cos(theta_i) * attn_factor, s = sin(theta_i) * attn_factor,
 //   (x0, x1) -> (x0 c - x1 s, x0 s + x1 c)
-// where (x0, x1) is the pair (2i, 2i+1) in NORM mode and (i, i + n_rot/2) in NEOX mode. Dims >= n_rot of each head
-// pass through unchanged. The CPU reference computes theta in float as ggml does: theta_scale =
-// powf(freq_base, -2/n_rot), theta_i = p * theta_scale^i (running float product), then / ff_i, then * freq_scale.
+// where (x0, x1) is the pair (2i, 2i+1) in NORM mode and (i, i + n_rot/2) in NEOX mode. Dims >= n_rot of each
+// head pass through unchanged. The CPU reference computes theta in float as ggml does:
+// theta_scale = powf(freq_base, -2/n_rot), theta_i = p * theta_scale^i (running float product), then / ff_i,
+// then * freq_scale.
 struct RopeParams {
   int n_rot = 0;  // rotated dims per head: even, 2 <= n_rot <= head_dim
   RopeMode mode = RopeMode::Norm;
@@ -131,16 +133,17 @@ struct RopeParams {
 };
 
 // One layer of the paged KV cache. k = {head_dim_k, n_kv_head, block_size, n_blocks},
-// v = {head_dim_v, n_kv_head, block_size, n_blocks}, both contiguous, dtype F32, F16 or BF16 (k and v may differ).
-// The physical slot of (physical block b, offset o) is b * block_size + o; slot s holds k[:, :, s % bs, s / bs].
+// v = {head_dim_v, n_kv_head, block_size, n_blocks}, both contiguous, dtype F32, F16 or BF16 (k and v may
+// differ). The physical slot of (physical block b, offset o) is b * block_size + o; slot s holds
+// k[:, :, s % bs, s / bs].
 struct KvLayerView {
   Tensor k;
   Tensor v;
   int block_size = 0;
 };
 
-// Metadata of one batch for attention. All tensors are I32 on the device, so a CUDA graph stays valid when only
-// their contents change. n_rows = T of the batch (q's ne[2]).
+// Metadata of one batch for attention. All tensors are I32 on the device, so a CUDA graph stays valid when
+// only their contents change. n_rows = T of the batch (q's ne[2]).
 //   positions    {n_rows}: cache position p of each query row (its own K/V were stored at p by kv_store).
 //   seq_slot     {n_rows}: sequence s of each row (index into block_tables / seq_lens); s < 0 marks a padding
 //                row, whose output is set to 0.
@@ -152,11 +155,11 @@ struct KvLayerView {
 // Cache position j (0 <= j < seq_lens[s]) is visible to row r (sequence s, position p) when
 //   Causal:        j <= p
 //   Bidirectional: always (every cached position of the sequence)
-//   Block:         j < block_end[r]  (causal prefix + bidirectional trailing block: rows of the trailing block
-//                  get block_end = end of the block, prefix rows get p + 1)
-// and, in addition, j > p - sliding_window when sliding_window > 0, and j >= kv_begin[r] when kv_begin is given
-// (for windows that are not relative to the row's own position, e.g. diffusion-gemma canvas rows on sliding
-// layers see only prompt positions >= P - n_swa + 1). A row that sees no position gets output 0.
+//   Block:         j < block_end[r]  (causal prefix + bidirectional trailing block: rows of the
+//                  trailing block get block_end = end of the block, prefix rows get p + 1)
+// and, in addition, j > p - sliding_window when sliding_window > 0, and j >= kv_begin[r] when kv_begin is
+// given (for windows that are not relative to the row's own position, e.g. diffusion-gemma canvas rows on
+// sliding layers see only prompt positions >= P - n_swa + 1). A row that sees no position gets output 0.
 struct AttentionBatch {
   MaskKind mask = MaskKind::Causal;
   Tensor positions;
@@ -169,18 +172,18 @@ struct AttentionBatch {
   int max_seq_len = 0;     // upper bound of seq_lens in this batch (scratch sizing / kernel choice); > 0
 };
 
-// The device-side sampling chain of sample_rows. Tokens are ranked by descending logit, ties by lower token id.
-// Per row, in this order (llama.cpp's default order):
+// The device-side sampling chain of sample_rows. Tokens are ranked by descending logit, ties by lower token
+// id. Per row, in this order (llama.cpp's default order):
 //   1. temperature <= 0: greedy, out = first index of the maximum logit; nothing else applies.
 //   2. top_k > 0: keep the top_k best-ranked tokens.
-//   3. top_p < 1: with p_i = softmax of the kept logits (temperature 1), keep the smallest best-ranked prefix whose
-//      probability sum is >= top_p (at least one token).
+//   3. top_p < 1: with p_i = softmax of the kept logits (temperature 1), keep the smallest best-ranked prefix
+//      whose probability sum is >= top_p (at least one token).
 //   4. min_p > 0: keep the kept tokens with exp(logit - max logit) >= min_p (p_i >= min_p * p_max).
-//   5. draw: weights w_i = exp((logit_i - max logit) / temperature) over the kept tokens, W = sum w_i; walking the
-//      kept tokens in ASCENDING TOKEN ID order, return the first whose running weight sum exceeds u * W, where u is
-//      the row's uniform in [0, 1); the last kept token if rounding leaves none.
-// Every step keeps a best-ranked prefix, so the kept set is {v : v ranks at or above a cutoff token}. Drawing in
-// id order (not rank order) means no sort is needed unless top_p is on.
+//   5. draw: weights w_i = exp((logit_i - max logit) / temperature) over the kept tokens, W = sum w_i;
+//      walking the kept tokens in ASCENDING TOKEN ID order, return the first whose running weight sum exceeds
+//      u * W, where u is the row's uniform in [0, 1); the last kept token if rounding leaves none.
+// Every step keeps a best-ranked prefix, so the kept set is {v : v ranks at or above a cutoff token}. Drawing
+// in id order (not rank order) means no sort is needed unless top_p is on.
 struct SamplerParams {
   float temperature = 1.0f;
   int top_k = 0;       // 0 = off
@@ -188,11 +191,11 @@ struct SamplerParams {
   float min_p = 0.0f;  // 0 = off
 };
 
-// Upper bounds a session knows at plan time; Ops::reserve() sizes the workspace from them so that no op allocates
-// during a step. Calls may use any shape within the bounds. The CPU backend grows its workspace when a call
-// exceeds the reserved bounds (so unreserved use still works, at the cost of one allocation); the CUDA backend
-// throws Error instead (an allocation would break CUDA graph capture). Reserving again with larger bounds grows;
-// it never shrinks.
+// Upper bounds a session knows at plan time; Ops::reserve() sizes the workspace from them so that no op
+// allocates during a step. Calls may use any shape within the bounds. The CPU backend grows its workspace
+// when a call exceeds the reserved bounds (so unreserved use still works, at the cost of one allocation); the
+// CUDA backend throws Error instead (an allocation would break CUDA graph capture). Reserving again with
+// larger bounds grows; it never shrinks.
 struct WorkspacePlan {
   int64_t max_rows = 1;       // largest T (rows of x in matmul, rows of any op)
   int64_t max_matmul_in = 0;  // largest ne[0] of a matmul input
@@ -202,7 +205,7 @@ struct WorkspacePlan {
   int64_t max_vocab = 0;      // largest ne[0] of sample_rows / diffusion_sample_rows logits
 };
 
-// ---- the op table ----------------------------------------------------------------------------------------------
+// ---- the op table -----------------------------------------------------------------------------------------
 
 class Ops {
  public:
@@ -211,8 +214,8 @@ class Ops {
   // Sizes the workspace for every shape within plan (see WorkspacePlan).
   virtual void reserve(const WorkspacePlan& plan) = 0;
 
-  // y[o, t] = sum_i W[i, o] * x[i, t].  W {in, out} of dtype F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K or Q6_K (in a
-  // multiple of the block size; W rows may be strided by nb[1]); x F32 {in, T}; y F32 {out, T}.
+  // y[o, t] = sum_i W[i, o] * x[i, t].  W {in, out} of dtype F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K or Q6_K
+  // (in a multiple of the block size; W rows may be strided by nb[1]); x F32 {in, T}; y F32 {out, T}.
   // Quantized weights use an integer dot product against x quantized to 8 bits per 32 (Q8_0/Q4_0) or 256 (K
   // types) values, as ggml does: each x value is rounded to a multiple of d = max|x over its block| / 127, so
   // |y - exact product with the dequantized W| <= sum_i |W[i, o]| * d(i) / 2 (plus f32 rounding); on typical
@@ -238,10 +241,10 @@ class Ops {
   virtual void kv_store(Stream& s, const KvLayerView& kv, const Tensor& k, const Tensor& v,
                         const Tensor& slot_mapping) = 0;
 
-  // out[:, h, r] = sum_j softmax_j(scale * q[:, h, r] . K_j) * V_j over the cache positions j visible to row r
-  // (AttentionBatch), reading K/V head h / (n_head / n_kv_head) (GQA, n_head a multiple of n_kv_head; K/V are
-  // never repeated in memory). q F32 {hd_k, n_head, T}; out F32 {hd_v, n_head, T}; scores in f32 with an online
-  // softmax (no T x seq_len score matrix).
+  // out[:, h, r] = sum_j softmax_j(scale * q[:, h, r] . K_j) * V_j over the cache positions j visible to row
+  // r (AttentionBatch), reading K/V head h / (n_head / n_kv_head) (GQA, n_head a multiple of n_kv_head; K/V
+  // are never repeated in memory). q F32 {hd_k, n_head, T}; out F32 {hd_v, n_head, T}; scores in f32 with an
+  // online softmax (no T x seq_len score matrix).
   virtual void attention(Stream& s, const Tensor& q, const KvLayerView& kv, const AttentionBatch& batch,
                          float scale, const Tensor& out) = 0;
 
@@ -265,17 +268,17 @@ class Ops {
   // out = softmax over ne[0] of every row (max-subtracted, f32). x, out F32 of the same shape. In place ok.
   virtual void softmax_rows(Stream& s, const Tensor& x, const Tensor& out) = 0;
 
-  // Elementwise copy between tensors of the same shape: F32 <-> F16 / BF16 conversion (round to nearest even),
-  // or any dtype to the same dtype (quantized rows are copied as bytes). Strided views on both sides.
+  // Elementwise copy between tensors of the same shape: F32 <-> F16 / BF16 conversion (round to nearest
+  // even), or any dtype to the same dtype (quantized rows are copied as bytes). Strided views on both sides.
   virtual void copy(Stream& s, const Tensor& src, const Tensor& dst) = 0;
 
   // out[t] = first index of the maximum of logits[:, t]. logits F32 {V, T}; out I32 {T} contiguous.
   virtual void argmax_rows(Stream& s, const Tensor& logits, const Tensor& out) = 0;
 
-  // out[t] = a token drawn from row t of logits with the chain of SamplerParams and the uniform uniforms[t] in
-  // [0, 1). logits F32 {V, T}; uniforms F32 {T} contiguous; out I32 {T} contiguous. Deterministic.
-  virtual void sample_rows(Stream& s, const Tensor& logits, const SamplerParams& params, const Tensor& uniforms,
-                           const Tensor& out) = 0;
+  // out[t] = a token drawn from row t of logits with the chain of SamplerParams and the uniform uniforms[t]
+  // in [0, 1). logits F32 {V, T}; uniforms F32 {T} contiguous; out I32 {T} contiguous. Deterministic.
+  virtual void sample_rows(Stream& s, const Tensor& logits, const SamplerParams& params,
+                           const Tensor& uniforms, const Tensor& out) = 0;
 
   // The per-row reduction of the entropy-bound diffusion sampler (GGUF-ARCH-FACTS D.6 f / D.8). With
   // z = logits[:, t] * inv_temp, m = max z, e_v = exp(z_v - m), Z = sum e_v:
@@ -286,11 +289,11 @@ class Ops {
   virtual void diffusion_sample_rows(Stream& s, const Tensor& logits, float inv_temp, const Tensor& uniforms,
                                      const Tensor& argmax, const Tensor& entropy, const Tensor& sampled) = 0;
 
-  // Planned, to be added (additively) with the architectures that need them: matmul_id (MoE expert matmul over
-  // routed rows) and top_k_rows (router top-k) for gemma4 / diffusion-gemma MoE layers.
+  // Planned, to be added (additively) with the architectures that need them: matmul_id (MoE expert matmul
+  // over routed rows) and top_k_rows (router top-k) for gemma4 / diffusion-gemma MoE layers.
 };
 
-// ---- devices -----------------------------------------------------------------------------------------------------
+// ---- devices ----------------------------------------------------------------------------------------------
 
 class Device {
  public:
@@ -311,8 +314,8 @@ class Device {
   // Blocks until all work on all streams of this device has finished.
   virtual void synchronize() = 0;
 
-  // Asynchronous copies on `stream` (the host memory must stay valid until the stream reaches the copy; on CPU
-  // they are synchronous).
+  // Asynchronous copies on `stream` (the host memory must stay valid until the stream reaches the copy; on
+  // CPU they are synchronous).
   virtual void copy_from_host(Stream& stream, void* dst, const void* src, size_t bytes) = 0;
   virtual void copy_to_host(Stream& stream, void* dst, const void* src, size_t bytes) = 0;
   virtual void copy_device_to_device(Stream& stream, void* dst, const void* src, size_t bytes) = 0;
@@ -320,8 +323,8 @@ class Device {
   // (scatter/gather of tensor shards). kind says which side is host memory.
   virtual void copy_2d(Stream& stream, void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
                        size_t width_bytes, size_t height, CopyKind kind) = 0;
-  // Copies from memory of this device to memory of dst_dev, a device of the same kind (CUDA: a peer copy, which
-  // the driver stages when P2P is off), ordered on `stream` (a stream of this device).
+  // Copies from memory of this device to memory of dst_dev, a device of the same kind (CUDA: a peer copy,
+  // which the driver stages when P2P is off), ordered on `stream` (a stream of this device).
   virtual void copy_to_peer(Stream& stream, void* dst, Device& dst_dev, const void* src, size_t bytes) = 0;
 
   virtual Ops& ops() = 0;
@@ -337,8 +340,8 @@ class Device {
   }
 };
 
-// Creates the device `id` (cpu:N, or cuda:N when built with CUDA). Throws Error for a device that does not exist
-// or a CUDA device in a build without CUDA.
+// Creates the device `id` (cpu:N, or cuda:N when built with CUDA). Throws Error for a device that does not
+// exist or a CUDA device in a build without CUDA.
 std::unique_ptr<Device> create_device(DeviceId id, const DeviceOptions& options = {});
 
 // Number of devices of a kind visible to this process (CPU: 1, any cpu:N index is accepted by create_device).

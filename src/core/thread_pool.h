@@ -1,14 +1,14 @@
 // A persistent pool of worker threads for data-parallel loops (the CPU backend's ops, quantization).
 //
-// parallel_for(n_tasks, fn) runs fn(task, thread_id) for every task in [0, n_tasks) and returns when all are done.
-// The calling thread takes part (thread_id 0); workers have ids 1..n_threads-1, so per-thread scratch can be
-// indexed by thread_id. Tasks are handed out one at a time from an atomic counter, so make them coarse enough
-// (tens of microseconds) to amortise the hand-out. Idle workers spin briefly (a decode step issues hundreds of
-// small loops back to back) and then sleep, so an idle pool costs no CPU.
+// parallel_for(n_tasks, fn) runs fn(task, thread_id) for every task in [0, n_tasks) and returns when all are
+// done. The calling thread takes part (thread_id 0); workers have ids 1..n_threads-1, so per-thread scratch
+// can be indexed by thread_id. Tasks are handed out one at a time from an atomic counter, so make them coarse
+// enough (tens of microseconds) to amortise the hand-out. Idle workers spin briefly (a decode step issues
+// hundreds of small loops back to back) and then sleep, so an idle pool costs no CPU.
 //
-// One thread at a time may call parallel_for on a pool. A parallel_for issued from inside a task runs serially on
-// the calling thread. If fn throws, the remaining tasks are skipped and the first exception is rethrown by
-// parallel_for.
+// One thread at a time may call parallel_for on a pool. A parallel_for issued from inside a task runs
+// serially on the calling thread. If fn throws, the remaining tasks are skipped and the first exception is
+// rethrown by parallel_for.
 #pragma once
 
 #include <atomic>
@@ -23,7 +23,8 @@ namespace tandem {
 
 class ThreadPool {
  public:
-  // n_threads counts the calling thread; 0 = std::thread::hardware_concurrency(). n_threads - 1 workers start.
+  // n_threads counts the calling thread; 0 = std::thread::hardware_concurrency(). n_threads - 1 workers
+  // start.
   explicit ThreadPool(int n_threads = 0);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -34,7 +35,8 @@ class ThreadPool {
   template <class F>
   void parallel_for(int64_t n_tasks, F&& fn) {
     using Fn = std::remove_reference_t<F>;
-    run(n_tasks, [](void* ctx, int64_t task, int thread_id) { (*static_cast<Fn*>(ctx))(task, thread_id); },
+    run(
+        n_tasks, [](void* ctx, int64_t task, int thread_id) { (*static_cast<Fn*>(ctx))(task, thread_id); },
         const_cast<void*>(static_cast<const void*>(&fn)));
   }
 
@@ -48,10 +50,11 @@ class ThreadPool {
   int n_threads_ = 1;
   std::vector<std::thread> workers_;
 
-  // The current job: written by the caller while job_open_ is false, published by job_open_ = true (and a bump of
-  // generation_ to wake workers). A worker joins by incrementing active_workers_ and only then checking
-  // job_open_; the caller closes the job when the tasks are exhausted and waits until active_workers_ is 0.
-  // So workers that were not scheduled in time never hold the caller up (the machine may be oversubscribed).
+  // The current job: written by the caller while job_open_ is false, published by job_open_ = true (and a
+  // bump of generation_ to wake workers). A worker joins by incrementing active_workers_ and only then
+  // checking job_open_; the caller closes the job when the tasks are exhausted and waits until
+  // active_workers_ is 0. So workers that were not scheduled in time never hold the caller up (the machine
+  // may be oversubscribed).
   TaskFn job_fn_ = nullptr;
   void* job_ctx_ = nullptr;
   int64_t job_tasks_ = 0;

@@ -1,10 +1,10 @@
 // Attention over the paged KV cache with an online softmax.
 //
-// Every row sees a contiguous range [lo, hi) of its sequence's cache positions (all mask kinds, the sliding window
-// and kv_begin only move the two ends), so a task walks that range in tiles of kTile positions: scores of the tile
-// for each of its query heads, then the running max / sum / accumulator update (flash-attention style), so no
-// T x seq_len matrix exists. A task is (row, KV head, a subset of the query heads of that KV head's GQA group):
-// each K/V row is loaded once for all the task's query heads and never copied or repeated.
+// Every row sees a contiguous range [lo, hi) of its sequence's cache positions (all mask kinds, the sliding
+// window and kv_begin only move the two ends), so a task walks that range in tiles of kTile positions: scores
+// of the tile for each of its query heads, then the running max / sum / accumulator update (flash-attention
+// style), so no T x seq_len matrix exists. A task is (row, KV head, a subset of the query heads of that KV
+// head's GQA group): each K/V row is loaded once for all the task's query heads and never copied or repeated.
 #include <algorithm>
 #include <cmath>
 
@@ -54,12 +54,15 @@ struct ScalarBF16 {
 #define TANDEM_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 struct VecF32 {
-  TANDEM_AVX2 static __m256 load(const void* p, int64_t i) { return _mm256_loadu_ps(static_cast<const float*>(p) + i); }
+  TANDEM_AVX2 static __m256 load(const void* p, int64_t i) {
+    return _mm256_loadu_ps(static_cast<const float*>(p) + i);
+  }
   static float get(const void* p, int64_t i) { return ScalarF32::get(p, i); }
 };
 struct VecF16 {
   TANDEM_AVX2 static __m256 load(const void* p, int64_t i) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(p) + i)));
+    return _mm256_cvtph_ps(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(p) + i)));
   }
   static float get(const void* p, int64_t i) { return ScalarF16::get(p, i); }
 };
@@ -94,29 +97,37 @@ template <class L>
 TANDEM_AVX2 void axpy_avx2(float* acc, float a, const void* v, int64_t n) {
   const __m256 va = _mm256_set1_ps(a);
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(va, L::load(v, i), _mm256_loadu_ps(acc + i)));
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(va, L::load(v, i), _mm256_loadu_ps(acc + i)));
   for (; i < n; ++i) acc[i] += a * L::get(v, i);
 }
 #endif
 
 DotKFn pick_dot(DType t, bool simd) {
 #if TANDEM_HAVE_X86
-  if (simd) return t == DType::F32 ? dot_avx2<VecF32> : t == DType::F16 ? dot_avx2<VecF16> : dot_avx2<VecBF16>;
+  if (simd)
+    return t == DType::F32 ? dot_avx2<VecF32> : t == DType::F16 ? dot_avx2<VecF16> : dot_avx2<VecBF16>;
 #endif
   (void)simd;
-  return t == DType::F32 ? dot_scalar<ScalarF32> : t == DType::F16 ? dot_scalar<ScalarF16> : dot_scalar<ScalarBF16>;
+  return t == DType::F32   ? dot_scalar<ScalarF32>
+         : t == DType::F16 ? dot_scalar<ScalarF16>
+                           : dot_scalar<ScalarBF16>;
 }
 
 AxpyVFn pick_axpy(DType t, bool simd) {
 #if TANDEM_HAVE_X86
-  if (simd) return t == DType::F32 ? axpy_avx2<VecF32> : t == DType::F16 ? axpy_avx2<VecF16> : axpy_avx2<VecBF16>;
+  if (simd)
+    return t == DType::F32 ? axpy_avx2<VecF32> : t == DType::F16 ? axpy_avx2<VecF16> : axpy_avx2<VecBF16>;
 #endif
   (void)simd;
-  return t == DType::F32 ? axpy_scalar<ScalarF32>
-                         : t == DType::F16 ? axpy_scalar<ScalarF16> : axpy_scalar<ScalarBF16>;
+  return t == DType::F32   ? axpy_scalar<ScalarF32>
+         : t == DType::F16 ? axpy_scalar<ScalarF16>
+                           : axpy_scalar<ScalarBF16>;
 }
 
-bool is_cache_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+bool is_cache_type(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16;
+}
 
 }  // namespace
 
@@ -125,41 +136,47 @@ size_t attention_scratch_floats(int64_t n_head, int64_t head_dim) {
   return size_t(n_head) * size_t(head_dim + kTile + 2);
 }
 
-void attention(ThreadPool& pool, Workspace& ws, const Tensor& q, const KvLayerView& kv, const AttentionBatch& batch,
-               float scale, const Tensor& out) {
+void attention(ThreadPool& pool, Workspace& ws, const Tensor& q, const KvLayerView& kv,
+               const AttentionBatch& batch, float scale, const Tensor& out) {
   const char* op = "attention";
   check_f32(op, "q", q);
   check_f32(op, "out", out);
   check_on_cpu(op, "kv.k", kv.k);
   check_on_cpu(op, "kv.v", kv.v);
-  check(is_cache_type(kv.k.type) && is_cache_type(kv.v.type), "attention: the cache must be f32, f16 or bf16");
-  check(kv.k.is_contiguous() && kv.v.is_contiguous(), "attention: the cache tensors must be contiguous");
+  TANDEM_CPU_CHECK(is_cache_type(kv.k.type) && is_cache_type(kv.v.type),
+                   "attention: the cache must be f32, f16 or bf16");
+  TANDEM_CPU_CHECK(kv.k.is_contiguous() && kv.v.is_contiguous(),
+                   "attention: the cache tensors must be contiguous");
   const int64_t hd_k = kv.k.ne[0], n_kv = kv.k.ne[1], bs = kv.k.ne[2], n_blocks = kv.k.ne[3];
   const int64_t hd_v = kv.v.ne[0];
-  check(kv.block_size == bs && bs > 0, "attention: kv.block_size " + std::to_string(kv.block_size) +
-                                           " must equal kv.k.ne[2] = " + std::to_string(bs));
+  TANDEM_CPU_CHECK(kv.block_size == bs && bs > 0, "attention: kv.block_size " +
+                                                      std::to_string(kv.block_size) +
+                                                      " must equal kv.k.ne[2] = " + std::to_string(bs));
   check_dims(op, "kv.v", kv.v, hd_v, n_kv, bs, n_blocks);
-  check(q.ne[0] == hd_k && q.ne[3] == 1, "attention: q must be {head_dim_k = " + std::to_string(hd_k) +
-                                             ", n_head, T}, got " + q.shape_string());
+  TANDEM_CPU_CHECK(
+      q.ne[0] == hd_k && q.ne[3] == 1,
+      "attention: q must be {head_dim_k = " + std::to_string(hd_k) + ", n_head, T}, got " + q.shape_string());
   const int64_t n_head = q.ne[1], T = q.ne[2];
-  check(n_kv > 0 && n_head % n_kv == 0, "attention: n_head " + std::to_string(n_head) +
-                                            " must be a multiple of n_kv_head " + std::to_string(n_kv));
+  TANDEM_CPU_CHECK(n_kv > 0 && n_head % n_kv == 0, "attention: n_head " + std::to_string(n_head) +
+                                                       " must be a multiple of n_kv_head " +
+                                                       std::to_string(n_kv));
   check_dims(op, "out", out, hd_v, n_head, T);
-  check(std::isfinite(scale), "attention: scale must be finite");
+  TANDEM_CPU_CHECK(std::isfinite(scale), "attention: scale must be finite");
 
   check_i32_vector(op, "batch.positions", batch.positions, T);
   check_i32_vector(op, "batch.seq_slot", batch.seq_slot, T);
   check_on_cpu(op, "batch.block_tables", batch.block_tables);
   check_type(op, "batch.block_tables", batch.block_tables, DType::I32);
-  check(batch.block_tables.is_contiguous() && batch.block_tables.ne[2] == 1 && batch.block_tables.ne[3] == 1,
-        "attention: batch.block_tables must be a contiguous {max_blocks_per_seq, n_seqs} matrix");
+  TANDEM_CPU_CHECK(
+      batch.block_tables.is_contiguous() && batch.block_tables.ne[2] == 1 && batch.block_tables.ne[3] == 1,
+      "attention: batch.block_tables must be a contiguous {max_blocks_per_seq, n_seqs} matrix");
   const int64_t max_blocks = batch.block_tables.ne[0], n_seqs = batch.block_tables.ne[1];
   check_i32_vector(op, "batch.seq_lens", batch.seq_lens, n_seqs);
   const bool block_mask = batch.mask == MaskKind::Block;
   if (block_mask) check_i32_vector(op, "batch.block_end", batch.block_end, T);
   const bool has_begin = batch.kv_begin.data != nullptr;
   if (has_begin) check_i32_vector(op, "batch.kv_begin", batch.kv_begin, T);
-  check(batch.sliding_window >= 0, "attention: sliding_window must be >= 0");
+  TANDEM_CPU_CHECK(batch.sliding_window >= 0, "attention: sliding_window must be >= 0");
 
   const int32_t* pos = batch.positions.ptr<int32_t>();
   const int32_t* seq = batch.seq_slot.ptr<int32_t>();
@@ -170,31 +187,34 @@ void attention(ThreadPool& pool, Workspace& ws, const Tensor& q, const KvLayerVi
 
   // Validate the metadata on the host: a bad index would otherwise read outside the cache.
   for (int64_t s = 0; s < n_seqs; ++s) {
-    check(lens[s] >= 0 && lens[s] <= max_blocks * bs,
-          "attention: seq_lens[" + std::to_string(s) + "] = " + std::to_string(lens[s]) +
-              " exceeds the block table (" + std::to_string(max_blocks * bs) + " positions)");
+    TANDEM_CPU_CHECK(lens[s] >= 0 && lens[s] <= max_blocks * bs,
+                     "attention: seq_lens[" + std::to_string(s) + "] = " + std::to_string(lens[s]) +
+                         " exceeds the block table (" + std::to_string(max_blocks * bs) + " positions)");
     for (int64_t b = 0; b < (lens[s] + bs - 1) / bs; ++b) {
       const int32_t phys = tables[s * max_blocks + b];
-      check(phys >= 0 && phys < n_blocks, "attention: block_tables[" + std::to_string(s) + "][" +
-                                              std::to_string(b) + "] = " + std::to_string(phys) +
-                                              " is not a cache block (0.." + std::to_string(n_blocks - 1) + ")");
+      TANDEM_CPU_CHECK(phys >= 0 && phys < n_blocks, "attention: block_tables[" + std::to_string(s) + "][" +
+                                                         std::to_string(b) + "] = " + std::to_string(phys) +
+                                                         " is not a cache block (0.." +
+                                                         std::to_string(n_blocks - 1) + ")");
     }
   }
   for (int64_t r = 0; r < T; ++r)
-    check(seq[r] < n_seqs, "attention: seq_slot[" + std::to_string(r) + "] = " + std::to_string(seq[r]) +
-                               " is not a sequence of the batch (" + std::to_string(n_seqs) + ")");
+    TANDEM_CPU_CHECK(seq[r] < n_seqs, "attention: seq_slot[" + std::to_string(r) +
+                                          "] = " + std::to_string(seq[r]) +
+                                          " is not a sequence of the batch (" + std::to_string(n_seqs) + ")");
   if (T == 0 || n_head == 0) return;
 
   const int64_t group = n_head / n_kv;
   // Split each GQA group so that there are enough tasks for the threads (decode of one sequence has T = 1).
   const int64_t want_tasks = int64_t(pool.n_threads()) * 4;
-  const int64_t splits = std::min<int64_t>(group, std::max<int64_t>(1, (want_tasks + T * n_kv - 1) / (T * n_kv)));
+  const int64_t splits =
+      std::min<int64_t>(group, std::max<int64_t>(1, (want_tasks + T * n_kv - 1) / (T * n_kv)));
   const int64_t heads_per_task = (group + splits - 1) / splits;
   const int64_t tasks_per_kv = (group + heads_per_task - 1) / heads_per_task;
 
   size_t stride = 0;
-  float* scratch_all =
-      ws.per_thread(attention_scratch_floats(heads_per_task, std::max(hd_v, int64_t(1))), pool.n_threads(), &stride);
+  float* scratch_all = ws.per_thread(attention_scratch_floats(heads_per_task, std::max(hd_v, int64_t(1))),
+                                     pool.n_threads(), &stride);
   const bool simd = simd_enabled();
   const DotKFn dot = pick_dot(kv.k.type, simd);
   const AxpyVFn axpy = pick_axpy(kv.v.type, simd);
@@ -236,10 +256,10 @@ void attention(ThreadPool& pool, Workspace& ws, const Tensor& q, const KvLayerVi
     }
 
     float* scratch = scratch_all + size_t(tid) * stride;
-    float* acc = scratch;                       // [nh][hd_v]
-    float* scores = acc + nh * hd_v;            // [nh][kTile]
-    float* run_max = scores + nh * kTile;       // [nh]
-    float* run_sum = run_max + nh;              // [nh]
+    float* acc = scratch;                  // [nh][hd_v]
+    float* scores = acc + nh * hd_v;       // [nh][kTile]
+    float* run_max = scores + nh * kTile;  // [nh]
+    float* run_sum = run_max + nh;         // [nh]
     std::fill_n(acc, nh * hd_v, 0.0f);
     std::fill_n(run_max, nh, -INFINITY);
     std::fill_n(run_sum, nh, 0.0f);

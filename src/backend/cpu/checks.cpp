@@ -6,37 +6,42 @@
 namespace tandem::cpu {
 
 namespace {
-std::string where(const char* op, const char* name) { return std::string(op) + ": " + name; }
+std::string where(const char* op, const char* name) {
+  return std::string(op) + ": " + name;
+}
 }  // namespace
 
 void check_on_cpu(const char* op, const char* name, const Tensor& t) {
-  check(t.device.kind == DeviceKind::CPU, where(op, name) + " lives on " + t.device.to_string() +
-                                              ", but this is a CPU op (copy it to the host first)");
-  check(t.data != nullptr || t.nelements() == 0, where(op, name) + " has no data (null pointer)");
-  for (int i = 0; i < 4; ++i) check(t.ne[i] >= 0, where(op, name) + " has a negative dimension");
+  TANDEM_CPU_CHECK(t.device.kind == DeviceKind::CPU,
+                   where(op, name) + " lives on " + t.device.to_string() +
+                       ", but this is a CPU op (copy it to the host first)");
+  TANDEM_CPU_CHECK(t.data != nullptr || t.nelements() == 0, where(op, name) + " has no data (null pointer)");
+  for (int i = 0; i < 4; ++i) TANDEM_CPU_CHECK(t.ne[i] >= 0, where(op, name) + " has a negative dimension");
 }
 
 void check_type(const char* op, const char* name, const Tensor& t, DType type) {
-  check(t.type == type, where(op, name) + " must be " + dtype_name(type) + ", got " + dtype_name(t.type));
+  TANDEM_CPU_CHECK(t.type == type,
+                   where(op, name) + " must be " + dtype_name(type) + ", got " + dtype_name(t.type));
 }
 
 void check_f32(const char* op, const char* name, const Tensor& t) {
   check_on_cpu(op, name, t);
   check_type(op, name, t, DType::F32);
-  check(t.nb[0] == sizeof(float), where(op, name) + " must have contiguous rows (nb[0] == 4)");
+  TANDEM_CPU_CHECK(t.nb[0] == sizeof(float), where(op, name) + " must have contiguous rows (nb[0] == 4)");
 }
 
 void check_i32_vector(const char* op, const char* name, const Tensor& t, int64_t n) {
   check_on_cpu(op, name, t);
   check_type(op, name, t, DType::I32);
-  check(t.ne[0] == n && t.nrows() == 1,
-        where(op, name) + " must have shape {" + std::to_string(n) + "}, got " + t.shape_string());
-  check(t.nb[0] == sizeof(int32_t), where(op, name) + " must be contiguous");
+  TANDEM_CPU_CHECK(t.ne[0] == n && t.nrows() == 1,
+                   where(op, name) + " must have shape {" + std::to_string(n) + "}, got " + t.shape_string());
+  TANDEM_CPU_CHECK(t.nb[0] == sizeof(int32_t), where(op, name) + " must be contiguous");
 }
 
-void check_same_shape(const char* op, const char* a_name, const Tensor& a, const char* b_name, const Tensor& b) {
-  check(a.ne == b.ne, std::string(op) + ": " + a_name + " " + a.shape_string() + " and " + b_name + " " +
-                          b.shape_string() + " must have the same shape");
+void check_same_shape(const char* op, const char* a_name, const Tensor& a, const char* b_name,
+                      const Tensor& b) {
+  TANDEM_CPU_CHECK(a.ne == b.ne, std::string(op) + ": " + a_name + " " + a.shape_string() + " and " + b_name +
+                                     " " + b.shape_string() + " must have the same shape");
 }
 
 void check_dims(const char* op, const char* name, const Tensor& t, int64_t ne0, int64_t ne1, int64_t ne2,

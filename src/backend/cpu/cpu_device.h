@@ -1,6 +1,6 @@
 // The CPU device: host memory, trivial streams and events, and CpuOps running on the device's thread pool.
-// Several CPU devices (cpu:0, cpu:1, ...) may exist at once, each with its own pool; split-mode tests use them as
-// stand-ins for GPUs.
+// Several CPU devices (cpu:0, cpu:1, ...) may exist at once, each with its own pool; split-mode tests use
+// them as stand-ins for GPUs.
 #pragma once
 
 #include <memory>
@@ -41,7 +41,8 @@ class CpuOps final : public Ops {
   void get_rows(Stream&, const Tensor& table, const Tensor& ids, const Tensor& out) override;
   void rms_norm(Stream&, const Tensor& x, const Tensor* weight, float eps, const Tensor& out) override;
   void rope(Stream&, const Tensor& x, const Tensor& positions, const RopeParams& p) override;
-  void kv_store(Stream&, const KvLayerView& kv, const Tensor& k, const Tensor& v, const Tensor& slot_mapping) override;
+  void kv_store(Stream&, const KvLayerView& kv, const Tensor& k, const Tensor& v,
+                const Tensor& slot_mapping) override;
   void attention(Stream&, const Tensor& q, const KvLayerView& kv, const AttentionBatch& batch, float scale,
                  const Tensor& out) override;
   void silu_mul(Stream&, const Tensor& gate, const Tensor& up, const Tensor& out) override;

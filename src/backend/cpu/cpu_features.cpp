@@ -35,8 +35,12 @@ bool cpu_has_avx2() {
   return has;
 }
 
-bool simd_enabled() { return default_enabled() && !g_forced_off.load(std::memory_order_relaxed); }
+bool simd_enabled() {
+  return default_enabled() && !g_forced_off.load(std::memory_order_relaxed);
+}
 
-void set_simd_enabled(bool enabled) { g_forced_off.store(!enabled, std::memory_order_relaxed); }
+void set_simd_enabled(bool enabled) {
+  g_forced_off.store(!enabled, std::memory_order_relaxed);
+}
 
 }  // namespace tandem::cpu

@@ -51,14 +51,22 @@ class Workspace {
 size_t attention_scratch_floats(int64_t n_head, int64_t head_dim);
 size_t rope_scratch_floats(int64_t head_dim);
 
-// ---- argument checks (throw Error with the op and argument name) -----------------------------------------------
+// ---- argument checks (throw Error with the op and argument name) ------------------------------------------
+
+// Like tandem::check, but the message is only built when the check fails: ops run hundreds of times per step
+// and must not format (or allocate) strings on the success path.
+#define TANDEM_CPU_CHECK(cond, message)          \
+  do {                                           \
+    if (!(cond)) throw ::tandem::Error(message); \
+  } while (0)
 
 void check_on_cpu(const char* op, const char* name, const Tensor& t);
 void check_type(const char* op, const char* name, const Tensor& t, DType type);
 // dtype F32, on CPU, elements of a row contiguous.
 void check_f32(const char* op, const char* name, const Tensor& t);
 void check_i32_vector(const char* op, const char* name, const Tensor& t, int64_t n);
-void check_same_shape(const char* op, const char* a_name, const Tensor& a, const char* b_name, const Tensor& b);
+void check_same_shape(const char* op, const char* a_name, const Tensor& a, const char* b_name,
+                      const Tensor& b);
 void check_dims(const char* op, const char* name, const Tensor& t, int64_t ne0, int64_t ne1, int64_t ne2 = 1,
                 int64_t ne3 = 1);
 
@@ -73,15 +81,16 @@ inline char* row_ptr(const Tensor& t, int64_t r) {
 // Splits n items into tasks of at least `min_per_task` items, about `tasks_per_thread` tasks per thread.
 int64_t items_per_task(int64_t n, int n_threads, int64_t min_per_task, int tasks_per_thread = 4);
 
-// ---- the ops ---------------------------------------------------------------------------------------------------
+// ---- the ops ----------------------------------------------------------------------------------------------
 
 void matmul(ThreadPool& pool, Workspace& ws, const Tensor& W, const Tensor& x, const Tensor& y);
 void get_rows(ThreadPool& pool, const Tensor& table, const Tensor& ids, const Tensor& out);
 void rms_norm(ThreadPool& pool, const Tensor& x, const Tensor* weight, float eps, const Tensor& out);
 void rope(ThreadPool& pool, Workspace& ws, const Tensor& x, const Tensor& positions, const RopeParams& p);
-void kv_store(ThreadPool& pool, const KvLayerView& kv, const Tensor& k, const Tensor& v, const Tensor& slot_mapping);
-void attention(ThreadPool& pool, Workspace& ws, const Tensor& q, const KvLayerView& kv, const AttentionBatch& batch,
-               float scale, const Tensor& out);
+void kv_store(ThreadPool& pool, const KvLayerView& kv, const Tensor& k, const Tensor& v,
+              const Tensor& slot_mapping);
+void attention(ThreadPool& pool, Workspace& ws, const Tensor& q, const KvLayerView& kv,
+               const AttentionBatch& batch, float scale, const Tensor& out);
 void silu_mul(ThreadPool& pool, const Tensor& gate, const Tensor& up, const Tensor& out);
 void gelu_mul(ThreadPool& pool, const Tensor& gate, const Tensor& up, const Tensor& out);
 void add(ThreadPool& pool, const Tensor& a, const Tensor& b, const Tensor& out);

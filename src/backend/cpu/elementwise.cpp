@@ -1,5 +1,6 @@
 // Elementwise and row-copy ops: activations, add/mul/scale/softcap/fill, dtype copies, get_rows, kv_store.
-// These are memory-bound; plain loops (auto-vectorised at the baseline ISA) are enough. Work is split over rows.
+// These are memory-bound; plain loops (auto-vectorised at the baseline ISA) are enough. Work is split over
+// rows.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -21,10 +22,13 @@ void for_rows(ThreadPool& pool, int64_t rows, int64_t n, F&& f) {
   });
 }
 
-inline float* frow(const Tensor& t, int64_t r) { return reinterpret_cast<float*>(row_ptr(t, r)); }
+inline float* frow(const Tensor& t, int64_t r) {
+  return reinterpret_cast<float*>(row_ptr(t, r));
+}
 
 template <class F>
-void binary_glu(ThreadPool& pool, const char* op, const Tensor& gate, const Tensor& up, const Tensor& out, F act) {
+void binary_glu(ThreadPool& pool, const char* op, const Tensor& gate, const Tensor& up, const Tensor& out,
+                F act) {
   check_f32(op, "gate", gate);
   check_f32(op, "up", up);
   check_f32(op, "out", out);
@@ -40,14 +44,16 @@ void binary_glu(ThreadPool& pool, const char* op, const Tensor& gate, const Tens
 }
 
 template <class F>
-void binary_broadcast(ThreadPool& pool, const char* op, const Tensor& a, const Tensor& b, const Tensor& out, F f) {
+void binary_broadcast(ThreadPool& pool, const char* op, const Tensor& a, const Tensor& b, const Tensor& out,
+                      F f) {
   check_f32(op, "a", a);
   check_f32(op, "b", b);
   check_f32(op, "out", out);
   check_same_shape(op, "a", a, "out", out);
   const bool one_row = b.ne[0] == a.ne[0] && b.nrows() == 1;
-  check(one_row || b.ne == a.ne, std::string(op) + ": b " + b.shape_string() + " must have a's shape " +
-                                     a.shape_string() + " or be one row {" + std::to_string(a.ne[0]) + "}");
+  TANDEM_CPU_CHECK(one_row || b.ne == a.ne, std::string(op) + ": b " + b.shape_string() +
+                                                " must have a's shape " + a.shape_string() +
+                                                " or be one row {" + std::to_string(a.ne[0]) + "}");
   const int64_t n = a.ne[0];
   for_rows(pool, a.nrows(), n, [&](int64_t r) {
     const float* x = frow(a, r);
@@ -104,7 +110,9 @@ void load_row(DType t, const void* src, float* dst, int64_t n) {
   }
 }
 
-bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+bool is_float_type(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16;
+}
 
 }  // namespace
 
@@ -132,7 +140,7 @@ void scale(ThreadPool& pool, const Tensor& x, float factor, const Tensor& out) {
 }
 
 void softcap(ThreadPool& pool, const Tensor& x, float cap, const Tensor& out) {
-  check(cap > 0.0f && std::isfinite(cap), "softcap: cap must be a finite value > 0");
+  TANDEM_CPU_CHECK(cap > 0.0f && std::isfinite(cap), "softcap: cap must be a finite value > 0");
   const float inv = 1.0f / cap;
   unary(pool, "softcap", x, out, [cap, inv](float v) { return cap * std::tanh(v * inv); });
 }
@@ -148,17 +156,17 @@ void copy(ThreadPool& pool, const Tensor& src, const Tensor& dst) {
   check_on_cpu(op, "src", src);
   check_on_cpu(op, "dst", dst);
   check_same_shape(op, "src", src, "dst", dst);
-  check(src.nb[0] == dtype_block_bytes(src.type) && dst.nb[0] == dtype_block_bytes(dst.type),
-        "copy: src and dst must have contiguous rows");
+  TANDEM_CPU_CHECK(src.nb[0] == dtype_block_bytes(src.type) && dst.nb[0] == dtype_block_bytes(dst.type),
+                   "copy: src and dst must have contiguous rows");
   const int64_t n = src.ne[0];
   if (src.type == dst.type) {
     const size_t bytes = src.row_bytes();
     for_rows(pool, src.nrows(), n, [&](int64_t r) { std::memcpy(row_ptr(dst, r), row_ptr(src, r), bytes); });
     return;
   }
-  check(is_float_type(src.type) && is_float_type(dst.type),
-        std::string("copy: cannot convert ") + dtype_name(src.type) + " to " + dtype_name(dst.type) +
-            " (only f32 <-> f16 / bf16, or a copy within one type)");
+  TANDEM_CPU_CHECK(is_float_type(src.type) && is_float_type(dst.type),
+                   std::string("copy: cannot convert ") + dtype_name(src.type) + " to " +
+                       dtype_name(dst.type) + " (only f32 <-> f16 / bf16, or a copy within one type)");
   if (src.type == DType::F32) {
     for_rows(pool, src.nrows(), n, [&](int64_t r) { store_row(dst.type, row_ptr(dst, r), frow(src, r), n); });
   } else if (dst.type == DType::F32) {
@@ -176,9 +184,9 @@ void copy(ThreadPool& pool, const Tensor& src, const Tensor& dst) {
 void get_rows(ThreadPool& pool, const Tensor& table, const Tensor& ids, const Tensor& out) {
   const char* op = "get_rows";
   check_on_cpu(op, "table", table);
-  check(table.ne[2] == 1 && table.ne[3] == 1, "get_rows: table must be {n_embd, n_rows}, got " +
-                                                  table.shape_string());
-  check(table.nb[0] == dtype_block_bytes(table.type), "get_rows: table must have contiguous rows");
+  TANDEM_CPU_CHECK(table.ne[2] == 1 && table.ne[3] == 1,
+                   "get_rows: table must be {n_embd, n_rows}, got " + table.shape_string());
+  TANDEM_CPU_CHECK(table.nb[0] == dtype_block_bytes(table.type), "get_rows: table must have contiguous rows");
   const int64_t n = table.ne[0], n_vocab = table.ne[1];
   check_i32_vector(op, "ids", ids, ids.ne[0]);
   const int64_t T = ids.ne[0];
@@ -186,20 +194,24 @@ void get_rows(ThreadPool& pool, const Tensor& table, const Tensor& ids, const Te
   check_dims(op, "out", out, n, T);
   const int32_t* id = ids.ptr<int32_t>();
   for (int64_t t = 0; t < T; ++t)
-    check(id[t] >= 0 && id[t] < n_vocab, "get_rows: id " + std::to_string(id[t]) + " at row " + std::to_string(t) +
-                                             " is out of range [0, " + std::to_string(n_vocab) + ")");
+    TANDEM_CPU_CHECK(id[t] >= 0 && id[t] < n_vocab, "get_rows: id " + std::to_string(id[t]) + " at row " +
+                                                        std::to_string(t) + " is out of range [0, " +
+                                                        std::to_string(n_vocab) + ")");
   for_rows(pool, T, n, [&](int64_t t) { load_row(table.type, table.row(id[t]), frow(out, t), n); });
 }
 
-void kv_store(ThreadPool& pool, const KvLayerView& kv, const Tensor& k, const Tensor& v, const Tensor& slot_mapping) {
+void kv_store(ThreadPool& pool, const KvLayerView& kv, const Tensor& k, const Tensor& v,
+              const Tensor& slot_mapping) {
   const char* op = "kv_store";
   check_on_cpu(op, "kv.k", kv.k);
   check_on_cpu(op, "kv.v", kv.v);
-  check(is_float_type(kv.k.type) && is_float_type(kv.v.type), "kv_store: the cache must be f32, f16 or bf16");
-  check(kv.k.is_contiguous() && kv.v.is_contiguous(), "kv_store: the cache tensors must be contiguous");
+  TANDEM_CPU_CHECK(is_float_type(kv.k.type) && is_float_type(kv.v.type),
+                   "kv_store: the cache must be f32, f16 or bf16");
+  TANDEM_CPU_CHECK(kv.k.is_contiguous() && kv.v.is_contiguous(),
+                   "kv_store: the cache tensors must be contiguous");
   const int64_t hd_k = kv.k.ne[0], n_kv = kv.k.ne[1], bs = kv.k.ne[2], n_blocks = kv.k.ne[3];
-  check(kv.block_size == bs && bs > 0, "kv_store: kv.block_size " + std::to_string(kv.block_size) +
-                                           " must equal kv.k.ne[2] = " + std::to_string(bs));
+  TANDEM_CPU_CHECK(kv.block_size == bs && bs > 0, "kv_store: kv.block_size " + std::to_string(kv.block_size) +
+                                                      " must equal kv.k.ne[2] = " + std::to_string(bs));
   const int64_t hd_v = kv.v.ne[0];
   check_dims(op, "kv.v", kv.v, hd_v, n_kv, bs, n_blocks);
   check_f32(op, "k", k);
@@ -211,17 +223,20 @@ void kv_store(ThreadPool& pool, const KvLayerView& kv, const Tensor& k, const Te
   const int32_t* slots = slot_mapping.ptr<int32_t>();
   const int64_t n_slots = bs * n_blocks;
   for (int64_t t = 0; t < T; ++t)
-    check(slots[t] < n_slots, "kv_store: slot " + std::to_string(slots[t]) + " of row " + std::to_string(t) +
-                                  " is beyond the cache (" + std::to_string(n_slots) + " slots)");
+    TANDEM_CPU_CHECK(slots[t] < n_slots, "kv_store: slot " + std::to_string(slots[t]) + " of row " +
+                                             std::to_string(t) + " is beyond the cache (" +
+                                             std::to_string(n_slots) + " slots)");
   for_rows(pool, T * n_kv, hd_k + hd_v, [&](int64_t r) {
     const int64_t t = r / n_kv, h = r % n_kv;
     const int64_t s = slots[t];
     if (s < 0) return;
     const int64_t o = s % bs, b = s / bs;
     store_row(kv.k.type, static_cast<char*>(kv.k.data) + h * kv.k.nb[1] + o * kv.k.nb[2] + b * kv.k.nb[3],
-              reinterpret_cast<const float*>(static_cast<const char*>(k.data) + h * k.nb[1] + t * k.nb[2]), hd_k);
+              reinterpret_cast<const float*>(static_cast<const char*>(k.data) + h * k.nb[1] + t * k.nb[2]),
+              hd_k);
     store_row(kv.v.type, static_cast<char*>(kv.v.data) + h * kv.v.nb[1] + o * kv.v.nb[2] + b * kv.v.nb[3],
-              reinterpret_cast<const float*>(static_cast<const char*>(v.data) + h * v.nb[1] + t * v.nb[2]), hd_v);
+              reinterpret_cast<const float*>(static_cast<const char*>(v.data) + h * v.nb[1] + t * v.nb[2]),
+              hd_v);
   });
 }
 

@@ -1,10 +1,10 @@
 // CPU matmul: y[o, t] = sum_i W[i, o] x[i, t] for every weight dtype.
 //
-// Plan of one call: (1) for quantized weights, quantize every row of x once into the workspace (8-bit blocks, see
-// matmul_kernels.h); (2) split the output into tiles of R weight rows x C activation rows, one task each. Inside a
-// tile, activation rows go 4 at a time and each weight row of the tile is read against those 4, so a weight row
-// is decoded once per 4 activation rows and the tile's weights (about 32 KiB) stay in cache across the groups.
-// With T <= C the weights are streamed from memory exactly once.
+// Plan of one call: (1) for quantized weights, quantize every row of x once into the workspace (8-bit blocks,
+// see matmul_kernels.h); (2) split the output into tiles of R weight rows x C activation rows, one task each.
+// Inside a tile, activation rows go 4 at a time and each weight row of the tile is read against those 4, so a
+// weight row is decoded once per 4 activation rows and the tile's weights (about 32 KiB) stay in cache across
+// the groups. With T <= C the weights are streamed from memory exactly once.
 #include <algorithm>
 
 #include "backend/cpu/cpu_features.h"
@@ -70,17 +70,18 @@ void matmul(ThreadPool& pool, Workspace& ws, const Tensor& W, const Tensor& x, c
   const char* op = "matmul";
   check_on_cpu(op, "W", W);
   const MatmulKernels k = matmul_kernels(W.type);
-  check(W.ne[2] == 1 && W.ne[3] == 1, "matmul: W must be a matrix {in, out}, got " + W.shape_string());
-  check(W.nb[0] == dtype_block_bytes(W.type), "matmul: W must have contiguous rows");
+  TANDEM_CPU_CHECK(W.ne[2] == 1 && W.ne[3] == 1,
+                   "matmul: W must be a matrix {in, out}, got " + W.shape_string());
+  TANDEM_CPU_CHECK(W.nb[0] == dtype_block_bytes(W.type), "matmul: W must have contiguous rows");
   const int64_t n_in = W.ne[0], n_out = W.ne[1];
-  check(n_in % dtype_block_size(W.type) == 0, "matmul: W's row length " + std::to_string(n_in) +
-                                                  " is not a multiple of the " + dtype_name(W.type) +
-                                                  " block size");
+  TANDEM_CPU_CHECK(n_in % dtype_block_size(W.type) == 0, "matmul: W's row length " + std::to_string(n_in) +
+                                                             " is not a multiple of the " +
+                                                             dtype_name(W.type) + " block size");
   check_f32(op, "x", x);
   check_f32(op, "y", y);
-  check(x.ne[0] == n_in && x.ne[2] == 1 && x.ne[3] == 1,
-        "matmul: x must be {" + std::to_string(n_in) + ", T} to match W " + W.shape_string() + ", got " +
-            x.shape_string());
+  TANDEM_CPU_CHECK(x.ne[0] == n_in && x.ne[2] == 1 && x.ne[3] == 1,
+                   "matmul: x must be {" + std::to_string(n_in) + ", T} to match W " + W.shape_string() +
+                       ", got " + x.shape_string());
   const int64_t T = x.ne[1];
   check_dims(op, "y", y, n_out, T);
   if (T == 0 || n_out == 0) return;

@@ -1,14 +1,14 @@
 // Inner kernels of the CPU matmul: activation quantization and dot products of one weight row with up to
 // kMaxDotRows activation rows (the decoded weights are reused across those rows).
 //
-// Quantized weight types take activations quantized to 8 bits, as ggml does, so the inner product is an integer
-// one: Q8_0 and Q4_0 use ActQ8Block32 (one f32 scale per 32 values), the K types use ActQ8Block256 (one scale per
-// 256 values plus sums of every 16 quants, for the weight minima / offsets). Activation value = d * qs[i] with
-// d = max|x| / 127 and qs[i] = x[i] / d rounded to nearest even, so |x - d qs| <= d / 2.
+// Quantized weight types take activations quantized to 8 bits, as ggml does, so the inner product is an
+// integer one: Q8_0 and Q4_0 use ActQ8Block32 (one f32 scale per 32 values), the K types use ActQ8Block256
+// (one scale per 256 values plus sums of every 16 quants, for the weight minima / offsets). Activation value
+// = d * qs[i] with d = max|x| / 127 and qs[i] = x[i] / d rounded to nearest even, so |x - d qs| <= d / 2.
 // F32, F16 and BF16 weights take f32 activations and accumulate in f32.
 //
-// Each kernel has a scalar version and an AVX2/FMA/F16C version; the integer sums of the two are identical, only
-// the order of the f32 accumulation differs.
+// Each kernel has a scalar version and an AVX2/FMA/F16C version; the integer sums of the two are identical,
+// only the order of the f32 accumulation differs.
 #pragma once
 
 #include <cstddef>

@@ -1,7 +1,7 @@
 // AVX2/FMA/F16C kernels of matmul_kernels.h. Compiled per function with a target attribute so the rest of the
 // build stays baseline x86-64; matmul_kernels() only hands them out when cpu_has_avx2() and simd_enabled().
-// Integer sums equal the scalar kernels' exactly (maddubs cannot saturate here: |weight level| <= 128 for Q8_0
-// (sign trick) or <= 63 for the others, |activation| <= 127, so a pair sum is at most 32512).
+// Integer sums equal the scalar kernels' exactly (maddubs cannot saturate here: |weight level| <= 128 for
+// Q8_0 (sign trick) or <= 63 for the others, |activation| <= 127, so a pair sum is at most 32512).
 #include "backend/cpu/matmul_kernels.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -36,10 +36,12 @@ TANDEM_AVX2 inline int32_t hsum_i32(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
-TANDEM_AVX2 inline float half_to_float(uint16_t h) { return _cvtsh_ss(h); }
+TANDEM_AVX2 inline float half_to_float(uint16_t h) {
+  return _cvtsh_ss(h);
+}
 
-// Quantizes 8k floats (k = n / 8 vectors) with one scale; writes n int8 and returns d. int32 lanes of the quants
-// go to lanes[] when not null (for the block sums).
+// Quantizes 8k floats (k = n / 8 vectors) with one scale; writes n int8 and returns d. int32 lanes of the
+// quants go to lanes[] when not null (for the block sums).
 TANDEM_AVX2 inline float quantize_block(const float* x, int8_t* q, int n, __m256i* lanes) {
   const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
   __m256 vmax = _mm256_setzero_ps();
@@ -71,7 +73,8 @@ TANDEM_AVX2 void quantize_q8x32(const float* x, void* dst, int64_t n) {
   __m256i lanes[4];
   for (int64_t i = 0; i < n / 32; ++i, x += 32) {
     b[i].d = quantize_block(x, b[i].qs, 32, lanes);
-    b[i].sum = hsum_i32(_mm256_add_epi32(_mm256_add_epi32(lanes[0], lanes[1]), _mm256_add_epi32(lanes[2], lanes[3])));
+    b[i].sum = hsum_i32(
+        _mm256_add_epi32(_mm256_add_epi32(lanes[0], lanes[1]), _mm256_add_epi32(lanes[2], lanes[3])));
   }
 }
 
@@ -80,23 +83,29 @@ TANDEM_AVX2 void quantize_q8x256(const float* x, void* dst, int64_t n) {
   __m256i lanes[32];
   for (int64_t i = 0; i < n / 256; ++i, x += 256) {
     b[i].d = quantize_block(x, b[i].qs, 256, lanes);
-    for (int g = 0; g < 16; ++g) b[i].bsums[g] = int16_t(hsum_i32(_mm256_add_epi32(lanes[2 * g], lanes[2 * g + 1])));
+    for (int g = 0; g < 16; ++g)
+      b[i].bsums[g] = int16_t(hsum_i32(_mm256_add_epi32(lanes[2 * g], lanes[2 * g + 1])));
   }
 }
 
-// ---- f32 / f16 / bf16 weights ---------------------------------------------------------------------------------
+// ---- f32 / f16 / bf16 weights -----------------------------------------------------------------------------
 
 namespace {
 
 struct LoadF32 {
-  TANDEM_AVX2 static __m256 load(const void* w, int64_t i) { return _mm256_loadu_ps(static_cast<const float*>(w) + i); }
+  TANDEM_AVX2 static __m256 load(const void* w, int64_t i) {
+    return _mm256_loadu_ps(static_cast<const float*>(w) + i);
+  }
   static float scalar(const void* w, int64_t i) { return static_cast<const float*>(w)[i]; }
 };
 struct LoadF16 {
   TANDEM_AVX2 static __m256 load(const void* w, int64_t i) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(w) + i)));
+    return _mm256_cvtph_ps(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(w) + i)));
   }
-  TANDEM_AVX2 static float scalar(const void* w, int64_t i) { return _cvtsh_ss(static_cast<const uint16_t*>(w)[i]); }
+  TANDEM_AVX2 static float scalar(const void* w, int64_t i) {
+    return _cvtsh_ss(static_cast<const uint16_t*>(w)[i]);
+  }
 };
 struct LoadBF16 {
   TANDEM_AVX2 static __m256 load(const void* w, int64_t i) {
@@ -140,25 +149,31 @@ TANDEM_AVX2 void dot_plain(int64_t n, const void* w, const void* const* xv, floa
 }  // namespace
 
 // Dispatches the runtime row count nx to a kernel templated on it (unrolled accumulators).
-#define TANDEM_DISPATCH_NX(KERNEL, ...)  \
-  switch (nx) {                          \
-    case 1: KERNEL<__VA_ARGS__ 1>(n, w, x, out); break; \
-    case 2: KERNEL<__VA_ARGS__ 2>(n, w, x, out); break; \
-    case 3: KERNEL<__VA_ARGS__ 3>(n, w, x, out); break; \
-    default: KERNEL<__VA_ARGS__ 4>(n, w, x, out); break; \
+#define TANDEM_DISPATCH_NX(KERNEL, ...)    \
+  switch (nx) {                            \
+    case 1:                                \
+      KERNEL<__VA_ARGS__ 1>(n, w, x, out); \
+      break;                               \
+    case 2:                                \
+      KERNEL<__VA_ARGS__ 2>(n, w, x, out); \
+      break;                               \
+    case 3:                                \
+      KERNEL<__VA_ARGS__ 3>(n, w, x, out); \
+      break;                               \
+    default:                               \
+      KERNEL<__VA_ARGS__ 4>(n, w, x, out); \
+      break;                               \
   }
 
-TANDEM_AVX2 void dot_f32(int64_t n, const void* w, const void* const* x, int nx, float* out) {
-  TANDEM_DISPATCH_NX(dot_plain, LoadF32, )
-}
-TANDEM_AVX2 void dot_f16(int64_t n, const void* w, const void* const* x, int nx, float* out) {
-  TANDEM_DISPATCH_NX(dot_plain, LoadF16, )
-}
-TANDEM_AVX2 void dot_bf16(int64_t n, const void* w, const void* const* x, int nx, float* out) {
+TANDEM_AVX2 void dot_f32(int64_t n, const void* w, const void* const* x, int nx,
+                         float* out){TANDEM_DISPATCH_NX(dot_plain, LoadF32, )} TANDEM_AVX2
+    void dot_f16(int64_t n, const void* w, const void* const* x, int nx,
+                 float* out){TANDEM_DISPATCH_NX(dot_plain, LoadF16, )} TANDEM_AVX2
+    void dot_bf16(int64_t n, const void* w, const void* const* x, int nx, float* out) {
   TANDEM_DISPATCH_NX(dot_plain, LoadBF16, )
 }
 
-// ---- Q8_0 / Q4_0 weights x ActQ8Block32 ---------------------------------------------------------------------
+// ---- Q8_0 / Q4_0 weights x ActQ8Block32 -------------------------------------------------------------------
 
 namespace {
 
@@ -209,14 +224,13 @@ TANDEM_AVX2 void dot_q4_0_t(int64_t n, const void* w, const void* const* xv, flo
 
 }  // namespace
 
-TANDEM_AVX2 void dot_q8_0(int64_t n, const void* w, const void* const* x, int nx, float* out) {
-  TANDEM_DISPATCH_NX(dot_q8_0_t, )
-}
-TANDEM_AVX2 void dot_q4_0(int64_t n, const void* w, const void* const* x, int nx, float* out) {
+TANDEM_AVX2 void dot_q8_0(int64_t n, const void* w, const void* const* x, int nx,
+                          float* out){TANDEM_DISPATCH_NX(dot_q8_0_t, )} TANDEM_AVX2
+    void dot_q4_0(int64_t n, const void* w, const void* const* x, int nx, float* out) {
   TANDEM_DISPATCH_NX(dot_q4_0_t, )
 }
 
-// ---- K types x ActQ8Block256 ----------------------------------------------------------------------------------
+// ---- K types x ActQ8Block256 ------------------------------------------------------------------------------
 
 namespace {
 
@@ -260,8 +274,10 @@ TANDEM_AVX2 void dot_q45_k_t(int64_t n, const void* w, const void* const* xv, fl
       if constexpr (kQ5) {
         const __m256i bit_lo = _mm256_set1_epi8(char(1 << (2 * c)));
         const __m256i bit_hi = _mm256_set1_epi8(char(1 << (2 * c + 1)));
-        lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qhv, bit_lo), bit_lo), sixteen));
-        hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qhv, bit_hi), bit_hi), sixteen));
+        lo = _mm256_or_si256(
+            lo, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qhv, bit_lo), bit_lo), sixteen));
+        hi = _mm256_or_si256(
+            hi, _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qhv, bit_hi), bit_hi), sixteen));
       }
       const __m256i s_lo = _mm256_set1_epi16(sc[2 * c]);
       const __m256i s_hi = _mm256_set1_epi16(sc[2 * c + 1]);
@@ -303,13 +319,15 @@ TANDEM_AVX2 void dot_q6_k_t(int64_t n, const void* w, const void* const* xv, flo
       const __m256i qhv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb[b].qh + 32 * h));
       for (int k = 0; k < 4; ++k) {
         const __m256i src = (k & 1) ? ql_b : ql_a;
-        const __m256i lo = (k < 2) ? _mm256_and_si256(src, m4) : _mm256_and_si256(_mm256_srli_epi16(src, 4), m4);
+        const __m256i lo =
+            (k < 2) ? _mm256_and_si256(src, m4) : _mm256_and_si256(_mm256_srli_epi16(src, 4), m4);
         const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(qhv, 2 * k), m2);
         const __m256i q = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
         const int g = 8 * h + 2 * k;  // 16-groups g (bytes 0..15) and g + 1 (bytes 16..31)
         const __m256i scv = _mm256_set_m128i(_mm_set1_epi16(sc[g + 1]), _mm_set1_epi16(sc[g]));
         for (int j = 0; j < NX; ++j) {
-          const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[j][b].qs + 128 * h + 32 * k));
+          const __m256i xq =
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[j][b].qs + 128 * h + 32 * k));
           sumi[j] = _mm256_add_epi32(sumi[j], _mm256_madd_epi16(_mm256_maddubs_epi16(q, xq), scv));
         }
       }
@@ -329,13 +347,11 @@ TANDEM_AVX2 void dot_q6_k_t(int64_t n, const void* w, const void* const* xv, flo
 
 }  // namespace
 
-TANDEM_AVX2 void dot_q4_k(int64_t n, const void* w, const void* const* x, int nx, float* out) {
-  TANDEM_DISPATCH_NX(dot_q45_k_t, false, )
-}
-TANDEM_AVX2 void dot_q5_k(int64_t n, const void* w, const void* const* x, int nx, float* out) {
-  TANDEM_DISPATCH_NX(dot_q45_k_t, true, )
-}
-TANDEM_AVX2 void dot_q6_k(int64_t n, const void* w, const void* const* x, int nx, float* out) {
+TANDEM_AVX2 void dot_q4_k(int64_t n, const void* w, const void* const* x, int nx,
+                          float* out){TANDEM_DISPATCH_NX(dot_q45_k_t, false, )} TANDEM_AVX2
+    void dot_q5_k(int64_t n, const void* w, const void* const* x, int nx,
+                  float* out){TANDEM_DISPATCH_NX(dot_q45_k_t, true, )} TANDEM_AVX2
+    void dot_q6_k(int64_t n, const void* w, const void* const* x, int nx, float* out) {
   TANDEM_DISPATCH_NX(dot_q6_k_t, )
 }
 
@@ -344,10 +360,16 @@ TANDEM_AVX2 void dot_q6_k(int64_t n, const void* w, const void* const* x, int nx
 #else  // not x86: never selected (cpu_has_avx2() is false); forward to the scalar kernels so the build links
 
 namespace tandem::cpu::avx2 {
-void quantize_q8x32(const float* x, void* dst, int64_t n) { scalar::quantize_q8x32(x, dst, n); }
-void quantize_q8x256(const float* x, void* dst, int64_t n) { scalar::quantize_q8x256(x, dst, n); }
-#define TANDEM_FORWARD(NAME) \
-  void NAME(int64_t n, const void* w, const void* const* x, int nx, float* out) { scalar::NAME(n, w, x, nx, out); }
+void quantize_q8x32(const float* x, void* dst, int64_t n) {
+  scalar::quantize_q8x32(x, dst, n);
+}
+void quantize_q8x256(const float* x, void* dst, int64_t n) {
+  scalar::quantize_q8x256(x, dst, n);
+}
+#define TANDEM_FORWARD(NAME)                                                      \
+  void NAME(int64_t n, const void* w, const void* const* x, int nx, float* out) { \
+    scalar::NAME(n, w, x, nx, out);                                               \
+  }
 TANDEM_FORWARD(dot_f32)
 TANDEM_FORWARD(dot_f16)
 TANDEM_FORWARD(dot_bf16)

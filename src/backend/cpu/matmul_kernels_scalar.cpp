@@ -1,4 +1,5 @@
-// Portable kernels of matmul_kernels.h. The integer sums are the definition the AVX2 kernels reproduce exactly.
+// Portable kernels of matmul_kernels.h. The integer sums are the definition the AVX2 kernels reproduce
+// exactly.
 #include <cmath>
 
 #include "backend/cpu/matmul_kernels.h"

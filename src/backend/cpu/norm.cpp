@@ -1,5 +1,5 @@
-// rms_norm and softmax_rows. Sums of squares and exponentials accumulate in double (as ggml's rms_norm does), so
-// the result is within a few f32 ulps of the exact value whatever the row length.
+// rms_norm and softmax_rows. Sums of squares and exponentials accumulate in double (as ggml's rms_norm does),
+// so the result is within a few f32 ulps of the exact value whatever the row length.
 #include <algorithm>
 #include <cmath>
 
@@ -45,13 +45,14 @@ __attribute__((target("avx2,fma"))) double sum_squares_avx2(const float* x, int6
   return r;
 }
 
-__attribute__((target("avx2,fma"))) void scale_row_avx2(const float* x, const float* w, float scale, float* out,
-                                                        int64_t n) {
+__attribute__((target("avx2,fma"))) void scale_row_avx2(const float* x, const float* w, float scale,
+                                                        float* out, int64_t n) {
   const __m256 vs = _mm256_set1_ps(scale);
   int64_t i = 0;
   if (w) {
     for (; i + 8 <= n; i += 8)
-      _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vs), _mm256_loadu_ps(w + i)));
+      _mm256_storeu_ps(out + i,
+                       _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vs), _mm256_loadu_ps(w + i)));
     for (; i < n; ++i) out[i] = x[i] * scale * w[i];
   } else {
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vs));
@@ -67,12 +68,13 @@ void rms_norm(ThreadPool& pool, const Tensor& x, const Tensor* weight, float eps
   check_f32(op, "x", x);
   check_f32(op, "out", out);
   check_same_shape(op, "x", x, "out", out);
-  check(eps >= 0.0f && std::isfinite(eps), "rms_norm: eps must be a finite value >= 0");
+  TANDEM_CPU_CHECK(eps >= 0.0f && std::isfinite(eps), "rms_norm: eps must be a finite value >= 0");
   const float* w = nullptr;
   if (weight) {
     check_f32(op, "weight", *weight);
-    check(weight->ne[0] == x.ne[0] && weight->nrows() == 1,
-          "rms_norm: weight must be {" + std::to_string(x.ne[0]) + "}, got " + weight->shape_string());
+    TANDEM_CPU_CHECK(
+        weight->ne[0] == x.ne[0] && weight->nrows() == 1,
+        "rms_norm: weight must be {" + std::to_string(x.ne[0]) + "}, got " + weight->shape_string());
     w = weight->ptr<float>();
   }
   const int64_t n = x.ne[0], rows = x.nrows();

@@ -1,12 +1,13 @@
 // Rotary position embedding (GGUF-ARCH-FACTS B.4), in place on {head_dim, n_head, T}.
 //
 // theta is computed in float the way ggml does (so tandem and llama.cpp agree to the last bit of theta):
-// theta_scale = powf(base, -2 / n_rot); theta_0 = p; theta_{i+1} = theta_i * theta_scale; the angle of pair i is
-// theta_i / ff_i * freq_scale, and cos/sin (cosf/sinf) are multiplied by attn_factor.
+// theta_scale = powf(base, -2 / n_rot); theta_0 = p; theta_{i+1} = theta_i * theta_scale; the angle of pair i
+// is theta_i / ff_i * freq_scale, and cos/sin (cosf/sinf) are multiplied by attn_factor.
 //
-// cos/sin of a row go into per-thread scratch, laid out so the rotation is the same vector code for both modes:
-// NORM: c[2i] = c[2i+1] = cos_i, s[2i] = -sin_i, s[2i+1] = sin_i, rotated as out = x * c + swap_pairs(x) * s;
-// NEOX: c[i] = cos_i, s[i] = sin_i for i < n_rot / 2.
+// cos/sin of a row go into per-thread scratch, laid out for simple vector code:
+// - NORM: c[2i] = c[2i+1] = cos_i, s[2i] = -sin_i, s[2i+1] = sin_i, rotated as out = x * c + swap_pairs(x) *
+// s;
+// - NEOX: c[i] = cos_i, s[i] = sin_i for i < n_rot / 2.
 #include <algorithm>
 #include <cmath>
 
@@ -20,14 +21,16 @@
 
 namespace tandem::cpu {
 
-size_t rope_scratch_floats(int64_t head_dim) { return size_t(2 * head_dim); }
+size_t rope_scratch_floats(int64_t head_dim) {
+  return size_t(2 * head_dim);
+}
 
 namespace {
 
 void rotate_norm_scalar(float* x, const float* c, const float* s, int n_rot) {
   for (int i = 0; i < n_rot; i += 2) {
     const float x0 = x[i], x1 = x[i + 1];
-    x[i] = x0 * c[i] + x1 * s[i];          // s[i] = -sin
+    x[i] = x0 * c[i] + x1 * s[i];  // s[i] = -sin
     x[i + 1] = x1 * c[i + 1] + x0 * s[i + 1];
   }
 }
@@ -42,18 +45,20 @@ void rotate_neox_scalar(float* x, const float* c, const float* s, int n_rot) {
 }
 
 #if TANDEM_HAVE_X86
-__attribute__((target("avx2,fma"))) void rotate_norm_avx2(float* x, const float* c, const float* s, int n_rot) {
+__attribute__((target("avx2,fma"))) void rotate_norm_avx2(float* x, const float* c, const float* s,
+                                                          int n_rot) {
   int i = 0;
   for (; i + 8 <= n_rot; i += 8) {
     const __m256 v = _mm256_loadu_ps(x + i);
     const __m256 swapped = _mm256_permute_ps(v, 0xB1);  // (x1, x0) of every pair
-    _mm256_storeu_ps(x + i, _mm256_fmadd_ps(v, _mm256_loadu_ps(c + i),
-                                            _mm256_mul_ps(swapped, _mm256_loadu_ps(s + i))));
+    _mm256_storeu_ps(
+        x + i, _mm256_fmadd_ps(v, _mm256_loadu_ps(c + i), _mm256_mul_ps(swapped, _mm256_loadu_ps(s + i))));
   }
   rotate_norm_scalar(x + i, c + i, s + i, n_rot - i);
 }
 
-__attribute__((target("avx2,fma"))) void rotate_neox_avx2(float* x, const float* c, const float* s, int n_rot) {
+__attribute__((target("avx2,fma"))) void rotate_neox_avx2(float* x, const float* c, const float* s,
+                                                          int n_rot) {
   const int half = n_rot / 2;
   int i = 0;
   for (; i + 8 <= half; i += 8) {
@@ -75,19 +80,19 @@ __attribute__((target("avx2,fma"))) void rotate_neox_avx2(float* x, const float*
 void rope(ThreadPool& pool, Workspace& ws, const Tensor& x, const Tensor& positions, const RopeParams& p) {
   const char* op = "rope";
   check_f32(op, "x", x);
-  check(x.ne[3] == 1, "rope: x must be {head_dim, n_head, T}, got " + x.shape_string());
+  TANDEM_CPU_CHECK(x.ne[3] == 1, "rope: x must be {head_dim, n_head, T}, got " + x.shape_string());
   const int64_t head_dim = x.ne[0], n_head = x.ne[1], T = x.ne[2];
   check_i32_vector(op, "positions", positions, T);
-  check(p.n_rot >= 2 && p.n_rot % 2 == 0 && p.n_rot <= head_dim,
-        "rope: n_rot must be even and in [2, head_dim = " + std::to_string(head_dim) + "], got " +
-            std::to_string(p.n_rot));
-  check(p.freq_base > 0.0f && std::isfinite(p.freq_base), "rope: freq_base must be > 0");
+  TANDEM_CPU_CHECK(p.n_rot >= 2 && p.n_rot % 2 == 0 && p.n_rot <= head_dim,
+                   "rope: n_rot must be even and in [2, head_dim = " + std::to_string(head_dim) + "], got " +
+                       std::to_string(p.n_rot));
+  TANDEM_CPU_CHECK(p.freq_base > 0.0f && std::isfinite(p.freq_base), "rope: freq_base must be > 0");
   const float* ff = nullptr;
   if (p.freq_factors) {
     check_f32(op, "freq_factors", *p.freq_factors);
-    check(p.freq_factors->ne[0] == p.n_rot / 2 && p.freq_factors->nrows() == 1,
-          "rope: freq_factors must be {n_rot/2 = " + std::to_string(p.n_rot / 2) + "}, got " +
-              p.freq_factors->shape_string());
+    TANDEM_CPU_CHECK(p.freq_factors->ne[0] == p.n_rot / 2 && p.freq_factors->nrows() == 1,
+                     "rope: freq_factors must be {n_rot/2 = " + std::to_string(p.n_rot / 2) + "}, got " +
+                         p.freq_factors->shape_string());
     ff = p.freq_factors->ptr<float>();
   }
   if (T == 0 || n_head == 0) return;

@@ -1,6 +1,6 @@
 // Per-row reductions over logits: argmax_rows, sample_rows (the SamplerParams chain, see backend.h) and
-// diffusion_sample_rows (the entropy-bound sampler's reduction). Sums are in double: this is the reference the
-// device versions are compared with.
+// diffusion_sample_rows (the entropy-bound sampler's reduction). Sums are in double: this is the reference
+// the device versions are compared with.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -19,8 +19,9 @@ int32_t argmax(const float* x, int64_t n) {
 
 void check_logits(const char* op, const Tensor& logits) {
   check_f32(op, "logits", logits);
-  check(logits.ne[2] == 1 && logits.ne[3] == 1 && logits.ne[0] > 0,
-        std::string(op) + ": logits must be {n_vocab, T} with n_vocab > 0, got " + logits.shape_string());
+  TANDEM_CPU_CHECK(
+      logits.ne[2] == 1 && logits.ne[3] == 1 && logits.ne[0] > 0,
+      std::string(op) + ": logits must be {n_vocab, T} with n_vocab > 0, got " + logits.shape_string());
 }
 
 // One row of sample_rows. idx: scratch of n ints.
@@ -90,7 +91,8 @@ void argmax_rows(ThreadPool& pool, const Tensor& logits, const Tensor& out) {
   const int64_t T = logits.ne[1], n = logits.ne[0];
   check_i32_vector("argmax_rows", "out", out, T);
   int32_t* o = out.ptr<int32_t>();
-  pool.parallel_for(T, [&](int64_t t, int) { o[t] = argmax(reinterpret_cast<const float*>(logits.row(t)), n); });
+  pool.parallel_for(T,
+                    [&](int64_t t, int) { o[t] = argmax(reinterpret_cast<const float*>(logits.row(t)), n); });
 }
 
 void sample_rows(ThreadPool& pool, Workspace& ws, const Tensor& logits, const SamplerParams& params,
@@ -99,21 +101,24 @@ void sample_rows(ThreadPool& pool, Workspace& ws, const Tensor& logits, const Sa
   check_logits(op, logits);
   const int64_t T = logits.ne[1], n = logits.ne[0];
   check_f32(op, "uniforms", uniforms);
-  check(uniforms.ne[0] == T && uniforms.nrows() == 1,
-        "sample_rows: uniforms must be {T = " + std::to_string(T) + "}, got " + uniforms.shape_string());
+  TANDEM_CPU_CHECK(
+      uniforms.ne[0] == T && uniforms.nrows() == 1,
+      "sample_rows: uniforms must be {T = " + std::to_string(T) + "}, got " + uniforms.shape_string());
   check_i32_vector(op, "out", out, T);
-  check(std::isfinite(params.temperature), "sample_rows: temperature must be finite");
-  check(params.top_k >= 0, "sample_rows: top_k must be >= 0");
-  check(params.top_p > 0.0f && params.top_p <= 1.0f, "sample_rows: top_p must be in (0, 1]");
-  check(params.min_p >= 0.0f && params.min_p <= 1.0f, "sample_rows: min_p must be in [0, 1]");
+  TANDEM_CPU_CHECK(std::isfinite(params.temperature), "sample_rows: temperature must be finite");
+  TANDEM_CPU_CHECK(params.top_k >= 0, "sample_rows: top_k must be >= 0");
+  TANDEM_CPU_CHECK(params.top_p > 0.0f && params.top_p <= 1.0f, "sample_rows: top_p must be in (0, 1]");
+  TANDEM_CPU_CHECK(params.min_p >= 0.0f && params.min_p <= 1.0f, "sample_rows: min_p must be in [0, 1]");
   const float* u = uniforms.ptr<float>();
   for (int64_t t = 0; t < T; ++t)
-    check(u[t] >= 0.0f && u[t] < 1.0f, "sample_rows: uniforms[" + std::to_string(t) + "] must be in [0, 1)");
+    TANDEM_CPU_CHECK(u[t] >= 0.0f && u[t] < 1.0f,
+                     "sample_rows: uniforms[" + std::to_string(t) + "] must be in [0, 1)");
   size_t stride = 0;
   int32_t* idx_all = ws.per_thread_i32(size_t(n), pool.n_threads(), &stride);
   int32_t* o = out.ptr<int32_t>();
   pool.parallel_for(T, [&](int64_t t, int tid) {
-    o[t] = sample_row(reinterpret_cast<const float*>(logits.row(t)), n, params, u[t], idx_all + size_t(tid) * stride);
+    o[t] = sample_row(reinterpret_cast<const float*>(logits.row(t)), n, params, u[t],
+                      idx_all + size_t(tid) * stride);
   });
 }
 
@@ -123,12 +128,14 @@ void diffusion_sample_rows(ThreadPool& pool, const Tensor& logits, float inv_tem
   check_logits(op, logits);
   const int64_t T = logits.ne[1], n = logits.ne[0];
   check_f32(op, "uniforms", uniforms);
-  check(uniforms.ne[0] == T && uniforms.nrows() == 1, "diffusion_sample_rows: uniforms must be {T}");
+  TANDEM_CPU_CHECK(uniforms.ne[0] == T && uniforms.nrows() == 1,
+                   "diffusion_sample_rows: uniforms must be {T}");
   check_i32_vector(op, "argmax", argmax_out, T);
   check_i32_vector(op, "sampled", sampled, T);
   check_f32(op, "entropy", entropy);
-  check(entropy.ne[0] == T && entropy.nrows() == 1, "diffusion_sample_rows: entropy must be {T}");
-  check(inv_temp > 0.0f && std::isfinite(inv_temp), "diffusion_sample_rows: inv_temp must be a finite value > 0");
+  TANDEM_CPU_CHECK(entropy.ne[0] == T && entropy.nrows() == 1, "diffusion_sample_rows: entropy must be {T}");
+  TANDEM_CPU_CHECK(inv_temp > 0.0f && std::isfinite(inv_temp),
+                   "diffusion_sample_rows: inv_temp must be a finite value > 0");
   const float* u = uniforms.ptr<float>();
   int32_t* am = argmax_out.ptr<int32_t>();
   int32_t* smp = sampled.ptr<int32_t>();
