@@ -1,7 +1,8 @@
 // tandem's forward pass against transformers' own numbers, in CI without a GPU or PyTorch: tests/data/models/
-// holds tiny random qwen3 / llama models (GGUF, converted by `tandem convert --type f32` from the Hugging Face
-// checkpoint) and the float32 logits transformers produced for a fixed token sequence, plus transformers' greedy
-// continuation. Both were made by tests/reference/run_model_parity.sh on the GPU machine.
+// holds tiny random qwen3 / llama models (GGUF, converted by `tandem convert --type f32` from the Hugging
+// Face checkpoint) and the float32 logits transformers produced for a fixed token sequence, plus
+// transformers' greedy continuation. Both were made by tests/reference/run_model_parity.sh on the GPU
+// machine.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,7 +24,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path fixture_dir() { return fs::path(TANDEM_SOURCE_DIR) / "tests" / "data" / "models"; }
+fs::path fixture_dir() {
+  return fs::path(TANDEM_SOURCE_DIR) / "tests" / "data" / "models";
+}
 
 // max |a - b| / max |b|, as tests/reference/model_parity.py defines it.
 double row_rel_error(std::span<const float> a, const std::vector<double>& b) {

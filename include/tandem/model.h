@@ -12,7 +12,8 @@ namespace tandem {
 
 struct ModelParams {
   int32_t n_threads = 0;  // CPU threads for the compute pool; 0 = all hardware threads
-  std::string device = "cpu";  // where the weights live and the model runs: "cpu" or "cuda:N" ("cuda" = cuda:0)
+  std::string device =
+      "cpu";  // where the weights live and the model runs: "cpu" or "cuda:N" ("cuda" = cuda:0)
 };
 
 struct ModelInfo {

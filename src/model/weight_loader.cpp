@@ -40,9 +40,10 @@ WeightLoader::WeightLoader(const gguf::GgufFile& file, DeviceId device) : file_(
   for (const gguf::TensorInfo& t : file.tensors()) total += (t.nbytes + 255) / 256 * 256;
   const size_t free_b = upload_device_->free_memory(), total_b = upload_device_->total_memory();
   auto gib = [](double b) { return std::to_string(b / double(1u << 30)).substr(0, 5) + " GiB"; };
-  check(total <= free_b, "the model's weights need " + gib(double(total)) + " on " + upload_device_->name() +
-                             ", which has " + gib(double(free_b)) + " free of " + gib(double(total_b)) +
-                             ": use a smaller quantization (q8_0, q4_k) or split the model over more devices");
+  check(total <= free_b,
+        "the model's weights need " + gib(double(total)) + " on " + upload_device_->name() + ", which has " +
+            gib(double(free_b)) + " free of " + gib(double(total_b)) +
+            ": use a smaller quantization (q8_0, q4_k) or split the model over more devices");
   device_weights_ = upload_device_->allocate(std::max<uint64_t>(total, 256));
 }
 

@@ -307,7 +307,8 @@ void Session::Impl::run_chunk(const Batch& batch, size_t r0, size_t r1, size_t o
   // Decode-sized chunks of token rows run as a recorded CUDA graph (Device::run_recorded), one per (session,
   // rows, logit rows): every pointer is fixed, and max_seq_len is the session's capacity so that the recorded
   // attention launch covers any length. The CPU device runs the forward directly.
-  const bool record = device.id().kind != DeviceKind::CPU && T <= 64 && tap_layers.empty() && !batch.tokens.empty();
+  const bool record =
+      device.id().kind != DeviceKind::CPU && T <= 64 && tap_layers.empty() && !batch.tokens.empty();
   ab.max_seq_len = record ? int32_t(int64_t(table.n_blocks()) * params.block_size) : max_len;
 
   in.n_out = n_out;
@@ -336,8 +337,8 @@ void Session::Impl::run_chunk(const Batch& batch, size_t r0, size_t r1, size_t o
   if (record) {
     static std::atomic<uint64_t> next_session_id{1};  // keys never repeat, also after a session is destroyed
     if (graph_session_id == 0) graph_session_id = next_session_id++;
-    const uint64_t key = (graph_session_id << 32) | (uint64_t(T) << 16) | (uint64_t(n_out) << 1) |
-                         uint64_t(in.out_rows_all);
+    const uint64_t key =
+        (graph_session_id << 32) | (uint64_t(T) << 16) | (uint64_t(n_out) << 1) | uint64_t(in.out_rows_all);
     device.run_recorded(stream, key, forward);
   } else {
     forward(stream);
