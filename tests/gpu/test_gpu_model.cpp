@@ -145,8 +145,9 @@ TEST(GpuShippedModel, TandemSmallQ8GreedyMatchesCpu) {
   b.add_sequence(prompt, 0, 0, true);
   cs.decode(b);
   gs.decode(b);
-  double worst = rel(gs.logits(0), cs.logits(0));
-  int tc = argmax(cs.logits(0)), tg = argmax(gs.logits(0));
+  const size_t last = b.size() - 1;  // only the prompt's last row has logits
+  double worst = rel(gs.logits(last), cs.logits(last));
+  int tc = argmax(cs.logits(last)), tg = argmax(gs.logits(last));
   std::vector<int32_t> out_c{tc}, out_g{tg};
   for (int step = 0; step < 24; ++step) {
     Batch dc, dg;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <type_traits>
 
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/cuda_check.h"
@@ -29,7 +30,8 @@ template <class KTag, class VTag, int G>
 __global__ void __launch_bounds__(kThreads)
     attention_split_kernel(RowView q, const char* __restrict__ kc, size_t k_nb1, size_t k_slot,
                            const char* __restrict__ vc, size_t v_nb1, size_t v_slot, AttnMeta meta,
-                           DecodeShape sh, int gqa, float* __restrict__ part_o, float2* __restrict__ part_ml) {
+                           DecodeShape sh, int gqa, bool k_vec, float* __restrict__ part_o,
+                           float2* __restrict__ part_ml) {
   extern __shared__ int64_t smem_i64[];
   int64_t* slot_s = smem_i64;                                  // [kDecodeSplit]
   float* q_s = reinterpret_cast<float*>(slot_s + kDecodeSplit);  // [gqa][hd_k]
@@ -65,11 +67,28 @@ __global__ void __launch_bounds__(kThreads)
     float acc[G];
 #pragma unroll
     for (int h = 0; h < G; ++h) acc[h] = 0.0f;
-    for (int64_t d = 0; d < sh.hd_k; ++d) {
-      const float kv = KTag::load(kp + d);
+    constexpr bool k16 = sizeof(typename KTag::storage) == 2;
+    if (k16 && k_vec) {  // 16-byte loads of the K row: 8 values each
+      const uint4* k4 = reinterpret_cast<const uint4*>(kp);
+      for (int64_t c = 0; c < sh.hd_k / 8; ++c) {
+        float kf[8];
+        unpack8(k4[c], kf, std::is_same_v<KTag, F16Tag>);
 #pragma unroll
-      for (int h = 0; h < G; ++h)
-        if (h < gqa) acc[h] += q_s[h * sh.hd_k + d] * kv;
+        for (int h = 0; h < G; ++h) {
+          if (h < gqa) {
+            const float* qh = q_s + h * sh.hd_k + c * 8;
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc[h] += qh[e] * kf[e];
+          }
+        }
+      }
+    } else {
+      for (int64_t d = 0; d < sh.hd_k; ++d) {
+        const float kv = KTag::load(kp + d);
+#pragma unroll
+        for (int h = 0; h < G; ++h)
+          if (h < gqa) acc[h] += q_s[h * sh.hd_k + d] * kv;
+      }
     }
 #pragma unroll
     for (int h = 0; h < G; ++h)
@@ -154,9 +173,12 @@ void launch_split(const AttentionArgs& a, const DecodeShape& sh, int gqa, float*
   });
   check(smem <= 160 * 1024, "CUDA attention: too many query heads per KV head for the decode kernel");
   const dim3 grid(unsigned(sh.n_splits), unsigned(sh.n_kv_head), unsigned(a.q.ne[2]));
+  const bool k_vec = sh.hd_k % 8 == 0 && (reinterpret_cast<uintptr_t>(a.kv.k.data) & 15) == 0 &&
+                     a.kv.k.nb[1] % 16 == 0 && a.kv.k.nb[2] % 16 == 0;
   attention_split_kernel<KTag, VTag, G><<<grid, kThreads, smem, stream>>>(
       row_view(a.q), static_cast<const char*>(a.kv.k.data), a.kv.k.nb[1], a.kv.k.nb[2],
-      static_cast<const char*>(a.kv.v.data), a.kv.v.nb[1], a.kv.v.nb[2], make_meta(a), sh, gqa, part_o, part_ml);
+      static_cast<const char*>(a.kv.v.data), a.kv.v.nb[1], a.kv.v.nb[2], make_meta(a), sh, gqa, k_vec, part_o,
+      part_ml);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 

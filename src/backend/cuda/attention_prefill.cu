@@ -8,6 +8,7 @@
 // of each (row, position) follows AttentionBatch (mask kind, sliding window, kv_begin).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_pipeline.h>
 #include <cuda_runtime.h>
 #include <mma.h>
 
@@ -149,16 +150,21 @@ __global__ void __launch_bounds__(kThreads)
       for (int jj = tid; jj < kBN; jj += kThreads)
         slot_s[jj] = j0 + jj < kv_hi ? cache_slot(meta, s_cur, j0 + jj) : -1;
       __syncthreads();
+      // Asynchronous 16-byte copies: every thread's loads are in flight at once.
       for (int idx = tid; idx < kBN * vec_per_row; idx += kThreads) {
         const int jj = idx / vec_per_row, c = idx % vec_per_row;
-        uint4 kv4 = make_uint4(0, 0, 0, 0), vv4 = make_uint4(0, 0, 0, 0);
+        T16* kd = Ks + jj * L.ldk + c * 8;
+        T16* vd = Vs + jj * L.ldk + c * 8;
         if (slot_s[jj] >= 0) {
-          kv4 = *reinterpret_cast<const uint4*>(kc + slot_s[jj] * k_slot + g * k_nb1 + c * 16);
-          vv4 = *reinterpret_cast<const uint4*>(vc + slot_s[jj] * v_slot + g * v_nb1 + c * 16);
+          __pipeline_memcpy_async(kd, kc + slot_s[jj] * k_slot + g * k_nb1 + c * 16, 16);
+          __pipeline_memcpy_async(vd, vc + slot_s[jj] * v_slot + g * v_nb1 + c * 16, 16);
+        } else {
+          *reinterpret_cast<uint4*>(kd) = make_uint4(0, 0, 0, 0);
+          *reinterpret_cast<uint4*>(vd) = make_uint4(0, 0, 0, 0);
         }
-        *reinterpret_cast<uint4*>(Ks + jj * L.ldk + c * 8) = kv4;
-        *reinterpret_cast<uint4*>(Vs + jj * L.ldk + c * 8) = vv4;
       }
+      __pipeline_commit();
+      __pipeline_wait_prior(0);
       __syncthreads();
 
       // S rows [16 warp, +16) = Q K^T.

@@ -118,7 +118,7 @@ void CudaOps::reserve(const WorkspacePlan& p) {
   Regions r;
   r.act_bytes = al(std::max(q8_activation_bytes(k_in, std::min(rows, kQuantGemvMaxRows)), size_t(k_in * rows) * 2));
   r.dequant_bytes = m.max_matmul_in > 0 && rows > kQuantGemvMaxRows ? kDequantChunkElems * 2 : 0;
-  r.lt_bytes = rows > kGemvMaxCols ? kLtWorkspaceBytes : 0;
+  r.lt_bytes = rows > kDenseGemvMaxRows ? kLtWorkspaceBytes : 0;
   r.attn_bytes = m.max_n_head > 0 ? al(attention_decode_scratch_bytes(std::min(rows, kDecodeRowChunk), m.max_n_head,
                                                                       m.max_head_dim, std::max<int64_t>(m.max_seq_len, 1)))
                                   : 0;
@@ -172,7 +172,7 @@ void CudaOps::matmul(Stream& s, const Tensor& W, const Tensor& x, const Tensor& 
   const int64_t x_ld = int64_t(x.nb[1] / 4), y_ld = int64_t(y.nb[1] / 4);
   const bool dense = is_float_type(W.type);
 
-  if (dense && T <= kGemvMaxCols) {
+  if (dense && T <= kDenseGemvMaxRows) {
     launch_gemv_dense(W.type, W.data, W.nb[1], K, N, xp, x_ld, T, yp, y_ld, st);
     return;
   }

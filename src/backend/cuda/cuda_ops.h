@@ -2,9 +2,11 @@
 // CPU backend), then enqueues the kernels of src/backend/cuda on the op's stream. Scratch memory is one
 // workspace sized by reserve(); no op allocates, so a decode step can be captured in a CUDA graph.
 //
-// matmul picks its path by the number of rows T of x:
-//   F32/F16/BF16 weights: T <= kGemvMaxCols -> matrix-vector kernel (weights streamed once with 16-byte
-//     loads); larger T -> cuBLASLt on tensor cores (x converted to the weight's 16-bit type; F32 in F32).
+// matmul picks its path by the number of rows T of x (thresholds measured on an H100, bench/NOTES-cuda.md):
+//   F32/F16/BF16 weights: T <= kDenseGemvMaxRows -> matrix-vector kernel (weights streamed once with 16-byte
+//     loads, 82-91% of the copy bandwidth at T = 1); larger T -> cuBLASLt on tensor cores (x converted to the
+//     weight's 16-bit type; F32 in F32): at T = 8 the matrix-vector kernel reads x 8 times per weight and is
+//     3x slower than cuBLASLt, which runs T = 32 in 1.25x the T = 1 time.
 //   block-quantized weights: T <= kQuantGemvMaxRows -> x quantized to 8 bits + integer-dot-product kernel;
 //     larger T -> weights dequantized to bf16 in chunks of rows into the workspace, then cuBLASLt.
 // attention: T >= max(kPrefillMinRows, 2 x sequences of the block table) with F16/BF16 caches -> tensor-core
@@ -22,10 +24,12 @@
 
 namespace tandem::cuda {
 
-constexpr int64_t kQuantGemvMaxRows = 32;
+constexpr int64_t kDenseGemvMaxRows = 1;
+constexpr int64_t kQuantGemvMaxRows = 8;
 constexpr int64_t kPrefillMinRows = 64;
 constexpr int64_t kDecodeRowChunk = 64;           // rows per split-K attention launch
-constexpr size_t kDequantChunkElems = 32u << 20;  // bf16 weights dequantized per cuBLASLt call (64 MiB)
+constexpr size_t kDequantChunkElems = 64u << 20;  // bf16 weights dequantized per cuBLASLt call (128 MiB): one
+                                                  // call covers every matrix of an 8B model but its head
 constexpr size_t kLtWorkspaceBytes = 32u << 20;
 
 class CudaOps final : public Ops {

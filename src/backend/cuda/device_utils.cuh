@@ -38,6 +38,22 @@ struct BF16Tag {
   static __device__ __forceinline__ void store(uint16_t* p, float v) { *p = float_to_bf16_bits(v); }
 };
 
+// The eight 16-bit floats of a 16-byte load, as f32.
+__device__ __forceinline__ void unpack8(const uint4& v, float* out, bool f16) {
+  const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    if (f16) {
+      const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&u[k]));
+      out[2 * k] = f.x;
+      out[2 * k + 1] = f.y;
+    } else {
+      out[2 * k] = __uint_as_float(u[k] << 16);
+      out[2 * k + 1] = __uint_as_float(u[k] & 0xffff0000u);
+    }
+  }
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
