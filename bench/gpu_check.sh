@@ -3,6 +3,14 @@
 # tandem_gpu_tests, compute-sanitizer on a subset, `tandem bench --kernels`, the random-weight bench models
 # (bench/models.sh) and `tandem bench` on them. Logs go to $OUT (the run tool's folder) or /tmp/gpu_check.
 #
+# The GPU image has CMake, ninja, nvcc 13.0, nlohmann-json, CLI11 and GoogleTest headers but no PCRE2 development
+# files (seen 2025-12-02), so `cmake` fails there: build here with CUDA on (sm_90) and carry the two binaries:
+#   cmake -S . -B build-cuda -G Ninja -DTANDEM_CUDA=ON -DTANDEM_NCCL=OFF && cmake --build build-cuda -j2 \
+#     --target tandem_cli tandem_gpu_tests && mkdir -p gpu-bin && cp build-cuda/bin/tandem \
+#     build-cuda/tests/tandem_gpu_tests gpu-bin/ && strip gpu-bin/*        (gpu-bin/ is git-ignored locally)
+# then pass carry=["gpu-bin"] to the run tool. (-DTANDEM_NCCL=OFF: the image has no libnccl where the binary
+# would look for it.)
+#
 # usage: bench/gpu_check.sh            (from the repository root)
 #   STAGES="info build tests kernels models bench sanitizer nographs"   stages, run in this order (default: all
 #                                                           but nographs)
