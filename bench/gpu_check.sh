@@ -8,8 +8,8 @@
 #   cmake -S . -B build-cuda -G Ninja -DTANDEM_CUDA=ON -DTANDEM_NCCL=OFF && cmake --build build-cuda -j2 \
 #     --target tandem_cli tandem_gpu_tests && mkdir -p gpu-bin && cp build-cuda/bin/tandem \
 #     build-cuda/tests/tandem_gpu_tests gpu-bin/ && strip gpu-bin/*        (gpu-bin/ is git-ignored locally)
-# then pass carry=["gpu-bin"] to the run tool. (-DTANDEM_NCCL=OFF: the image has no libnccl where the binary
-# would look for it.)
+# then pass carry=["gpu-bin"] to the run tool. (-DTANDEM_NCCL=OFF keeps libnccl.so out of the binary's
+# dependencies; whether the image has it was not checked.)
 #
 # usage: bench/gpu_check.sh            (from the repository root)
 #   STAGES="info build tests kernels models bench sanitizer nographs"   stages, run in this order (default: all
