@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/half.h"
+#include "quant/quant.h"
 
 namespace tandem {
 
@@ -13,22 +14,6 @@ std::string shape_string(const std::vector<int64_t>& shape) {
   std::string s = "{";
   for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
   return s + "}";
-}
-
-bool matmul_dtype(DType t) {
-  switch (t) {
-    case DType::F32:
-    case DType::F16:
-    case DType::BF16:
-    case DType::Q8_0:
-    case DType::Q4_0:
-    case DType::Q4_K:
-    case DType::Q5_K:
-    case DType::Q6_K:
-      return true;
-    default:
-      return false;
-  }
 }
 
 }  // namespace
@@ -99,7 +84,7 @@ Tensor WeightLoader::view(const gguf::TensorInfo& info) {
 Tensor WeightLoader::matrix(const std::string& name, std::initializer_list<int64_t> shape) {
   const gguf::TensorInfo& info = find(name);
   check_shape(info, shape);
-  check(matmul_dtype(info.type),
+  check(quant::is_convertible(info.type),
         "tensor " + name + " has type " + dtype_name(info.type) +
             ", which matrix products do not support (f32, f16, bf16, q8_0, q4_0, q4_k, "
             "q5_k, q6_k)");

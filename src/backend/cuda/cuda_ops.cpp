@@ -7,6 +7,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "quant/quant.h"
 
 namespace tandem::cuda {
 namespace {
@@ -49,21 +50,6 @@ void check_dims(const char* op, const char* name, const Tensor& t, int64_t ne0, 
   throw Error(where(op, name) + " must have shape " + want.shape_string() + ", got " + t.shape_string());
 }
 bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
-bool is_weight_type(DType t) {
-  switch (t) {
-    case DType::F32:
-    case DType::F16:
-    case DType::BF16:
-    case DType::Q8_0:
-    case DType::Q4_0:
-    case DType::Q4_K:
-    case DType::Q5_K:
-    case DType::Q6_K:
-      return true;
-    default:
-      return false;
-  }
-}
 void check_cache(const char* op, const KvLayerView& kv, int index) {
   check_on_device(op, "kv.k", kv.k, index);
   check_on_device(op, "kv.v", kv.v, index);
@@ -152,7 +138,7 @@ void CudaOps::reserve(const WorkspacePlan& p) {
 void CudaOps::matmul(Stream& s, const Tensor& W, const Tensor& x, const Tensor& y) {
   const char* op = "matmul";
   check_on_device(op, "W", W, index_);
-  check(is_weight_type(W.type), std::string("matmul: W has unsupported dtype ") + dtype_name(W.type));
+  check(quant::is_convertible(W.type), std::string("matmul: W has unsupported dtype ") + dtype_name(W.type));
   check(W.ne[2] == 1 && W.ne[3] == 1, "matmul: W must be a matrix {in, out}, got " + W.shape_string());
   check(W.nb[0] == dtype_block_bytes(W.type), "matmul: W must have contiguous rows");
   const int64_t K = W.ne[0], N = W.ne[1];
@@ -216,7 +202,8 @@ void CudaOps::matmul(Stream& s, const Tensor& W, const Tensor& x, const Tensor& 
 void CudaOps::get_rows(Stream& s, const Tensor& table, const Tensor& ids, const Tensor& out) {
   const char* op = "get_rows";
   check_on_device(op, "table", table, index_);
-  check(is_weight_type(table.type), std::string("get_rows: unsupported table dtype ") + dtype_name(table.type));
+  check(quant::is_convertible(table.type),
+        std::string("get_rows: unsupported table dtype ") + dtype_name(table.type));
   check(table.ne[2] == 1 && table.ne[3] == 1, "get_rows: table must be {n_embd, n_rows}, got " + table.shape_string());
   check(table.nb[0] == dtype_block_bytes(table.type), "get_rows: table must have contiguous rows");
   const int64_t T = ids.ne[0];
