@@ -3,34 +3,20 @@
 // fraction of the limit for pp and for each tg batch; bad arguments give one clear error line and exit code 1.
 // Speed itself is not checked (CI machines vary); the GPU figures are recorded in bench/BENCHMARKS.md.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "test_cli_util.h"
 #include "test_model_fixture.h"
 
 namespace tandem {
 namespace {
 
-struct RunResult {
-  int exit_code;
-  std::string out;
-};
-
-RunResult run_tandem(const std::string& args) {
-  const std::string cmd = std::string(TANDEM_BIN) + " " + args + " 2>&1";
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return {-1, ""};
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  const int status = ::pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using test::run_tandem;
+using RunResult = test::CommandResult;
 
 class BenchCommand : public ::testing::Test {
  protected:

@@ -1,32 +1,18 @@
 // `tandem inspect` end to end: runs the binary (TANDEM_BIN) on files written by GgufWriter.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "gguf/gguf.h"
+#include "test_cli_util.h"
 #include "test_gguf_util.h"
 
 namespace tandem::gguf {
 namespace {
 
-struct RunResult {
-  int exit_code;
-  std::string output;  // stdout, and stderr after it
-};
-
-RunResult run_tandem(const std::string& args, bool with_stderr = true) {
-  std::string cmd = std::string(TANDEM_BIN) + " " + args + (with_stderr ? " 2>&1" : " 2>/dev/null");
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return {-1, ""};
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int status = ::pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using test::run_tandem;
+using RunResult = test::CommandResult;
 
 void write_model(const std::string& path) {
   GgufWriter w;
@@ -48,7 +34,7 @@ TEST(GgufInspect, PrintsHeaderMetadataTensorsAndTotals) {
   testing::TempPath path("inspect.gguf");
   write_model(path.str());
   RunResult r = run_tandem("inspect " + path.str());
-  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_EQ(r.exit_code, 0) << r.out;
   for (const char* expected : {"gguf version:  3",
                                "architecture:  llama",
                                "alignment:     32",
@@ -75,16 +61,16 @@ TEST(GgufInspect, PrintsHeaderMetadataTensorsAndTotals) {
                                "parameters:  22848 (22.85 K)",
                                "bytes:       16272 (15.89 KiB)",
                                "f32          1 tensors, 64 parameters, 256 bytes (256 B)"}) {
-    EXPECT_NE(r.output.find(expected), std::string::npos) << "missing '" << expected << "' in:\n" << r.output;
+    EXPECT_NE(r.out.find(expected), std::string::npos) << "missing '" << expected << "' in:\n" << r.out;
   }
 }
 
 TEST(GgufInspect, JsonDocument) {
   testing::TempPath path("inspect_json.gguf");
   write_model(path.str());
-  RunResult r = run_tandem("inspect --json --items 3 " + path.str(), false);
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  nlohmann::json j = nlohmann::json::parse(r.output);
+  RunResult r = run_tandem("inspect --json --items 3 " + path.str(), test::Stderr::Discard);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  nlohmann::json j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["version"], 3);
   EXPECT_EQ(j["architecture"], "llama");
   EXPECT_EQ(j["alignment"], 32);
@@ -117,13 +103,13 @@ TEST(GgufInspect, TruncatedFileGivesOneErrorLineAndExitCode1) {
   testing::write_bytes(path.str(), bytes);
   RunResult r = run_tandem("inspect " + path.str());
   EXPECT_EQ(r.exit_code, 1);
-  EXPECT_EQ(r.output.rfind("error: " + path.str() + ": ", 0), 0u) << r.output;
-  EXPECT_NE(r.output.find(" at byte "), std::string::npos) << r.output;
-  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  EXPECT_EQ(r.out.rfind("error: " + path.str() + ": ", 0), 0u) << r.out;
+  EXPECT_NE(r.out.find(" at byte "), std::string::npos) << r.out;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << r.out;
 
   RunResult missing = run_tandem("inspect /nonexistent/x.gguf");
   EXPECT_EQ(missing.exit_code, 1);
-  EXPECT_NE(missing.output.find("cannot open"), std::string::npos) << missing.output;
+  EXPECT_NE(missing.out.find("cannot open"), std::string::npos) << missing.out;
 }
 
 }  // namespace

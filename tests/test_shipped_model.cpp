@@ -22,6 +22,7 @@
 #include "tandem/batch.h"
 #include "tandem/model.h"
 #include "tandem/session.h"
+#include "test_cli_util.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tandem {
@@ -144,17 +145,7 @@ TEST(ShippedModel, PerplexityMatchesDirectLoop) {
 }
 
 // Runs a shell command, returns its exit status and what it wrote (stdout and stderr).
-std::pair<int, std::string> run(const std::string& cmd) {
-  std::string out;
-  FILE* f = popen((cmd + " 2>&1").c_str(), "r");
-  EXPECT_NE(f, nullptr);
-  if (!f) return {-1, ""};
-  std::array<char, 4096> buf{};
-  size_t n = 0;
-  while ((n = fread(buf.data(), 1, buf.size(), f)) > 0) out.append(buf.data(), n);
-  const int status = pclose(f);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+test::CommandResult run(const std::string& cmd) { return test::run_command(cmd); }
 
 TEST(ShippedModel, PerplexityCommand) {
   const std::string base = std::string(TANDEM_BIN) + " perplexity -m " + kModelPath + " --no-progress ";

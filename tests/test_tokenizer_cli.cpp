@@ -6,28 +6,14 @@
 #include <string>
 
 #include "gguf/gguf.h"
+#include "test_cli_util.h"
 #include "test_tokenizer_util.h"
 
 namespace tandem::tokenizer_test {
 namespace {
 
-struct Result {
-  int status;
-  std::string out;  // stdout and stderr together
-};
-
-Result run(const std::string& args) {
-  const std::string cmd = std::string(TANDEM_BIN) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  Result r{-1, {}};
-  if (!p) return r;
-  std::array<char, 4096> buf;
-  size_t n;
-  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+// `tandem <args>` with stdout and stderr together.
+test::CommandResult run(const std::string& args) { return test::run_tandem(args); }
 
 std::string fixture(const char* name) {
   return std::string(TANDEM_SOURCE_DIR) + "/tests/data/tokenizer/" + name + ".gguf";
@@ -45,21 +31,22 @@ std::string ids_text(const std::vector<int32_t>& ids) {
 
 TEST(TokenizeCommand, PrintsIdsOfAVocabOnlyFile) {
   const auto tok = load_tokenizer(fixture("llama3-1k"));
-  const Result r = run("tokenize -m " + fixture("llama3-1k") + " -p 'Hello, world! 12345' --ids");
-  ASSERT_EQ(r.status, 0) << r.out;
+  const test::CommandResult r =
+      run("tokenize -m " + fixture("llama3-1k") + " -p 'Hello, world! 12345' --ids");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(r.out, ids_text(tok.encode("Hello, world! 12345", true)));
 }
 
 TEST(TokenizeCommand, PiecesBosAndSpecialTokens) {
   const auto tok = load_tokenizer(fixture("spm-1k"));
   ASSERT_TRUE(tok.add_bos());
-  Result r = run("tokenize -m " + fixture("spm-1k") + " -p 'hi <|im_start|>' --parse-special");
-  ASSERT_EQ(r.status, 0) << r.out;
+  test::CommandResult r = run("tokenize -m " + fixture("spm-1k") + " -p 'hi <|im_start|>' --parse-special");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find(std::to_string(tok.bos()) + " -> '<s>'"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("-> '<|im_start|>'"), std::string::npos) << r.out;
   // Without --parse-special the markup is plain text; --no-bos drops BOS.
   r = run("tokenize -m " + fixture("spm-1k") + " -p 'hi <|im_start|>' --ids --no-bos");
-  ASSERT_EQ(r.status, 0) << r.out;
+  ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(r.out, ids_text(tok.encode("hi <|im_start|>", false, false)));
   EXPECT_EQ(r.out.find(std::to_string(tok.find_token("<|im_start|>")) + ","), std::string::npos);
 }
@@ -68,12 +55,13 @@ TEST(TokenizeCommand, FileAndLines) {
   TempDir dir;
   write_file(dir.path() / "in.txt", "first line\n\nthird 日本\n");
   const auto tok = load_tokenizer(fixture("gpt2-1k"));
-  Result r = run("tokenize -m " + fixture("gpt2-1k") + " -f " + (dir.path() / "in.txt").string() + " --ids");
-  ASSERT_EQ(r.status, 0) << r.out;
+  test::CommandResult r =
+      run("tokenize -m " + fixture("gpt2-1k") + " -f " + (dir.path() / "in.txt").string() + " --ids");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(r.out, ids_text(tok.encode("first line\n\nthird 日本\n", true)));
   r = run("tokenize -m " + fixture("gpt2-1k") + " -f " + (dir.path() / "in.txt").string() +
           " --lines --roundtrip");
-  ASSERT_EQ(r.status, 0) << r.out;
+  ASSERT_EQ(r.exit_code, 0) << r.out;
   std::string expected;
   for (const char* line : {"first line", "", "third 日本"}) {
     const auto ids = tok.encode(line, true);
@@ -87,19 +75,19 @@ TEST(TokenizeCommand, FileAndLines) {
 }
 
 TEST(TokenizeCommand, ClearErrors) {
-  Result r = run("tokenize -m " + fixture("gpt2-1k"));
-  EXPECT_EQ(r.status, 1);
+  test::CommandResult r = run("tokenize -m " + fixture("gpt2-1k"));
+  EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.out.find("exactly one of -p TEXT or -f FILE"), std::string::npos) << r.out;
   TempDir dir;
   gguf::GgufWriter w;
   w.set("general.architecture", gguf::Value::string("llama"));
   w.write((dir.path() / "none.gguf").string());
   r = run("tokenize -m " + (dir.path() / "none.gguf").string() + " -p hi");
-  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.out.find("error: "), std::string::npos);
   EXPECT_NE(r.out.find("tokenizer.ggml.model is missing"), std::string::npos) << r.out;
   r = run("tokenize -m " + (dir.path() / "missing.gguf").string() + " -p hi");
-  EXPECT_EQ(r.status, 1);
+  EXPECT_EQ(r.exit_code, 1);
 }
 
 }  // namespace
