@@ -344,30 +344,20 @@ std::vector<KernelResult> bench_kernels(Device& dev, const ModelShape& shape) {
     for (auto [K, N] : {std::pair<int64_t, int64_t>{E, F}, {F, E}}) {
       if (K % dtype_block_size(t) != 0) continue;
       DeviceMatrix m = make_matrix(dev, t, K, N, copies, src);
-      for (int64_t T : {int64_t(1), int64_t(8), int64_t(32)}) {
+      // One product of T activation rows, timed over n_calls calls that rotate through the weight copies.
+      auto time_matmul = [&](int64_t T, int n_calls) {
         Tensor x = Tensor::contiguous(DType::F32, {K, T}, xb.data(), dev.id());
         Tensor y = Tensor::contiguous(DType::F32, {N, T}, yb.data(), dev.id());
-        const double sec = time_calls(dev, gpu ? 40 : 2, [&](int i) { ops.matmul(s, m.copies[size_t(i % copies)], x, y); });
         KernelResult r;
+        r.seconds = time_calls(dev, n_calls, [&](int i) { ops.matmul(s, m.copies[size_t(i % copies)], x, y); });
         r.name = std::string("matmul ") + dtype_name(t) + " {" + std::to_string(K) + ", " + std::to_string(N) +
                  "} T=" + std::to_string(T);
-        r.seconds = sec;
         r.bytes = double(m.copies[0].nbytes()) + double(K * T * 4 + N * T * 4);
         r.flops = 2.0 * double(K) * double(N) * double(T);
         out.push_back(r);
-      }
-      if (t == DType::BF16 || t == DType::Q8_0 || t == DType::Q4_K) {  // prefill: many rows
-        Tensor x = Tensor::contiguous(DType::F32, {K, P}, xb.data(), dev.id());
-        Tensor y = Tensor::contiguous(DType::F32, {N, P}, yb.data(), dev.id());
-        const double sec = time_calls(dev, gpu ? 10 : 1, [&](int i) { ops.matmul(s, m.copies[size_t(i % copies)], x, y); });
-        KernelResult r;
-        r.name = std::string("matmul ") + dtype_name(t) + " {" + std::to_string(K) + ", " + std::to_string(N) +
-                 "} T=" + std::to_string(P);
-        r.seconds = sec;
-        r.bytes = double(m.copies[0].nbytes()) + double(K * P * 4 + N * P * 4);
-        r.flops = 2.0 * double(K) * double(N) * double(P);
-        out.push_back(r);
-      }
+      };
+      for (int64_t T : {int64_t(1), int64_t(8), int64_t(32)}) time_matmul(T, gpu ? 40 : 2);
+      if (t == DType::BF16 || t == DType::Q8_0 || t == DType::Q4_K) time_matmul(P, gpu ? 10 : 1);  // prefill
     }
   }
 
