@@ -14,6 +14,13 @@ struct ModelParams {
   int32_t n_threads = 0;  // CPU threads for the compute pool; 0 = all hardware threads
   std::string device =
       "cpu";  // where the weights live and the model runs: "cpu" or "cuda:N" ("cuda" = cuda:0)
+
+  // Splitting one model over several devices (src/parallel/mesh.h has the rules and the messages).
+  std::string devices;       // --devices: "cuda:0,cuda:1" or "cpu:0,cpu:1"; empty = just `device`
+  std::string split_mode;    // --split-mode: none | layer | row | tensor; empty = none
+  std::string tensor_split;  // --tensor-split: ratios per device, "3,1"; empty = equal
+  int32_t main_device = 0;   // --main-device: index into devices (none runs there, row gathers there)
+  bool replicate_kv = false;  // --replicate-kv: tensor split over more ranks than KV heads copies KV heads
 };
 
 struct ModelInfo {
@@ -32,7 +39,9 @@ struct ModelInfo {
   std::vector<int32_t> eos_ids;  // tokens that end generation: eos, eot, eom ids when present
   uint64_t n_params = 0;         // elements of all tensors
   uint64_t weight_bytes = 0;     // bytes of all tensors
-  std::string device;            // "cpu:0 (...)"
+  std::string device;            // the main device: "cpu:0 (...)"
+  std::string split_mode;        // "none", "layer", "row", "tensor"
+  std::vector<std::string> devices;  // every device of the mesh, rank order: "cpu:0 (...)", ...
 };
 
 class Model {
