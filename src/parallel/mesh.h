@@ -48,7 +48,7 @@ struct MeshSpec {
   bool ratios_given = false;   // false: ratios are the default (equal; layer mode may rebalance by free memory)
 
   size_t n_ranks() const { return devices.size(); }
-  // "tensor over cpu:0,cpu:1 (0.5,0.5)", "none on cuda:0".
+  // "tensor over cpu:0,cpu:1 (ratios 0.5,0.5)", "none on cuda:0".
   std::string describe() const;
 };
 
