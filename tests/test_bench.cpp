@@ -66,7 +66,7 @@ TEST_F(BenchCommand, MarkdownTableAndMeasuredBandwidth) {
 }
 
 TEST_F(BenchCommand, BadArgumentsGiveOneErrorLine) {
-  for (const char* args : {"-b 0", "-b 1,x", "-o xml", "--split-mode layer", "--device gpu", "-r 0"}) {
+  for (const char* args : {"-b 0", "-b 1,x", "-o xml", "--split-mode diagonal", "--device gpu", "-r 0"}) {
     // --device may be given once: the bad-device case replaces the cpu device instead of adding a second one.
     const std::string a(args);
     const std::string device = a.find("--device") == std::string::npos ? "--device cpu " : "";

@@ -40,7 +40,8 @@ void expect_mentions(const std::string& msg, std::initializer_list<const char*> 
   for (const char* p : pieces) EXPECT_NE(msg.find(p), std::string::npos) << "'" << p << "' not in: " << msg;
 }
 
-// ---- split modes ----------------------------------------------------------------------------------------------
+// ---- split modes
+// ----------------------------------------------------------------------------------------------
 
 TEST(MeshSplitMode, ParsesEveryModeAndNamesRoundTrip) {
   for (SplitMode m : {SplitMode::None, SplitMode::Layer, SplitMode::Row, SplitMode::Tensor})
@@ -57,20 +58,22 @@ TEST(MeshSplitMode, UnknownModeNamesFlagValueAndChoices) {
   }
 }
 
-// ---- device lists ---------------------------------------------------------------------------------------------
+// ---- device lists
+// ---------------------------------------------------------------------------------------------
 
 TEST(MeshDeviceList, ParsesCpuAndCudaLists) {
   EXPECT_EQ(parse_device_list("cpu:0,cpu:1,cpu:2"), (std::vector<DeviceId>{kCpu0, kCpu1, kCpu2}));
   EXPECT_EQ(parse_device_list("cuda:0,cuda:1"), (std::vector<DeviceId>{kCuda0, kCuda1}));
   EXPECT_EQ(parse_device_list("cuda:1,cuda:0"), (std::vector<DeviceId>{kCuda1, kCuda0}));  // rank order kept
-  EXPECT_EQ(parse_device_list("cpu"), (std::vector<DeviceId>{kCpu0}));                     // bare kind = index 0
+  EXPECT_EQ(parse_device_list("cpu"), (std::vector<DeviceId>{kCpu0}));  // bare kind = index 0
   EXPECT_EQ(parse_device_list("cuda"), (std::vector<DeviceId>{kCuda0}));
   EXPECT_EQ(parse_device_list(" cpu:0 , cpu:1 "), (std::vector<DeviceId>{kCpu0, kCpu1}));  // spaces ignored
   EXPECT_EQ(parse_device_list("cpu:12"), (std::vector<DeviceId>{DeviceId{DeviceKind::CPU, 12}}));
 }
 
 TEST(MeshDeviceList, EmptyEntryOrEmptyList) {
-  expect_mentions(error_of([] { parse_device_list("cpu:0,,cpu:1"); }), {"--devices", "'cpu:0,,cpu:1'", "empty"});
+  expect_mentions(error_of([] { parse_device_list("cpu:0,,cpu:1"); }),
+                  {"--devices", "'cpu:0,,cpu:1'", "empty"});
   expect_mentions(error_of([] { parse_device_list("cpu:0,"); }), {"--devices", "empty"});
   expect_mentions(error_of([] { parse_device_list(",cpu:0"); }), {"--devices", "empty"});
   expect_mentions(error_of([] { parse_device_list(""); }), {"--devices", "empty", "cuda:0,cuda:1"});
@@ -78,7 +81,8 @@ TEST(MeshDeviceList, EmptyEntryOrEmptyList) {
 
 TEST(MeshDeviceList, UnknownKind) {
   for (const char* bad : {"gpu:0", "tpu", "cpu:0,tpu:1", "CUDA:0", "cudax:0"})
-    expect_mentions(error_of([&] { parse_device_list(bad); }), {"--devices", "unknown device", "cpu:N", "cuda:N"});
+    expect_mentions(error_of([&] { parse_device_list(bad); }),
+                    {"--devices", "unknown device", "cpu:N", "cuda:N"});
   expect_mentions(error_of([] { parse_device_list("cpu:0,tpu:1"); }), {"'tpu:1'"});
 }
 
@@ -96,7 +100,8 @@ TEST(MeshDeviceList, DuplicateDevice) {
   expect_mentions(error_of([] { parse_device_list("cuda,cuda:0"); }), {"--devices", "cuda:0", "twice"});
 }
 
-// ---- ratios ---------------------------------------------------------------------------------------------------
+// ---- ratios
+// ---------------------------------------------------------------------------------------------------
 
 TEST(MeshTensorSplit, NormalisesToSumOne) {
   const std::vector<double> r = parse_tensor_split("3,1", 2);
@@ -148,7 +153,8 @@ TEST(MeshTensorSplit, WrongCount) {
   expect_mentions(error_of([] { parse_tensor_split("1", 3); }), {"--tensor-split", "1 ratio for 3 devices"});
 }
 
-// ---- existence ------------------------------------------------------------------------------------------------
+// ---- existence
+// ------------------------------------------------------------------------------------------------
 
 TEST(MeshDevicesExist, CpuDevicesAlwaysExist) {
   EXPECT_NO_THROW(check_devices_exist({kCpu0, kCpu1, DeviceId{DeviceKind::CPU, 7}}));
@@ -167,7 +173,8 @@ TEST(MeshDevicesExist, MissingCudaDeviceSaysWhy) {
 #endif
 }
 
-// ---- make_mesh_spec -------------------------------------------------------------------------------------------
+// ---- make_mesh_spec
+// -------------------------------------------------------------------------------------------
 
 TEST(MeshSpecBuild, DefaultsToNoneOnTheDefaultDevice) {
   const MeshSpec m = make_mesh_spec("", "", "", 0, false, kCpu0);
@@ -204,7 +211,8 @@ TEST(MeshSpecBuild, RatiosMainDeviceAndReplicatedKv) {
 
   const MeshSpec t = make_mesh_spec("cpu:0,cpu:1,cpu:2,cpu:3", "tensor", "", 0, true, kCpu0);
   EXPECT_TRUE(t.replicate_kv);
-  EXPECT_EQ(t.describe(), "tensor over cpu:0,cpu:1,cpu:2,cpu:3 (ratios 0.25,0.25,0.25,0.25), replicated KV heads");
+  EXPECT_EQ(t.describe(),
+            "tensor over cpu:0,cpu:1,cpu:2,cpu:3 (ratios 0.25,0.25,0.25,0.25), replicated KV heads");
 
   const MeshSpec l = make_mesh_spec("cpu:1,cpu:0", "layer", "3,1", 0, false, kCpu0);
   EXPECT_EQ(l.devices, (std::vector<DeviceId>{kCpu1, kCpu0}));

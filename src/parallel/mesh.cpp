@@ -14,7 +14,8 @@ namespace tandem {
 
 namespace {
 
-constexpr const char* kDevicesExpected = "expected a comma-separated list such as cuda:0,cuda:1 or cpu:0,cpu:1";
+constexpr const char* kDevicesExpected =
+    "expected a comma-separated list such as cuda:0,cuda:1 or cpu:0,cpu:1";
 
 std::string trim(const std::string& s) {
   const size_t b = s.find_first_not_of(" \t");
@@ -56,7 +57,8 @@ DeviceId parse_device_entry(const std::string& entry, const std::string& list) {
     id.kind = DeviceKind::CUDA;
   } else {
     const std::string where = entry == list ? "" : " in '" + list + "'";
-    throw Error("--devices: unknown device '" + entry + "'" + where + "; expected cpu, cpu:N, cuda or cuda:N");
+    throw Error("--devices: unknown device '" + entry + "'" + where +
+                "; expected cpu, cpu:N, cuda or cuda:N");
   }
   if (colon == std::string::npos) return id;  // "cpu" / "cuda" alone: index 0
   const std::string index = entry.substr(colon + 1);
@@ -66,8 +68,8 @@ DeviceId parse_device_entry(const std::string& entry, const std::string& list) {
   // non-digit, so the whole index must have been consumed.
   const bool ok = !index.empty() && ec == std::errc() && end == index.data() + index.size() && v >= 0 &&
                   index.find_first_not_of("0123456789") == std::string::npos;
-  check(ok, "--devices: bad device index '" + index + "' in '" + entry + "'; expected a non-negative integer, as in " +
-                kind + ":0");
+  check(ok, "--devices: bad device index '" + index + "' in '" + entry +
+                "'; expected a non-negative integer, as in " + kind + ":0");
   id.index = v;
   return id;
 }
@@ -105,12 +107,13 @@ std::vector<DeviceId> parse_device_list(const std::string& s) {
   const std::vector<std::string> entries = split_commas(s);
   std::vector<DeviceId> out;
   for (size_t i = 0; i < entries.size(); ++i) {
-    check(!entries[i].empty(), "--devices: entry " + std::to_string(i + 1) + " of '" + s + "' is empty; " +
-                                   kDevicesExpected);
+    check(!entries[i].empty(),
+          "--devices: entry " + std::to_string(i + 1) + " of '" + s + "' is empty; " + kDevicesExpected);
     const DeviceId id = parse_device_entry(entries[i], s);
     for (const DeviceId& seen : out)
-      check(!(seen == id), "--devices: " + id.to_string() + " is listed twice in '" + s +
-                               "'; each device may appear once (use cpu:0,cpu:1,... for several CPU devices)");
+      check(!(seen == id),
+            "--devices: " + id.to_string() + " is listed twice in '" + s +
+                "'; each device may appear once (use cpu:0,cpu:1,... for several CPU devices)");
     out.push_back(id);
   }
   return out;
@@ -127,9 +130,11 @@ std::vector<double> parse_tensor_split(const std::string& s, size_t n_devices) {
     check(!e.empty() && ec == std::errc() && end == e.data() + e.size(),
           "--tensor-split: '" + e + "' in '" + s +
               "' is not a number; expected one non-negative ratio per device, such as 3,1");
-    check(std::isfinite(v), "--tensor-split: '" + e + "' in '" + s + "' is not a finite number; expected finite "
-                            "non-negative ratios, such as 3,1");
-    check(v >= 0, "--tensor-split: '" + e + "' in '" + s + "' is negative; expected non-negative ratios, such as 3,1");
+    check(std::isfinite(v), "--tensor-split: '" + e + "' in '" + s +
+                                "' is not a finite number; expected finite "
+                                "non-negative ratios, such as 3,1");
+    check(v >= 0, "--tensor-split: '" + e + "' in '" + s +
+                      "' is negative; expected non-negative ratios, such as 3,1");
     ratios.push_back(v);
   }
   check(ratios.size() == n_devices, "--tensor-split: '" + s + "' has " + std::to_string(ratios.size()) +
@@ -138,9 +143,11 @@ std::vector<double> parse_tensor_split(const std::string& s, size_t n_devices) {
                                         "; expected one ratio per device of --devices");
   double sum = 0;
   for (double r : ratios) sum += r;
-  check(sum > 0, "--tensor-split: '" + s + "' gives every device a ratio of 0; expected at least one positive ratio");
-  check(std::isfinite(sum), "--tensor-split: the ratios '" + s + "' are too large to add up; expected small "
-                            "ratios such as 3,1");
+  check(sum > 0,
+        "--tensor-split: '" + s + "' gives every device a ratio of 0; expected at least one positive ratio");
+  check(std::isfinite(sum), "--tensor-split: the ratios '" + s +
+                                "' are too large to add up; expected small "
+                                "ratios such as 3,1");
   for (double& r : ratios) r /= sum;
   return ratios;
 }
@@ -149,9 +156,10 @@ void check_devices_exist(const std::vector<DeviceId>& devices) {
   for (const DeviceId& d : devices) {
     if (d.kind != DeviceKind::CUDA) continue;  // cpu:N are CPU "devices" of this process: they always exist
 #if !defined(TANDEM_HAVE_CUDA)
-    throw Error("device " + d.to_string() +
-                " does not exist: this build of tandem has no CUDA support (configure with -DTANDEM_CUDA=ON on "
-                "a machine with the CUDA toolkit, or use cpu devices)");
+    throw Error(
+        "device " + d.to_string() +
+        " does not exist: this build of tandem has no CUDA support (configure with -DTANDEM_CUDA=ON on "
+        "a machine with the CUDA toolkit, or use cpu devices)");
 #else
     const int n = device_count(DeviceKind::CUDA);
     if (d.index < n) continue;
@@ -161,8 +169,8 @@ void check_devices_exist(const std::vector<DeviceId>& devices) {
     else if (n == 1)
       have = "this machine has 1 CUDA device (cuda:0)";
     else
-      have = "this machine has " + std::to_string(n) + " CUDA devices (cuda:0 to cuda:" + std::to_string(n - 1) +
-             ")";
+      have = "this machine has " + std::to_string(n) +
+             " CUDA devices (cuda:0 to cuda:" + std::to_string(n - 1) + ")";
     throw Error("device " + d.to_string() + " does not exist: " + have);
 #endif
   }
@@ -191,13 +199,14 @@ MeshSpec make_mesh_spec(const std::string& devices, const std::string& mode, con
   std::vector<DeviceId> list = listed ? parse_device_list(devices) : std::vector<DeviceId>{default_device};
 
   check(main_device >= 0 && size_t(main_device) < list.size(),
-        "--main-device: " + std::to_string(main_device) + " is out of range for " + std::to_string(list.size()) +
-            " device" + (list.size() == 1 ? "" : "s") + " (" + join_ids(list) + "); expected an index from 0 to " +
-            std::to_string(list.size() - 1) + " into --devices");
+        "--main-device: " + std::to_string(main_device) + " is out of range for " +
+            std::to_string(list.size()) + " device" + (list.size() == 1 ? "" : "s") + " (" + join_ids(list) +
+            "); expected an index from 0 to " + std::to_string(list.size() - 1) + " into --devices");
   for (const DeviceId& d : list)
-    check(d.kind == list[0].kind, "--devices: '" + devices +
-                                      "' mixes CPU and CUDA devices; expected devices of one kind (all cpu:N or "
-                                      "all cuda:N)");
+    check(d.kind == list[0].kind,
+          "--devices: '" + devices +
+              "' mixes CPU and CUDA devices; expected devices of one kind (all cpu:N or "
+              "all cuda:N)");
   // Parsed in every mode so that malformed ratios are reported even where they would not be used.
   std::vector<double> ratios = parse_tensor_split(tensor_split, list.size());
 

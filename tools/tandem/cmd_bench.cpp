@@ -1,8 +1,9 @@
 // `tandem bench`: speed of a model in the spirit of llama-bench, with every figure set against the hardware
 // limit it should approach.
 //
-//   tandem bench -m MODEL [-p 512] [-n 128] [-b 1,8,32] [-r 5] [--split-mode none] [-o md|json] [--bw GB/s]
-//                [--tflops T] [--device cuda:0|cpu] [--kernels]
+//   tandem bench -m MODEL [-p 512] [-n 128] [-b 1,8,32] [-r 5] [-o md|json] [--bw GB/s] [--tflops T]
+//                [--device cuda:0|cpu | --devices LIST --split-mode MODE [--tensor-split R,..] [--main-device N]]
+//                [--kernels]
 //
 // pp: one sequence of p prompt tokens per forward pass (logits of the last row only); tokens/s = p / time.
 // tg: b sequences decoded together, n steps of one token each from an empty cache; tokens/s = b n / time.
@@ -16,6 +17,11 @@
 // parameters x p for the layers, 2 x n_vocab x n_embd for the last row's head, 4 x n_layer x n_head x head_dim x
 // p(p+1)/2 for causal attention) / time / rate, the rate being --tflops, else 797 TFLOP/s on CUDA (bf16, measured
 // on an H200) or a measured f32 matmul on the CPU.
+//
+// With --devices and a split mode (split_options.h) the model runs over the mesh; the report names the mode and
+// the devices. The limits are measured on the main device; under tensor and row splits over several GPUs, whose
+// ranks read their shards at the same time, they are multiplied by the number of GPUs (CPU "devices" share
+// one memory, and layer splits run one device at a time, so those keep the one-device limits).
 //
 // --kernels times the CUDA (or CPU) kernels alone on the shapes of the model (or of Qwen3-8B without -m): the
 // matrix-vector products per weight dtype, the prefill matmul, and attention, each against its limit.
@@ -42,6 +48,7 @@
 #include "core/half.h"
 #include "gguf/gguf.h"
 #include "quant/quant.h"
+#include "split_options.h"
 #include "tandem/batch.h"
 #include "tandem/model.h"
 #include "tandem/session.h"
@@ -57,7 +64,6 @@ struct BenchArgs {
   int n_gen = 128;
   std::string batches = "1,8,32";
   int reps = 5;
-  std::string split_mode = "none";
   std::string output = "md";
   double bw_gbs = 0;       // 0 = measure
   double tflops = 0;       // 0 = default / measure
@@ -66,6 +72,7 @@ struct BenchArgs {
   int threads = 0;
   std::string random_type;  // --random-weights: write -m's model with random TYPE matrices to --to, then exit
   std::string random_to;
+  SplitOptions split;
 };
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
@@ -247,13 +254,6 @@ double run_tg(Session& session, int n, int n_seq, std::mt19937& rng, int64_t n_v
     session.decode(b);
   }
   return seconds_since(t0);
-}
-
-std::shared_ptr<Model> load_model(const std::string& path, DeviceId dev, int threads) {
-  ModelParams mp;
-  mp.n_threads = threads;
-  mp.device = dev.to_string();
-  return Model::load(path, mp);
 }
 
 // ---- kernel benchmark ---------------------------------------------------------------------------------------
@@ -513,28 +513,40 @@ void run_bench(const BenchArgs& a) {
     check(!a.model.empty(), "--random-weights needs the model to copy with -m");
     return write_random_weights(a.model, a.random_type, a.random_to, a.threads);
   }
-  check(a.split_mode == "none", "--split-mode " + a.split_mode +
-                                    ": only 'none' (one device) is supported by tandem bench for now");
   check(a.output == "md" || a.output == "json", "-o: expected md or json, got '" + a.output + "'");
   check(a.reps >= 1, "-r: at least one repetition");
   check(a.n_prompt >= 0 && a.n_gen >= 0, "-p and -n must be >= 0");
   check(a.bw_gbs >= 0 && a.tflops >= 0, "--bw and --tflops must be >= 0");
   const std::vector<int> batches = parse_int_list(a.batches, "-b");
-  const DeviceId dev_id = parse_device(a.device);
+  check(a.device.empty() || a.split.devices.empty(),
+        "--device and --devices: give one of them (--devices lists every device of the mesh, --main-device picks "
+        "the main one)");
+  ModelParams mp;
+  mp.n_threads = a.threads;
+  mp.device = parse_device(a.device).to_string();
+  const MeshSpec mesh = apply(a.split, mp);
+  // The limits are measured on the main device, where the mode none runs and the logits land.
+  const DeviceId dev_id = mesh.devices[size_t(mesh.main_device)];
+  mp.device = dev_id.to_string();  // the same device for a loader that looks at `device` alone
   check(a.kernels || !a.model.empty(), "tandem bench: give a model with -m (or --kernels to time kernels alone)");
 
   DeviceOptions dopt;
   dopt.n_threads = a.threads;
   std::unique_ptr<Device> dev = create_device(dev_id, dopt);
   const bool gpu = dev_id.kind == DeviceKind::CUDA;
-  const double bw = a.bw_gbs > 0 ? a.bw_gbs * 1e9 : measure_copy_bandwidth(*dev, gpu ? (size_t(1) << 30) : (size_t(64) << 20));
-  const double rate = a.tflops > 0 ? a.tflops * 1e12 : gpu ? 797e12 : measure_cpu_matmul_rate(*dev);
+  const double bw_one = a.bw_gbs > 0 ? a.bw_gbs * 1e9 : measure_copy_bandwidth(*dev, gpu ? (size_t(1) << 30) : (size_t(64) << 20));
+  const double rate_one = a.tflops > 0 ? a.tflops * 1e12 : gpu ? 797e12 : measure_cpu_matmul_rate(*dev);
+  // GPUs of a tensor or row split work at the same time (see the top of this file).
+  const bool concurrent = gpu && (mesh.mode == SplitMode::Tensor || mesh.mode == SplitMode::Row);
+  const int limit_devices = concurrent ? int(mesh.n_ranks()) : 1;
+  const double bw = bw_one * limit_devices, rate = rate_one * limit_devices;
   const std::string rate_src = a.tflops > 0 ? "given" : gpu ? "H200 bf16, issue 5" : "measured f32 matmul";
 
   nlohmann::json j;
   j["device"] = dev->name();
   j["commit"] = TANDEM_GIT_COMMIT;
   j["bandwidth_gbs"] = bw / 1e9;
+  j["limit_devices"] = limit_devices;
   j["bandwidth_source"] = a.bw_gbs > 0 ? "given" : "measured copy";
   j["matmul_tflops"] = rate / 1e12;
   j["matmul_source"] = rate_src;
@@ -543,7 +555,7 @@ void run_bench(const BenchArgs& a) {
   std::vector<Result> results;
   std::shared_ptr<Model> model;
   if (!a.model.empty()) {
-    model = load_model(a.model, dev_id, a.threads);
+    model = Model::load(a.model, mp);
     shape = read_shape(a.model, model->info());
   } else {  // --kernels without a model: the Qwen3-8B shape
     shape.arch = "qwen3 (8B shape)";
@@ -555,6 +567,15 @@ void run_bench(const BenchArgs& a) {
     shape.n_ff = 12288;
     shape.n_vocab = 151936;
   }
+  // What the model reports it runs on (the mesh as parsed when there is no model or the loader leaves it out).
+  std::string split_mode = split_mode_name(mesh.mode);
+  std::vector<std::string> devices;
+  for (const DeviceId& d : mesh.devices) devices.push_back(d.to_string());
+  if (model && !model->info().split_mode.empty()) split_mode = model->info().split_mode;
+  if (model && !model->info().devices.empty()) devices = model->info().devices;
+  j["split_mode"] = split_mode;
+  j["devices"] = devices;
+  j["split"] = mesh.describe();
   j["model"] = {{"path", a.model},
                 {"arch", shape.arch},
                 {"types", shape.file_type},
@@ -622,8 +643,19 @@ void run_bench(const BenchArgs& a) {
     return;
   }
   std::printf("device: %s\ncommit: %s\n", dev->name().c_str(), TANDEM_GIT_COMMIT);
-  std::printf("limits: copy bandwidth %.1f GB/s (%s), matmul %.3g TFLOP/s (%s)\n", bw / 1e9,
-              a.bw_gbs > 0 ? "given" : "measured", rate / 1e12, rate_src.c_str());
+  std::printf("split: %s\n", mesh.describe().c_str());
+  if (devices.size() > 1) {
+    std::string list;
+    for (const std::string& d : devices) {
+      if (!list.empty()) list += "; ";
+      list += d;
+    }
+    std::printf("devices: %s\n", list.c_str());
+  }
+  std::string times;
+  if (limit_devices > 1) times = ", x" + std::to_string(limit_devices) + " for the GPUs of the split";
+  std::printf("limits: copy bandwidth %.1f GB/s (%s), matmul %.3g TFLOP/s (%s)%s\n", bw / 1e9,
+              a.bw_gbs > 0 ? "given" : "measured", rate / 1e12, rate_src.c_str(), times.c_str());
   if (!a.model.empty())
     std::printf("model: %s (%s), %.2f GiB, %.2f B params\nshape: %s\n", a.model.c_str(), shape.file_type.c_str(),
                 double(shape.weight_bytes) / double(1u << 30), double(shape.n_params) / 1e9, shape.describe().c_str());
@@ -654,13 +686,13 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("-n,--n-gen", args->n_gen, "generated tokens per sequence of the tg tests (0 = skip)");
   cmd->add_option("-b,--batch", args->batches, "comma-separated numbers of parallel sequences for tg");
   cmd->add_option("-r,--repetitions", args->reps, "timed repetitions of each test");
-  cmd->add_option("--split-mode", args->split_mode, "how to split the model over devices (none)");
   cmd->add_option("-o,--output", args->output, "output format: md or json");
   cmd->add_option("--bw", args->bw_gbs, "device copy bandwidth in GB/s (0 = measure)");
   cmd->add_option("--tflops", args->tflops, "matmul rate in TFLOP/s for pp's fraction (0 = default)");
-  cmd->add_option("--device", args->device, "cuda:N or cpu (default: cuda:0 when present)");
+  cmd->add_option("--device", args->device, "cuda:N or cpu (default: cuda:0 when present); see --devices to split");
   cmd->add_option("-t,--threads", args->threads, "CPU threads (0 = all)");
-  cmd->add_flag("--kernels", args->kernels, "also time the kernels alone on the model's shapes");
+  cmd->add_flag("--kernels", args->kernels, "also time the kernels alone on the model's shapes (on the main device)");
+  add_split_options(cmd, &args->split);
   cmd->add_option("--random-weights", args->random_type,
                   "instead of benchmarking: write a copy of -m whose matrices are random values of this type "
                   "(q8_0, q4_k, ...) to --to (benchmark models in seconds; speed does not depend on the values)");

@@ -1,5 +1,6 @@
 // `tandem generate -m MODEL.gguf (-p PROMPT | --prompt-ids 1,2,3) [-n N] [sampling flags] [--ctx N]
-// [--threads N] [--parallel N] [--ids]`: autoregressive generation on the CPU.
+// [--threads N] [--parallel N] [--ids] [--devices LIST --split-mode MODE ...]`: autoregressive generation.
+// The split flags (split_options.h) run one model over several devices.
 //
 // One sequence streams its text to stdout as it is produced. --parallel N decodes N sequences of the same
 // prompt in one batch per step: the prompt is prefilled once in sequence 0 and forked into the others (the KV
@@ -22,6 +23,7 @@
 #include "core/error.h"
 #include "eval/default_model.h"
 #include "model/model_impl.h"
+#include "split_options.h"
 #include "tandem/model.h"
 #include "tandem/sampling.h"
 #include "tandem/session.h"
@@ -54,6 +56,7 @@ struct GenerateArgs {
   bool no_bos = false;
   bool verbose = false;
   std::string dump_logits;
+  SplitOptions split;
 };
 
 // "1,2,3;4,5" -> {{1, 2, 3}, {4, 5}}
@@ -131,6 +134,7 @@ void run_generate(const GenerateArgs& a) {
 
   ModelParams mp;
   mp.n_threads = a.threads;
+  const MeshSpec mesh = apply(a.split, mp);  // bad split flags fail here, before any file is read
   // No -m: the small model shipped in models/ (models/README.md).
   const auto model = Model::load(a.model.empty() ? eval::default_model_path(TANDEM_SOURCE_DIR) : a.model, mp);
   const ModelInfo& info = model->info();
@@ -139,6 +143,7 @@ void run_generate(const GenerateArgs& a) {
                  info.arch.c_str(), info.name.empty() ? "" : ("'" + info.name + "'").c_str(),
                  (long long)info.n_layer, (long long)info.n_embd, (long long)info.n_vocab,
                  double(info.n_params) / 1e6, info.device.c_str());
+  if (a.verbose && mesh.n_ranks() > 1) std::fprintf(stderr, "split: %s\n", mesh.describe().c_str());
 
   // The tokenizer is needed for a text prompt and for text output.
   std::unique_ptr<tokenizer::Tokenizer> tok;
@@ -324,6 +329,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--parallel", args->parallel, "Sequences decoded together from the same prompt");
   cmd->add_option("-b,--batch", args->batch, "Rows per forward pass during prompt processing");
   cmd->add_option("--kv-type", args->kv_type, "KV cache type: f32, f16 or bf16");
+  add_split_options(cmd, &args->split);
   cmd->add_flag("--ids", args->ids, "Print generated token ids (one line per sequence) instead of text");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Do not stop at end-of-generation tokens");
   cmd->add_flag("--no-bos", args->no_bos, "Do not add the BOS token to a text prompt");

@@ -13,6 +13,7 @@
 #include "eval/default_model.h"
 #include "eval/perplexity.h"
 #include "gguf/gguf.h"
+#include "split_options.h"
 #include "tandem/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -28,6 +29,7 @@ struct PerplexityOptions {
   int32_t threads = 0;
   int32_t batch = 512;
   bool no_progress = false;
+  SplitOptions split;
 };
 
 std::string read_text_file(const std::string& path) {
@@ -52,6 +54,9 @@ void draw_progress(size_t done, size_t total, const eval::NllStats& stats) {
 void run_perplexity(const PerplexityOptions& o) {
   const std::string model_path = o.model.empty() ? eval::default_model_path(TANDEM_SOURCE_DIR) : o.model;
   check(o.threads >= 0, "--threads must not be negative");
+  ModelParams mp;
+  mp.n_threads = o.threads;
+  apply(o.split, mp);  // bad split flags fail here, before any file is read
   const std::string text = read_text_file(o.file);
 
   const auto t0 = std::chrono::steady_clock::now();
@@ -59,8 +64,6 @@ void run_perplexity(const PerplexityOptions& o) {
   // BOS in front when the vocabulary asks for it; special-token text in the file is plain text.
   const std::vector<int32_t> tokens = tok.encode(text, /*add_special=*/true, /*parse_special=*/false);
 
-  ModelParams mp;
-  mp.n_threads = o.threads;
   std::shared_ptr<Model> model = Model::load(model_path, mp);
 
   eval::PerplexityParams pp;
@@ -100,6 +103,7 @@ void add_perplexity_command(CLI::App& app) {
   cmd->add_option("-t,--threads", opts->threads, "CPU threads (0: all)");
   cmd->add_option("-b,--batch", opts->batch, "rows per forward pass");
   cmd->add_flag("--no-progress", opts->no_progress, "no progress bar on stderr");
+  add_split_options(cmd, &opts->split);
   cmd->callback([opts] { run_perplexity(*opts); });
 }
 
