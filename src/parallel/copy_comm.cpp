@@ -1,0 +1,289 @@
+// The copy comm: collectives from peer copies, Ops::add and events only (backend.h), for CUDA ranks without
+// NCCL (two ranks sharing one GPU, or a build without NCCL); it also runs on CPU devices, where CI tests it.
+// The ranks' host threads meet on a RankBoard (rank_barrier.h) to exchange pointers; the devices' work is
+// ordered by events, never by blocking the host on a stream.
+//
+// Copies always PUSH: a copy between devices must be enqueued on a stream of the source device
+// (copy_between_devices), and each rank only owns a stream of its own device.
+//
+// all_reduce_sum over R ranks, n floats, rank o owning chunk [lo(o), lo(o + 1)) with lo(o) = n * o / R:
+//   1. post x; meet.
+//   2. rank r pushes its x chunk o into slot r of owner o's scratch (after o's previous sum has read that
+//      scratch: o's scratch_free event), for every o != r; records arrive[r].
+//   3. meet (every arrive recorded).
+//   4. owner r waits for every arrive, sums slot 0, slot 1, ... in rank order (its own operand is its x chunk)
+//      into its x chunk, records scratch_free[r], pushes the reduced chunk into every other rank's x; records
+//      leave[r].
+//   5. meet (every leave recorded); 6. every rank waits for every leave.
+// A rank's pushes out of x come before its arrive event, so an owner writes x_q's chunk only after q has read
+// it; q's later work waits for every owner's leave event.
+//
+// Events recorded in call k are re-recorded in call k + 2 at the earliest (arrive and leave are double
+// buffered by call parity); a rank reaches call k + 2 only after every rank has entered call k + 1, i.e. has
+// finished waiting on the events of call k. scratch_free is recorded after step 3 and waited before step 3 of
+// the next all-reduce, which the barrier between them orders.
+#include <string>
+#include <vector>
+
+#include "parallel/comm.h"
+#include "parallel/comm_checks.h"
+#include "parallel/rank_barrier.h"
+
+namespace tandem {
+namespace {
+
+using parallel::RankBoard;
+using parallel::RankCall;
+
+class CopyComm final : public Comm {
+ public:
+  explicit CopyComm(std::span<Device* const> devices) : board_(int(devices.size())) {
+    for (Device* d : devices) {
+      Rank rank;
+      rank.device = d;
+      for (int p = 0; p < 2; ++p) {
+        rank.arrive[p] = d->create_event();
+        rank.leave[p] = d->create_event();
+      }
+      rank.scratch_free = d->create_event();
+      ranks_.push_back(std::move(rank));
+    }
+    call_count_.assign(ranks_.size(), 0);
+  }
+
+  const char* kind() const override { return "copy"; }
+  int n_ranks() const override { return int(ranks_.size()); }
+
+  void reserve(size_t bytes) override {
+    if (bytes <= reserved_) return;
+    const size_t R = ranks_.size();
+    if (R > 1) {
+      // Chunks of an all-reduce hold at most ceil(n / R) floats; R slots (the own one is the accumulator).
+      const size_t n = (bytes + sizeof(float) - 1) / sizeof(float);
+      const size_t slot = (n + R - 1) / R;
+      for (Rank& rank : ranks_) {
+        rank.scratch.reset();
+        rank.scratch = rank.device->allocate(R * slot * sizeof(float));
+      }
+      slot_floats_ = slot;
+    }
+    reserved_ = bytes;
+  }
+
+  void all_reduce_sum(int rank, Stream& stream, const Tensor& x) override {
+    const char* op = "all_reduce_sum";
+    RankCall call = begin(op, rank, stream, x.type, x.nbytes());
+    if (call.error.empty()) call.error = parallel::check_comm_tensor(op, rank, "x", x, device_id(rank));
+    if (call.error.empty() && x.type != DType::F32)
+      call.error = std::string(op) + " on rank " + std::to_string(rank) + ": x must be F32, got " +
+                   dtype_name(x.type);
+    call.ptr = x.data;
+    const int p = parity(rank);
+    const std::vector<RankCall>& posts = board_.enter(rank, call);
+    const int R = n_ranks();
+    if (R == 1) return;
+
+    guarded([&] {
+      const int64_t n = x.nelements();
+      auto lo = [&](int o) { return n * o / R; };
+      Rank& me = ranks_[size_t(rank)];
+      float* x_data = static_cast<float*>(x.data);
+
+      // 2. push chunk o of x to owner o
+      for (int o = 0; o < R; ++o) {
+        const int64_t len = lo(o + 1) - lo(o);
+        if (o == rank || len == 0) continue;
+        Rank& owner = ranks_[size_t(o)];
+        owner.scratch_free->wait(stream);
+        copy_between_devices(stream, *owner.device, slot(o, rank), *me.device, x_data + lo(o),
+                             size_t(len) * sizeof(float));
+      }
+      me.arrive[p]->record(stream);
+      board_.barrier().arrive_and_wait();  // 3.
+
+      // 4. sum the own chunk in rank order, then push it to every other rank
+      const int64_t c0 = lo(rank), len = lo(rank + 1) - c0;
+      if (len > 0) {
+        for (int q = 0; q < R; ++q)
+          if (q != rank) ranks_[size_t(q)].arrive[p]->wait(stream);
+        const DeviceId id = me.device->id();
+        auto view = [&](float* data) { return Tensor::contiguous(DType::F32, {len}, data, id); };
+        const Tensor mine = view(x_data + c0), acc = view(slot(rank, rank));
+        auto operand = [&](int q) { return q == rank ? mine : view(slot(rank, q)); };
+        Ops& ops = me.device->ops();
+        for (int q = 1; q < R; ++q) {
+          Tensor a = q == 1 ? operand(0) : acc, b = operand(q);
+          const Tensor& out = q == R - 1 ? mine : acc;
+          // Ops::add allows out == a only; a + b == b + a exactly, so swap when out is b.
+          if (b.data == out.data) std::swap(a, b);
+          ops.add(stream, a, b, out);
+        }
+        me.scratch_free->record(stream);
+        for (int q = 0; q < R; ++q) {
+          if (q == rank) continue;
+          float* dst = static_cast<float*>(posts[size_t(q)].ptr) + c0;
+          copy_between_devices(stream, *ranks_[size_t(q)].device, dst, *me.device, x_data + c0,
+                               size_t(len) * sizeof(float));
+        }
+      }
+      me.leave[p]->record(stream);
+      board_.barrier().arrive_and_wait();  // 5.
+
+      // 6. later work on this rank's stream sees every owner's chunk
+      for (int q = 0; q < R; ++q)
+        if (q != rank && lo(q + 1) > lo(q)) ranks_[size_t(q)].leave[p]->wait(stream);
+    });
+  }
+
+  void all_gather(int rank, Stream& stream, const Tensor& send, const Tensor& recv) override {
+    const char* op = "all_gather";
+    const size_t bytes = send.nbytes();
+    RankCall call = begin(op, rank, stream, send.type, bytes);
+    if (call.error.empty()) call.error = parallel::check_comm_tensor(op, rank, "send", send, device_id(rank));
+    if (call.error.empty()) call.error = parallel::check_comm_tensor(op, rank, "recv", recv, device_id(rank));
+    if (call.error.empty() && (recv.type != send.type || recv.nbytes() != bytes * size_t(n_ranks())))
+      call.error = std::string(op) + " on rank " + std::to_string(rank) + ": recv must hold n_ranks (" +
+                   std::to_string(n_ranks()) + ") times send's " + std::to_string(bytes) + " bytes of " +
+                   dtype_name(send.type) + ", got " + std::to_string(recv.nbytes()) + " bytes of " +
+                   dtype_name(recv.type);
+    call.ptr = recv.data;
+    call.ptr2 = send.data;
+    const int p = parity(rank);
+    Rank& me = ranks_[size_t(rank)];
+    if (call.error.empty()) me.arrive[p]->record(stream);  // recv may be written by others from here on
+    const std::vector<RankCall>& posts = board_.enter(rank, call);
+
+    guarded([&] {
+      // Push send into slot `rank` of every rank's recv.
+      for (int q = 0; q < n_ranks() && bytes > 0; ++q) {
+        char* dst = static_cast<char*>(posts[size_t(q)].ptr) + size_t(rank) * bytes;
+        if (q == rank) {
+          if (dst != send.data) me.device->copy_device_to_device(stream, dst, send.data, bytes);
+          continue;
+        }
+        ranks_[size_t(q)].arrive[p]->wait(stream);
+        copy_between_devices(stream, *ranks_[size_t(q)].device, dst, *me.device, send.data, bytes);
+      }
+      me.leave[p]->record(stream);
+      board_.barrier().arrive_and_wait();
+      for (int q = 0; q < n_ranks(); ++q)
+        if (q != rank && bytes > 0) ranks_[size_t(q)].leave[p]->wait(stream);
+    });
+  }
+
+  void broadcast(int rank, Stream& stream, const Tensor& x, int root) override {
+    const char* op = "broadcast";
+    const size_t bytes = x.nbytes();
+    RankCall call = begin(op, rank, stream, x.type, bytes);
+    if (call.error.empty()) call.error = parallel::check_comm_tensor(op, rank, "x", x, device_id(rank));
+    if (call.error.empty() && (root < 0 || root >= n_ranks()))
+      call.error = std::string(op) + " on rank " + std::to_string(rank) + ": root " + std::to_string(root) +
+                   " is out of range (" + std::to_string(n_ranks()) + " ranks)";
+    call.root = root;
+    call.ptr = x.data;
+    const int p = parity(rank);
+    Rank& me = ranks_[size_t(rank)];
+    if (call.error.empty()) me.arrive[p]->record(stream);
+    const std::vector<RankCall>& posts = board_.enter(rank, call);
+    if (n_ranks() == 1) return;
+
+    guarded([&] {
+      if (rank == root && bytes > 0) {
+        for (int q = 0; q < n_ranks(); ++q) {
+          if (q == root) continue;
+          ranks_[size_t(q)].arrive[p]->wait(stream);
+          copy_between_devices(stream, *ranks_[size_t(q)].device, posts[size_t(q)].ptr, *me.device, x.data,
+                               bytes);
+        }
+        me.leave[p]->record(stream);
+      }
+      board_.barrier().arrive_and_wait();
+      if (rank != root && bytes > 0) ranks_[size_t(root)].leave[p]->wait(stream);
+    });
+  }
+
+  void barrier(int rank, Stream& stream) override {
+    RankCall call = begin("barrier", rank, stream, DType::F32, 0);
+    const int p = parity(rank);
+    Rank& me = ranks_[size_t(rank)];
+    if (call.error.empty()) me.arrive[p]->record(stream);
+    board_.enter(rank, call);
+    guarded([&] {
+      for (int q = 0; q < n_ranks(); ++q)
+        if (q != rank) ranks_[size_t(q)].arrive[p]->wait(stream);
+    });
+  }
+
+  void abort() override { board_.abort(); }
+
+ private:
+  struct Rank {
+    Device* device = nullptr;
+    std::unique_ptr<Event> arrive[2];  // recorded by this rank once its inputs are ready / it has read them
+    std::unique_ptr<Event> leave[2];   // recorded by this rank after its last write into other ranks' memory
+    std::unique_ptr<Event> scratch_free;  // recorded after this rank's sum has read its scratch
+    Buffer scratch;                       // n_ranks slots of slot_floats_ floats (all_reduce_sum)
+  };
+
+  DeviceId device_id(int rank) const { return ranks_[size_t(rank)].device->id(); }
+
+  // Slot `q` of rank `owner`'s scratch: where rank q's chunk `owner` lands (the owner's own slot accumulates).
+  float* slot(int owner, int q) const {
+    return static_cast<float*>(ranks_[size_t(owner)].scratch.data()) + size_t(q) * slot_floats_;
+  }
+
+  // Call parity of this rank (every rank makes the same calls, so the parities agree), then counts the call.
+  int parity(int rank) { return int(call_count_[size_t(rank)]++ & 1); }
+
+  // A failure after the ranks have met (a CUDA error, say) would leave the others waiting at the next meeting:
+  // abort the comm so that they throw too, then rethrow.
+  template <class F>
+  void guarded(F&& body) {
+    try {
+      body();
+    } catch (...) {
+      abort();
+      throw;
+    }
+  }
+
+  RankCall begin(const char* op, int rank, Stream& stream, DType type, size_t bytes) {
+    std::string bad_rank = parallel::check_comm_rank(op, rank, n_ranks());
+    if (!bad_rank.empty()) {
+      abort();
+      throw Error(bad_rank);
+    }
+    RankCall call;
+    call.op = op;
+    call.bytes = bytes;
+    call.dtype = type;
+    call.error = parallel::check_comm_stream(op, rank, stream, device_id(rank));
+    if (call.error.empty()) call.error = parallel::check_comm_reserved(op, bytes, reserved_);
+    return call;
+  }
+
+  std::vector<Rank> ranks_;
+  RankBoard board_;
+  size_t reserved_ = 0;
+  size_t slot_floats_ = 0;
+  std::vector<uint64_t> call_count_;  // per rank, each element written by its rank's thread only
+};
+
+}  // namespace
+
+std::unique_ptr<Comm> create_copy_comm(std::span<Device* const> devices) {
+  check(!devices.empty(), "copy comm: no devices");
+  for (size_t r = 0; r < devices.size(); ++r) {
+    check(devices[r] != nullptr, "copy comm: device of rank " + std::to_string(r) + " is null");
+    check(devices[r]->id().kind == devices[0]->id().kind,
+          "copy comm: the devices mix CPU and CUDA (rank 0 is " + devices[0]->id().to_string() + ", rank " +
+              std::to_string(r) + " is " + devices[r]->id().to_string() + ")");
+    for (size_t q = 0; q < r; ++q)
+      check(devices[q] != devices[r], "copy comm: the same Device object is listed for ranks " +
+                                          std::to_string(q) + " and " + std::to_string(r) +
+                                          " (ranks that share a GPU need a Device object each)");
+  }
+  return std::make_unique<CopyComm>(devices);
+}
+
+}  // namespace tandem
