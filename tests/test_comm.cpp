@@ -16,11 +16,16 @@
 
 #include "backend/backend.h"
 #include "parallel/comm.h"
+#include "test_comm_util.h"
 
 namespace tandem {
 namespace {
 
 using namespace std::chrono_literals;
+using comm_test::expect_all_ok;
+using comm_test::expect_all_throw;
+using comm_test::random_nonzero;
+using comm_test::run_ranks;
 
 // N CPU devices, one thread each (the rank's host thread is the only worker).
 struct CpuRanks {
@@ -37,56 +42,6 @@ struct CpuRanks {
 std::unique_ptr<Comm> make_comm(const std::string& kind, CpuRanks& ranks) {
   if (kind == "cpu") return create_cpu_comm(ranks.devices);
   return create_copy_comm(ranks.devices);
-}
-
-// Runs body(rank) on one thread per rank and returns each rank's Error message ("" when it returned). Ranks
-// that have not finished after `timeout` fail the test and are released by aborting the comm.
-std::vector<std::string> run_ranks(Comm& comm, const std::function<void(int)>& body,
-                                   std::chrono::milliseconds timeout = 10s) {
-  std::vector<std::future<void>> done;
-  for (int r = 0; r < comm.n_ranks(); ++r) done.push_back(std::async(std::launch::async, [&body, r] { body(r); }));
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (auto& f : done) {
-    if (f.wait_until(deadline) != std::future_status::ready) {
-      ADD_FAILURE() << "the ranks did not finish within " << timeout.count() << " ms (a hang); aborting";
-      comm.abort();
-      break;
-    }
-  }
-  std::vector<std::string> errors;
-  for (auto& f : done) {
-    try {
-      f.get();
-      errors.emplace_back();
-    } catch (const Error& e) {
-      errors.emplace_back(e.what());
-      if (errors.back().empty()) errors.back() = "(empty Error message)";
-    } catch (const std::exception& e) {
-      errors.push_back(std::string("not a tandem::Error: ") + e.what());
-    }
-  }
-  return errors;
-}
-
-void expect_all_ok(const std::vector<std::string>& errors) {
-  for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
-}
-
-// Every rank threw an Error whose message contains `part`.
-void expect_all_throw(const std::vector<std::string>& errors, const std::string& part) {
-  for (size_t r = 0; r < errors.size(); ++r) {
-    EXPECT_NE(errors[r].find(part), std::string::npos) << "rank " << r << ": '" << errors[r] << "'";
-    EXPECT_EQ(errors[r].find("not a tandem::Error"), std::string::npos) << errors[r];
-  }
-}
-
-// Random values of magnitude in [0.3, 3) times a per-call scale, random sign: never zero, and sums that round.
-std::vector<float> random_nonzero(size_t n, std::mt19937& rng, float scale) {
-  std::uniform_real_distribution<float> mag(0.3f, 3.0f);
-  std::bernoulli_distribution neg(0.5);
-  std::vector<float> v(n);
-  for (auto& x : v) x = (neg(rng) ? -1.0f : 1.0f) * mag(rng) * scale;
-  return v;
 }
 
 Tensor f32_view(std::vector<float>& v, Device& d) {
@@ -184,8 +139,8 @@ TEST_P(CommTest, BroadcastFromEveryRoot) {
       }
       const std::vector<int32_t> expected = x[size_t(root)];
       expect_all_ok(run_ranks(*comm_, [&](int r) {
-        comm_->broadcast(r, stream(r), Tensor::contiguous(DType::I32, {count}, x[size_t(r)].data(), dev(r).id()),
-                         root);
+        comm_->broadcast(r, stream(r),
+                         Tensor::contiguous(DType::I32, {count}, x[size_t(r)].data(), dev(r).id()), root);
       }));
       for (int r = 0; r < R; ++r) EXPECT_EQ(x[size_t(r)], expected) << "root " << root << " rank " << r;
     }
@@ -254,15 +209,19 @@ TEST_P(CommTest, AbortWakesWaitingRanks) {
           comm_->abort();
           return;
         }
-        comm_->all_reduce_sum(r, stream(r), Tensor::contiguous(DType::F32, {4}, &x[size_t(r) * 4], dev(r).id()));
+        comm_->all_reduce_sum(r, stream(r),
+                              Tensor::contiguous(DType::F32, {4}, &x[size_t(r) * 4], dev(r).id()));
       },
       5s);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
   EXPECT_EQ(errors[0], "");
   for (int r = 1; r < R; ++r)
-    EXPECT_NE(errors[size_t(r)].find("aborted"), std::string::npos) << "rank " << r << ": " << errors[size_t(r)];
+    EXPECT_NE(errors[size_t(r)].find("aborted"), std::string::npos)
+        << "rank " << r << ": " << errors[size_t(r)];
   // Irreversible: later collectives throw at once.
-  expect_all_throw(run_ranks(*comm_, [&](int r) { comm_->barrier(r, stream(r)); }, 5s), "aborted");
+  expect_all_throw(run_ranks(
+                       *comm_, [&](int r) { comm_->barrier(r, stream(r)); }, 5s),
+                   "aborted");
 }
 
 TEST_P(CommTest, BadArgumentsThrowOnEveryRankAndTheCommRecovers) {
@@ -270,7 +229,8 @@ TEST_P(CommTest, BadArgumentsThrowOnEveryRankAndTheCommRecovers) {
   comm_->reserve(4 * sizeof(float));
   std::vector<std::vector<float>> x(size_t(R), std::vector<float>(8, 1.0f));
   auto reduce = [&](int r, int64_t count) {
-    comm_->all_reduce_sum(r, stream(r), Tensor::contiguous(DType::F32, {count}, x[size_t(r)].data(), dev(r).id()));
+    comm_->all_reduce_sum(r, stream(r),
+                          Tensor::contiguous(DType::F32, {count}, x[size_t(r)].data(), dev(r).id()));
   };
   // More than reserved.
   expect_all_throw(run_ranks(*comm_, [&](int r) { reduce(r, 8); }), "reserve");
@@ -281,7 +241,8 @@ TEST_P(CommTest, BadArgumentsThrowOnEveryRankAndTheCommRecovers) {
                              [&](int r) {
                                const DeviceId id = r == 1 ? dev(0).id() : dev(r).id();
                                comm_->all_reduce_sum(
-                                   r, stream(r), Tensor::contiguous(DType::F32, {4}, x[size_t(r)].data(), id));
+                                   r, stream(r),
+                                   Tensor::contiguous(DType::F32, {4}, x[size_t(r)].data(), id));
                              }),
                    "lives on cpu:0");
   // One rank passes an I32 tensor.
@@ -289,7 +250,8 @@ TEST_P(CommTest, BadArgumentsThrowOnEveryRankAndTheCommRecovers) {
                              [&](int r) {
                                const DType t = r == 0 ? DType::I32 : DType::F32;
                                comm_->all_reduce_sum(
-                                   r, stream(r), Tensor::contiguous(t, {4}, x[size_t(r)].data(), dev(r).id()));
+                                   r, stream(r),
+                                   Tensor::contiguous(t, {4}, x[size_t(r)].data(), dev(r).id()));
                              }),
                    "F32");
   // Collectives called in different orders.
@@ -314,7 +276,8 @@ TEST_P(CommTest, BadArgumentsThrowOnEveryRankAndTheCommRecovers) {
   expect_all_throw(run_ranks(*comm_,
                              [&](int r) {
                                comm_->all_gather(
-                                   r, stream(r), Tensor::contiguous(DType::F32, {2}, x[size_t(r)].data(), dev(r).id()),
+                                   r, stream(r),
+                                   Tensor::contiguous(DType::F32, {2}, x[size_t(r)].data(), dev(r).id()),
                                    Tensor::contiguous(DType::F32, {2 * R + 1}, recv.data(), dev(r).id()));
                              }),
                    "recv");
@@ -330,7 +293,9 @@ TEST_P(CommTest, BadRankIndexAbortsTheComm) {
   comm_->reserve(16);
   EXPECT_THROW(comm_->all_reduce_sum(n(), stream(0), t), Error);
   EXPECT_THROW(comm_->barrier(-1, stream(0)), Error);
-  expect_all_throw(run_ranks(*comm_, [&](int r) { comm_->barrier(r, stream(r)); }, 5s), "aborted");
+  expect_all_throw(run_ranks(
+                       *comm_, [&](int r) { comm_->barrier(r, stream(r)); }, 5s),
+                   "aborted");
 }
 
 std::string param_name(const ::testing::TestParamInfo<CommTest::ParamType>& info) {

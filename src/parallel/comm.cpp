@@ -15,8 +15,8 @@ namespace parallel {
 std::string check_comm_tensor(const char* op, int rank, const char* name, const Tensor& t, DeviceId device) {
   const std::string where = std::string(op) + " on rank " + std::to_string(rank) + ": " + name;
   if (t.device != device)
-    return where + " lives on " + t.device.to_string() + ", but rank " + std::to_string(rank) + "'s device is " +
-           device.to_string();
+    return where + " lives on " + t.device.to_string() + ", but rank " + std::to_string(rank) +
+           "'s device is " + device.to_string();
   if (t.data == nullptr && t.nelements() > 0) return where + " has no data (null pointer)";
   for (int i = 0; i < 4; ++i)
     if (t.ne[i] < 0) return where + " has a negative dimension " + t.shape_string();
@@ -27,7 +27,8 @@ std::string check_comm_tensor(const char* op, int rank, const char* name, const 
 std::string check_comm_stream(const char* op, int rank, const Stream& stream, DeviceId device) {
   if (stream.device() == device) return {};
   return std::string(op) + " on rank " + std::to_string(rank) + ": the stream belongs to " +
-         stream.device().to_string() + ", but rank " + std::to_string(rank) + "'s device is " + device.to_string();
+         stream.device().to_string() + ", but rank " + std::to_string(rank) + "'s device is " +
+         device.to_string();
 }
 
 std::string check_comm_reserved(const char* op, size_t bytes, size_t reserved) {
@@ -82,7 +83,8 @@ std::unique_ptr<Comm> create_comm(std::span<Device* const> devices, CommKind kin
   for (size_t r = 0; r < devices.size(); ++r) {
     const Device* d = devices[r];
     check(d != nullptr, what + ": device of rank " + std::to_string(r) + " is null");
-    check(objects.insert(d).second, what + ": the same Device object is listed twice (rank " + std::to_string(r) +
+    check(objects.insert(d).second, what + ": the same Device object is listed twice (rank " +
+                                        std::to_string(r) +
                                         "); ranks that share a GPU need a Device object each");
     if (d->id().kind == DeviceKind::CPU) {
       ++n_cpu;
@@ -91,16 +93,16 @@ std::unique_ptr<Comm> create_comm(std::span<Device* const> devices, CommKind kin
       if (!gpu_indices.insert(d->id().index).second) gpu_twice = true;
     }
   }
-  check(n_cpu == 0 || n_cuda == 0,
-        what + ": the devices mix CPU and CUDA (" + devices[0]->id().to_string() + ", ...); a comm connects "
-               "devices of one kind");
+  check(n_cpu == 0 || n_cuda == 0, what + ": the devices mix CPU and CUDA (" + devices[0]->id().to_string() +
+                                       ", ...); a comm connects "
+                                       "devices of one kind");
   const bool cpu = n_cpu > 0;
   const std::string first_dup = gpu_twice ? "a GPU is listed more than once (ranks sharing a GPU)" : "";
 
   switch (kind) {
     case CommKind::Cpu:
-      check(cpu, what + ": the cpu comm serves CPU devices only, but rank 0 is " + devices[0]->id().to_string() +
-                     " (use nccl or copy for GPUs)");
+      check(cpu, what + ": the cpu comm serves CPU devices only, but rank 0 is " +
+                     devices[0]->id().to_string() + " (use nccl or copy for GPUs)");
       return create_cpu_comm(devices);
     case CommKind::Copy:
       if (!cpu && devices.size() > 1) warn_copy_fallback("the copy comm was requested for CUDA devices");
@@ -112,7 +114,8 @@ std::unique_ptr<Comm> create_comm(std::span<Device* const> devices, CommKind kin
       check(!gpu_twice, what + ": NCCL needs distinct GPUs, but " + first_dup + "; use the copy comm");
       return create_nccl_comm(devices);
 #else
-      throw Error(what + ": this tandem was built without NCCL (install NCCL and rebuild with CUDA, or use the " +
+      throw Error(what +
+                  ": this tandem was built without NCCL (install NCCL and rebuild with CUDA, or use the " +
                   (cpu ? "cpu" : "copy") + " comm)");
 #endif
     case CommKind::Auto:

@@ -11,9 +11,9 @@
 //   2. rank r pushes its x chunk o into slot r of owner o's scratch (after o's previous sum has read that
 //      scratch: o's scratch_free event), for every o != r; records arrive[r].
 //   3. meet (every arrive recorded).
-//   4. owner r waits for every arrive, sums slot 0, slot 1, ... in rank order (its own operand is its x chunk)
-//      into its x chunk, records scratch_free[r], pushes the reduced chunk into every other rank's x; records
-//      leave[r].
+//   4. owner r waits for every arrive, sums slot 0, slot 1, ... in rank order (its own operand is its x
+//      chunk) into its x chunk, records scratch_free[r], pushes the reduced chunk into every other rank's x;
+//      records leave[r].
 //   5. meet (every leave recorded); 6. every rank waits for every leave.
 // A rank's pushes out of x come before its arrive event, so an owner writes x_q's chunk only after q has read
 // it; q's later work waits for every owner's leave event.
@@ -23,6 +23,7 @@
 // finished waiting on the events of call k. scratch_free is recorded after step 3 and waited before step 3 of
 // the next all-reduce, which the barrier between them orders.
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "parallel/comm.h"
@@ -75,8 +76,8 @@ class CopyComm final : public Comm {
     RankCall call = begin(op, rank, stream, x.type, x.nbytes());
     if (call.error.empty()) call.error = parallel::check_comm_tensor(op, rank, "x", x, device_id(rank));
     if (call.error.empty() && x.type != DType::F32)
-      call.error = std::string(op) + " on rank " + std::to_string(rank) + ": x must be F32, got " +
-                   dtype_name(x.type);
+      call.error =
+          std::string(op) + " on rank " + std::to_string(rank) + ": x must be F32, got " + dtype_name(x.type);
     call.ptr = x.data;
     const int p = parity(rank);
     const std::vector<RankCall>& posts = board_.enter(rank, call);
@@ -106,17 +107,16 @@ class CopyComm final : public Comm {
       if (len > 0) {
         for (int q = 0; q < R; ++q)
           if (q != rank) ranks_[size_t(q)].arrive[p]->wait(stream);
-        const DeviceId id = me.device->id();
-        auto view = [&](float* data) { return Tensor::contiguous(DType::F32, {len}, data, id); };
-        const Tensor mine = view(x_data + c0), acc = view(slot(rank, rank));
-        auto operand = [&](int q) { return q == rank ? mine : view(slot(rank, q)); };
-        Ops& ops = me.device->ops();
+        float* const mine = x_data + c0;
+        float* const acc = slot(rank, rank);
+        auto operand = [&](int q) { return q == rank ? mine : slot(rank, q); };
         for (int q = 1; q < R; ++q) {
-          Tensor a = q == 1 ? operand(0) : acc, b = operand(q);
-          const Tensor& out = q == R - 1 ? mine : acc;
+          float* a = q == 1 ? operand(0) : acc;
+          float* b = operand(q);
+          float* out = q == R - 1 ? mine : acc;
           // Ops::add allows out == a only; a + b == b + a exactly, so swap when out is b.
-          if (b.data == out.data) std::swap(a, b);
-          ops.add(stream, a, b, out);
+          if (b == out) std::swap(a, b);
+          add_floats(me, stream, a, b, out, len);
         }
         me.scratch_free->record(stream);
         for (int q = 0; q < R; ++q) {
@@ -227,16 +227,37 @@ class CopyComm final : public Comm {
 
   DeviceId device_id(int rank) const { return ranks_[size_t(rank)].device->id(); }
 
-  // Slot `q` of rank `owner`'s scratch: where rank q's chunk `owner` lands (the owner's own slot accumulates).
+  // Slot `q` of rank `owner`'s scratch: where rank q's chunk `owner` lands (the owner's own slot
+  // accumulates).
   float* slot(int owner, int q) const {
     return static_cast<float*>(ranks_[size_t(owner)].scratch.data()) + size_t(q) * slot_floats_;
+  }
+
+  // out = a + b over len floats of rank's device. Shaped as rows of kAddRow floats plus a tail, because
+  // elementwise ops parallelise over rows (a single row of a million floats would run on one CUDA block).
+  static void add_floats(Rank& rank, Stream& stream, float* a, float* b, float* out, int64_t len) {
+    constexpr int64_t kAddRow = 1024;
+    const DeviceId id = rank.device->id();
+    Ops& ops = rank.device->ops();
+    const int64_t rows = len / kAddRow, tail = len - rows * kAddRow;
+    if (rows > 0) {
+      ops.add(stream, Tensor::contiguous(DType::F32, {kAddRow, rows}, a, id),
+              Tensor::contiguous(DType::F32, {kAddRow, rows}, b, id),
+              Tensor::contiguous(DType::F32, {kAddRow, rows}, out, id));
+    }
+    if (tail > 0) {
+      const int64_t off = rows * kAddRow;
+      ops.add(stream, Tensor::contiguous(DType::F32, {tail}, a + off, id),
+              Tensor::contiguous(DType::F32, {tail}, b + off, id),
+              Tensor::contiguous(DType::F32, {tail}, out + off, id));
+    }
   }
 
   // Call parity of this rank (every rank makes the same calls, so the parities agree), then counts the call.
   int parity(int rank) { return int(call_count_[size_t(rank)]++ & 1); }
 
-  // A failure after the ranks have met (a CUDA error, say) would leave the others waiting at the next meeting:
-  // abort the comm so that they throw too, then rethrow.
+  // A failure after the ranks have met (a CUDA error, say) would leave the others waiting at the next
+  // meeting: abort the comm so that they throw too, then rethrow.
   template <class F>
   void guarded(F&& body) {
     try {

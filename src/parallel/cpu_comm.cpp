@@ -39,8 +39,8 @@ class CpuComm final : public Comm {
     RankCall call = begin(op, rank, stream, x.type, x.nbytes());
     if (call.error.empty()) call.error = parallel::check_comm_tensor(op, rank, "x", x, device_id(rank));
     if (call.error.empty() && x.type != DType::F32)
-      call.error = std::string(op) + " on rank " + std::to_string(rank) + ": x must be F32, got " +
-                   dtype_name(x.type);
+      call.error =
+          std::string(op) + " on rank " + std::to_string(rank) + ": x must be F32, got " + dtype_name(x.type);
     call.ptr = x.data;
     const std::vector<RankCall>& posts = board_.enter(rank, call);
 
@@ -134,7 +134,8 @@ std::unique_ptr<Comm> create_cpu_comm(std::span<Device* const> devices) {
   for (size_t r = 0; r < devices.size(); ++r) {
     check(devices[r] != nullptr, "cpu comm: device of rank " + std::to_string(r) + " is null");
     check(devices[r]->id().kind == DeviceKind::CPU, "cpu comm: rank " + std::to_string(r) + "'s device " +
-                                                        devices[r]->id().to_string() + " is not a CPU device");
+                                                        devices[r]->id().to_string() +
+                                                        " is not a CPU device");
   }
   return std::make_unique<CpuComm>(devices);
 }

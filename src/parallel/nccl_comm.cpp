@@ -48,7 +48,8 @@ class NcclComm final : public Comm {
     cudaStream_t s = begin(op, rank, stream, x.nbytes());
     fail_if(parallel::check_comm_tensor(op, rank, "x", x, device_id(rank)));
     if (x.type != DType::F32)
-      fail(std::string(op) + " on rank " + std::to_string(rank) + ": x must be F32, got " + dtype_name(x.type));
+      fail(std::string(op) + " on rank " + std::to_string(rank) + ": x must be F32, got " +
+           dtype_name(x.type));
     cuda::DeviceGuard guard(device_id(rank).index);
     check_nccl(op, rank,
                ncclAllReduce(x.data, x.data, size_t(x.nelements()), ncclFloat, ncclSum, comm(rank), s));
@@ -63,7 +64,8 @@ class NcclComm final : public Comm {
     if (recv.type != send.type || recv.nbytes() != bytes * size_t(n_ranks()))
       fail(std::string(op) + " on rank " + std::to_string(rank) + ": recv must hold n_ranks (" +
            std::to_string(n_ranks()) + ") times send's " + std::to_string(bytes) + " bytes of " +
-           dtype_name(send.type) + ", got " + std::to_string(recv.nbytes()) + " bytes of " + dtype_name(recv.type));
+           dtype_name(send.type) + ", got " + std::to_string(recv.nbytes()) + " bytes of " +
+           dtype_name(recv.type));
     cuda::DeviceGuard guard(device_id(rank).index);
     check_nccl(op, rank, ncclAllGather(send.data, recv.data, bytes, ncclUint8, comm(rank), s));
   }
@@ -104,7 +106,8 @@ class NcclComm final : public Comm {
   cudaStream_t begin(const char* op, int rank, Stream& stream, size_t bytes) {
     fail_if(parallel::check_comm_rank(op, rank, n_ranks()));
     if (aborted_.load())
-      throw Error("collective communication was aborted (another rank failed); this comm cannot be used again");
+      throw Error(
+          "collective communication was aborted (another rank failed); this comm cannot be used again");
     fail_if(parallel::check_comm_stream(op, rank, stream, device_id(rank)));
     fail_if(parallel::check_comm_reserved(op, bytes, reserved_));
     return cuda::stream_of(stream, device_id(rank).index);
@@ -125,8 +128,8 @@ class NcclComm final : public Comm {
       const char* last = ncclGetLastError(c);
       if (last && *last) detail = std::string(" (") + last + ")";
     }
-    fail(std::string("NCCL ") + op + " on rank " + std::to_string(rank) + " failed: " + ncclGetErrorString(rc) +
-         detail);
+    fail(std::string("NCCL ") + op + " on rank " + std::to_string(rank) +
+         " failed: " + ncclGetErrorString(rc) + detail);
   }
 
   std::vector<Device*> devices_;
@@ -148,8 +151,9 @@ std::unique_ptr<Comm> create_nccl_comm(std::span<Device* const> devices) {
     check(id.kind == DeviceKind::CUDA,
           "nccl comm: rank " + std::to_string(r) + "'s device " + id.to_string() + " is not a CUDA device");
     for (int s : seen)
-      check(s != id.index, "nccl comm: " + id.to_string() + " is listed twice; NCCL needs one rank per GPU "
-                                                            "(use the copy comm for ranks that share a GPU)");
+      check(s != id.index, "nccl comm: " + id.to_string() +
+                               " is listed twice; NCCL needs one rank per GPU "
+                               "(use the copy comm for ranks that share a GPU)");
     seen.push_back(id.index);
   }
   return std::make_unique<NcclComm>(devices);

@@ -1,6 +1,7 @@
-// Host-side meeting points of the in-process comms (cpu and copy): a reusable barrier that can be aborted, and
-// a board on which every rank posts its call before a collective, so that a rank with bad arguments, or ranks
-// that disagree on the shape, make every rank throw the same Error instead of leaving the others waiting.
+// Host-side meeting points of the in-process comms (cpu and copy): a reusable barrier that can be aborted,
+// and a board on which every rank posts its call before a collective, so that a rank with bad arguments, or
+// ranks that disagree on the shape, make every rank throw the same Error instead of leaving the others
+// waiting.
 #pragma once
 
 #include <condition_variable>
@@ -75,14 +76,15 @@ struct RankCall {
   const void* ptr2 = nullptr;  // a second one (all_gather's send)
 };
 
-// The board: each rank posts its RankCall, meets the others, and gets every rank's post back. Posts are double
-// buffered by call parity: a rank can post call k + 2 only after every rank has entered call k + 1, i.e. after
-// every rank is done reading the posts of call k, so reading them needs no extra barrier.
+// The board: each rank posts its RankCall, meets the others, and gets every rank's post back. Posts are
+// double buffered by call parity: a rank can post call k + 2 only after every rank has entered call k + 1,
+// i.e. after every rank is done reading the posts of call k, so reading them needs no extra barrier.
 class RankBoard {
  public:
   explicit RankBoard(int n_ranks)
-      : n_(n_ranks), barrier_(n_ranks), calls_{std::vector<RankCall>(size_t(n_ranks)),
-                                               std::vector<RankCall>(size_t(n_ranks))},
+      : n_(n_ranks),
+        barrier_(n_ranks),
+        calls_{std::vector<RankCall>(size_t(n_ranks)), std::vector<RankCall>(size_t(n_ranks))},
         count_(size_t(n_ranks), 0) {}
 
   int n_ranks() const { return n_; }
@@ -90,8 +92,9 @@ class RankBoard {
   void abort() { barrier_.abort(); }
   bool aborted() const { return barrier_.aborted(); }
 
-  // Posts `call` for `rank`, waits for every rank and returns all posts of this call (indexed by rank). Throws
-  // the same Error on every rank when a rank posted an error or the posts disagree. `call` is moved from.
+  // Posts `call` for `rank`, waits for every rank and returns all posts of this call (indexed by rank).
+  // Throws the same Error on every rank when a rank posted an error or the posts disagree. `call` is moved
+  // from.
   const std::vector<RankCall>& enter(int rank, RankCall& call) {
     std::vector<RankCall>& posts = calls_[count_[size_t(rank)]++ & 1];
     std::swap(posts[size_t(rank)], call);
@@ -105,11 +108,12 @@ class RankBoard {
       const RankCall& c = posts[size_t(r)];
       if (std::strcmp(c.op, c0.op) != 0)
         throw Error(std::string("collectives out of order: rank 0 called ") + c0.op + " while rank " +
-                    std::to_string(r) + " called " + c.op + " (every rank must call the same collectives in "
+                    std::to_string(r) + " called " + c.op +
+                    " (every rank must call the same collectives in "
                     "the same order)");
       if (c.bytes != c0.bytes || c.dtype != c0.dtype)
-        throw Error(std::string(c0.op) + ": rank " + std::to_string(r) + " passed " + std::to_string(c.bytes) +
-                    " bytes of " + dtype_name(c.dtype) + " but rank 0 passed " +
+        throw Error(std::string(c0.op) + ": rank " + std::to_string(r) + " passed " +
+                    std::to_string(c.bytes) + " bytes of " + dtype_name(c.dtype) + " but rank 0 passed " +
                     std::to_string(c0.bytes) + " bytes of " + dtype_name(c0.dtype) +
                     " (every rank must pass tensors of the same shape and dtype)");
       if (c.root != c0.root)
