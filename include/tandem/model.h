@@ -16,9 +16,9 @@ struct ModelParams {
       "cpu";  // where the weights live and the model runs: "cpu" or "cuda:N" ("cuda" = cuda:0)
 
   // Splitting one model over several devices (src/parallel/mesh.h has the rules and the messages).
-  std::string devices;       // --devices: "cuda:0,cuda:1" or "cpu:0,cpu:1"; empty = just `device`
-  std::string split_mode;    // --split-mode: none | layer | row | tensor; empty = none
-  std::string tensor_split;  // --tensor-split: ratios per device, "3,1"; empty = equal
+  std::string devices{};     // --devices: "cuda:0,cuda:1" or "cpu:0,cpu:1"; empty = just `device`
+  std::string split_mode{};  // --split-mode: none | layer | row | tensor; empty = none
+  std::string tensor_split{};  // --tensor-split: ratios per device, "3,1"; empty = equal
   int32_t main_device = 0;   // --main-device: index into devices (none runs there, row gathers there)
   bool replicate_kv = false;  // --replicate-kv: tensor split over more ranks than KV heads copies KV heads
 };

@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "gguf/gguf.h"
 #include "model/hparams.h"
+#include "parallel/shard_rules.h"
 
 namespace tandem {
 
@@ -50,11 +51,34 @@ struct KvLayerShape {
   int64_t n_kv_head = 0;
 };
 
+class Comm;
+class RowSplitWeights;
+
+// What one rank of a (possibly split) model loads and talks to. The default is the whole model on `device`.
+struct DecoderLoadContext {
+  DeviceId device{};
+  RankShard shard;                       // what this rank holds (parallel/shard_rules.h)
+  ShardDims dims;                        // the model's dimensions the shard refers to
+  Comm* comm = nullptr;                  // tensor split: all-reduce of partial sums between the ranks
+  RowSplitWeights* row_split = nullptr;  // row split: where the matrices' row slices go
+};
+
+// One rank's part of a model. Unsplit, it is the whole model. Split:
+//   layer   the rank runs layers shard().layers; the first embeds, the last computes the logits; a rank that
+//           is not first starts from hidden_state(), which the session fills with the previous rank's output;
+//   tensor  every rank runs every layer on its heads and feed-forward rows, completing the row-parallel
+//           products with comm all-reduces; its logits are its vocabulary rows shard().vocab;
+//   row     one rank on the main device whose matrices are RowSplitWeights handles (run it with RowSplitOps).
 class DecoderModel {
  public:
   virtual ~DecoderModel() = default;
-  virtual const ModelHparams& hparams() const = 0;
+  virtual const ModelHparams& hparams() const = 0;  // of the whole model
+  virtual const RankShard& shard() const = 0;
+  // One entry per layer this rank holds (its KV heads only under a tensor split).
   virtual std::vector<KvLayerShape> kv_layer_shapes() const = 0;
+  // The residual stream {n_embd, n_rows} in the scratch: where a layer-split rank reads its input and leaves
+  // its output.
+  virtual Tensor hidden_state(ForwardScratch& scratch, int64_t n_rows) const = 0;
 
   // Allocates scratch on `device` for batches of up to max_rows rows of which up to max_out want logits, and
   // raises the bounds in `plan` this model's ops need (matmul widths, heads, vocab).
@@ -62,7 +86,8 @@ class DecoderModel {
                                                        WorkspacePlan& plan) const = 0;
 
   // One forward pass: embeds the rows, runs every layer (storing each row's K/V at its slot, attending over
-  // the cache), and writes logits of the out rows. kv has one view per layer.
+  // the cache), and writes logits of the out rows ({shard().vocab.size(), n_out}). kv has one view per layer
+  // this rank holds. Under a split only this rank's part (see above).
   virtual void forward(Stream& stream, Ops& ops, const ForwardInputs& in, std::span<const KvLayerView> kv,
                        ForwardScratch& scratch) const = 0;
 };
@@ -70,9 +95,17 @@ class DecoderModel {
 // Architectures tandem can load, for messages: "llama, qwen3".
 std::string supported_architectures();
 
-// Reads hparams and weights of file's architecture. The weights are views into file (which must outlive the
-// model). Throws Error for an unknown architecture (naming the supported ones), a missing key or tensor, or a
-// tensor of the wrong shape or type.
+// Reads the hyperparameters of file's architecture (no weights are read; n_vocab comes from the metadata or
+// token_embd's shape). Throws Error for an unknown architecture (naming the supported ones) or a bad key.
+ModelHparams read_model_hparams(const gguf::GgufFile& file);
+// The dimensions a split is planned on (head counts, widths, and the block sizes of attn_output / ffn_down).
+ShardDims shard_dims(const gguf::GgufFile& file, const ModelHparams& hp);
+
+// Loads one rank's weights of file's architecture. The weights are views into file (which must outlive the
+// model) or device copies. Throws Error for a missing key or tensor, or a tensor of the wrong shape or type.
+std::unique_ptr<DecoderModel> load_decoder_model(const gguf::GgufFile& file, const ModelHparams& hp,
+                                                 const DecoderLoadContext& ctx);
+// The whole model on one device.
 std::unique_ptr<DecoderModel> load_decoder_model(const gguf::GgufFile& file, DeviceId device);
 
 }  // namespace tandem

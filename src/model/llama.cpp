@@ -8,17 +8,22 @@
 
 namespace tandem {
 
-std::unique_ptr<DecoderModel> load_llama(const gguf::GgufFile& file, DeviceId device) {
+ModelHparams llama_hparams(const gguf::GgufFile& file) {
   ModelHparams hp = read_decoder_hparams(file, "llama");
   hp.rope_mode = RopeMode::Norm;
   check(hp.n_rot == hp.head_dim_k, "llama.rope.dimension_count (" + std::to_string(hp.n_rot) +
                                        ") must equal the head dimension (" + std::to_string(hp.head_dim_k) +
                                        ")");
+  return hp;
+}
+
+std::unique_ptr<DecoderModel> load_llama(const gguf::GgufFile& file, const ModelHparams& hp,
+                                         const DecoderLoadContext& ctx) {
   TransformerVariant variant;
   variant.allow_qkv_bias = true;
   variant.allow_out_ffn_bias = true;
   variant.allow_rope_freqs = true;
-  return load_transformer(file, device, std::move(hp), variant);
+  return load_transformer(file, hp, variant, ctx);
 }
 
 }  // namespace tandem

@@ -1,5 +1,7 @@
-// tandem::Model: loads a GGUF file onto a device and keeps everything the sessions need.
+// tandem::Model: checks the mesh and the split against the model's dimensions (before any weight is read),
+// creates the devices, and loads one decoder per rank.
 #include <set>
+#include <thread>
 
 #include "core/error.h"
 #include "model/model_impl.h"
@@ -19,11 +21,21 @@ int32_t token_id_key(const gguf::GgufFile& f, const char* key, int64_t n_vocab) 
 DeviceId parse_model_device(const std::string& s) {
   const bool cpu = s.rfind("cpu", 0) == 0, cuda = s.rfind("cuda", 0) == 0;
   const size_t n = cpu ? 3 : 4;
-  check((cpu || cuda) && (s.size() == n || (s[n] == ':' && s.size() > n + 1 &&
+  check((cpu || cuda) && (s.size() == n || (s[n] == ':' && s.size() > n + 1 && s.size() < n + 6 &&
                                             s.find_first_not_of("0123456789", n + 1) == std::string::npos)),
         "device '" + s + "': expected cpu, cpu:N, cuda or cuda:N");
   const int index = s.size() > n ? std::stoi(s.substr(n + 1)) : 0;
   return DeviceId{cpu ? DeviceKind::CPU : DeviceKind::CUDA, index};
+}
+
+// Layer split without --tensor-split on GPUs: layers in proportion to each device's free memory.
+void ratios_by_free_memory(MeshSpec& mesh, const std::vector<std::unique_ptr<Device>>& devices) {
+  if (mesh.mode != SplitMode::Layer || mesh.ratios_given || devices.front()->id().kind == DeviceKind::CPU) return;
+  double total = 0;
+  std::vector<double> free(devices.size());
+  for (size_t i = 0; i < devices.size(); ++i) total += free[i] = double(devices[i]->free_memory());
+  if (total <= 0) return;
+  for (size_t i = 0; i < devices.size(); ++i) mesh.ratios[i] = free[i] / total;
 }
 
 }  // namespace
@@ -38,14 +50,58 @@ const ModelInfo& Model::info() const {
 std::shared_ptr<Model> Model::load(const std::string& path, const ModelParams& params) {
   check(params.n_threads >= 0, "the number of threads must be >= 0 (0 = all hardware threads)");
   auto impl = std::make_unique<Impl>();
+  // The mesh is checked before the file is opened, so bad flags are reported first.
+  MeshSpec mesh = make_mesh_spec(params.devices, params.split_mode, params.tensor_split, params.main_device,
+                                 params.replicate_kv, parse_model_device(params.device));
+  if (mesh.mode == SplitMode::None) {
+    mesh.devices = {mesh.devices.at(size_t(mesh.main_device))};
+    mesh.ratios = {1.0};
+    mesh.main_device = 0;
+  }
   impl->file = std::make_unique<gguf::GgufFile>(gguf::GgufFile::open(path));
+  const gguf::GgufFile& f = *impl->file;
+  const ModelHparams hp = read_model_hparams(f);
+  const ShardDims dims = shard_dims(f, hp);
+  plan_shards(mesh, dims);  // every split error, before devices are created or weights read
+
+  // Devices. CPU "devices" share the machine's cores: each gets an equal part unless told otherwise.
+  const size_t n_dev = mesh.n_ranks();
   DeviceOptions options;
   options.n_threads = params.n_threads;
-  impl->device = create_device(parse_model_device(params.device), options);
-  impl->decoder = load_decoder_model(*impl->file, impl->device->id());
+  if (options.n_threads == 0 && n_dev > 1 && mesh.devices[0].kind == DeviceKind::CPU)
+    options.n_threads = int(std::max<size_t>(1, std::max(1u, std::thread::hardware_concurrency()) / n_dev));
+  for (const DeviceId& id : mesh.devices) impl->devices.push_back(create_device(id, options));
+  ratios_by_free_memory(mesh, impl->devices);
+  const std::vector<RankShard> shards = plan_shards(mesh, dims);
 
-  const gguf::GgufFile& f = *impl->file;
-  const ModelHparams& hp = impl->decoder->hparams();
+  std::vector<Device*> devs;
+  for (auto& d : impl->devices) devs.push_back(d.get());
+  DecoderLoadContext ctx;
+  ctx.dims = dims;
+  if (mesh.mode == SplitMode::Row && n_dev > 1) {
+    const size_t main = size_t(mesh.main_device);
+    impl->row_split = std::make_unique<RowSplitWeights>(devs, mesh.main_device, mesh.ratios);
+    ctx.device = mesh.devices[main];
+    ctx.shard = shards[main];
+    ctx.row_split = impl->row_split.get();
+    impl->decoders.push_back(load_decoder_model(f, hp, ctx));
+    impl->row_ops = std::make_unique<RowSplitOps>(*impl->row_split);
+    impl->ranks.push_back({devs[main], impl->row_ops.get(), impl->decoders.back().get()});
+  } else {
+    if (mesh.mode == SplitMode::Tensor && n_dev > 1) {
+      impl->comm = create_comm(devs);
+      Comm* comm = impl->comm.get();
+      impl->rank_threads = std::make_unique<RankThreads>(int(n_dev), [comm] { comm->abort(); });
+      ctx.comm = comm;
+    }
+    for (size_t r = 0; r < n_dev; ++r) {
+      ctx.device = mesh.devices[r];
+      ctx.shard = shards[r];
+      impl->decoders.push_back(load_decoder_model(f, hp, ctx));
+      impl->ranks.push_back({devs[r], &devs[r]->ops(), impl->decoders.back().get()});
+    }
+  }
+
   ModelInfo& info = impl->info;
   info.path = path;
   info.arch = hp.arch;
@@ -70,7 +126,10 @@ std::shared_ptr<Model> Model::load(const std::string& path, const ModelParams& p
     info.n_params += uint64_t(t.nelements());
     info.weight_bytes += t.nbytes;
   }
-  info.device = impl->device->name();
+  info.device = impl->main_device().name();
+  info.split_mode = split_mode_name(mesh.mode);
+  for (auto& d : impl->devices) info.devices.push_back(d->name());
+  impl->mesh = std::move(mesh);
   return std::shared_ptr<Model>(new Model(std::move(impl)));
 }
 

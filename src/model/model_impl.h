@@ -1,20 +1,46 @@
-// What a tandem::Model holds: the mapped GGUF file, the device the weights live on, and the architecture.
+// What a tandem::Model holds: the mapped GGUF file, the mesh of devices the weights live on, and one decoder
+// per rank (one in all when the model is not split, or split by rows).
 #pragma once
 
 #include <memory>
+#include <mutex>
+#include <vector>
 
 #include "backend/backend.h"
 #include "gguf/gguf.h"
 #include "model/decoder.h"
+#include "parallel/comm.h"
+#include "parallel/mesh.h"
+#include "parallel/rank_threads.h"
+#include "parallel/row_split.h"
 #include "tandem/model.h"
 
 namespace tandem {
 
+// One rank: the device it runs on, the Ops it runs with (RowSplitOps for a row split) and its decoder.
+struct ModelRank {
+  Device* device = nullptr;
+  Ops* ops = nullptr;
+  DecoderModel* decoder = nullptr;
+};
+
 struct Model::Impl {
   std::unique_ptr<gguf::GgufFile> file;  // first: the weights point into its mapping
-  std::unique_ptr<Device> device;
-  std::unique_ptr<DecoderModel> decoder;
+  MeshSpec mesh;
+  std::vector<std::unique_ptr<Device>> devices;  // mesh order (one for none)
+  std::unique_ptr<Comm> comm;                    // tensor split over 2+ ranks
+  std::unique_ptr<RowSplitWeights> row_split;    // row split
+  std::unique_ptr<RowSplitOps> row_ops;
+  std::vector<std::unique_ptr<DecoderModel>> decoders;
+  std::vector<ModelRank> ranks;  // layer / tensor: one per device; none / row: one, on the main device
+  std::unique_ptr<RankThreads> rank_threads;  // tensor split: one host thread per rank
+  // A split model runs one forward at a time (its comm and threads serve one step); sessions take this lock.
+  std::mutex run_mutex;
   ModelInfo info;
+
+  // The main device (where an unsplit or row-split model runs) and the first rank's decoder (hparams).
+  Device& main_device() const { return *ranks.front().device; }
+  const DecoderModel& decoder() const { return *ranks.front().decoder; }
 };
 
 }  // namespace tandem

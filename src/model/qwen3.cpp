@@ -6,13 +6,18 @@
 
 namespace tandem {
 
-std::unique_ptr<DecoderModel> load_qwen3(const gguf::GgufFile& file, DeviceId device) {
+ModelHparams qwen3_hparams(const gguf::GgufFile& file) {
   ModelHparams hp = read_decoder_hparams(file, "qwen3");
   hp.rope_mode = RopeMode::Neox;
   hp.qk_norm = true;
+  return hp;
+}
+
+std::unique_ptr<DecoderModel> load_qwen3(const gguf::GgufFile& file, const ModelHparams& hp,
+                                         const DecoderLoadContext& ctx) {
   TransformerVariant variant;
   variant.qk_norm = true;
-  return load_transformer(file, device, std::move(hp), variant);
+  return load_transformer(file, hp, variant, ctx);
 }
 
 }  // namespace tandem

@@ -1,4 +1,4 @@
-// Loader of the `qwen3` architecture.
+// The `qwen3` architecture: hyperparameters and loader.
 #pragma once
 
 #include <memory>
@@ -7,6 +7,8 @@
 
 namespace tandem {
 
-std::unique_ptr<DecoderModel> load_qwen3(const gguf::GgufFile& file, DeviceId device);
+ModelHparams qwen3_hparams(const gguf::GgufFile& file);
+std::unique_ptr<DecoderModel> load_qwen3(const gguf::GgufFile& file, const ModelHparams& hp,
+                                         const DecoderLoadContext& ctx);
 
 }  // namespace tandem

@@ -1,4 +1,4 @@
-// Architecture name -> loader. Adding an architecture: one loader function and one line here.
+// Architecture name -> hparams reader and loader. Adding an architecture: two functions and one line here.
 #include <string>
 
 #include "core/error.h"
@@ -12,13 +12,22 @@ namespace {
 
 struct ArchEntry {
   const char* name;
-  std::unique_ptr<DecoderModel> (*load)(const gguf::GgufFile&, DeviceId);
+  ModelHparams (*hparams)(const gguf::GgufFile&);
+  std::unique_ptr<DecoderModel> (*load)(const gguf::GgufFile&, const ModelHparams&, const DecoderLoadContext&);
 };
 
 constexpr ArchEntry kArchitectures[] = {
-    {"llama", load_llama},
-    {"qwen3", load_qwen3},
+    {"llama", llama_hparams, load_llama},
+    {"qwen3", qwen3_hparams, load_qwen3},
 };
+
+const ArchEntry& arch_of(const gguf::GgufFile& file) {
+  const std::string arch = file.architecture();
+  check(!arch.empty(), file.path() + ": no general.architecture key; is this a model file?");
+  for (const ArchEntry& a : kArchitectures)
+    if (arch == a.name) return a;
+  throw Error(file.path() + ": unknown architecture '" + arch + "'; supported: " + supported_architectures());
+}
 
 }  // namespace
 
@@ -28,12 +37,52 @@ std::string supported_architectures() {
   return s;
 }
 
+ModelHparams read_model_hparams(const gguf::GgufFile& file) {
+  ModelHparams hp = arch_of(file).hparams(file);
+  if (hp.n_vocab == 0) {
+    const gguf::TensorInfo* te = file.find_tensor("token_embd.weight");
+    check(te != nullptr, "missing tensor token_embd.weight");
+    hp.n_vocab = te->ne[1];
+  }
+  return hp;
+}
+
+ShardDims shard_dims(const gguf::GgufFile& file, const ModelHparams& hp) {
+  ShardDims d;
+  d.n_layer = hp.n_layer;
+  d.n_head = hp.n_head;
+  d.n_head_kv = hp.n_head_kv;
+  d.head_dim_k = hp.head_dim_k;
+  d.head_dim_v = hp.head_dim_v;
+  d.n_ff = hp.n_ff;
+  d.n_vocab = hp.n_vocab;
+  // Column cuts must fall on block boundaries; every layer's type counts (a q4_k_m file mixes types).
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    int64_t layer = -1;
+    const ShardRule* rule = find_shard_rule(t.name, &layer);
+    if (!rule) continue;
+    const int64_t blk = dtype_block_size(t.type);
+    if (rule->role == TensorRole::AttnOutput) d.attn_output_block = std::max(d.attn_output_block, blk);
+    if (rule->role == TensorRole::FfnDown) d.ffn_down_block = std::max(d.ffn_down_block, blk);
+  }
+  return d;
+}
+
+std::unique_ptr<DecoderModel> load_decoder_model(const gguf::GgufFile& file, const ModelHparams& hp,
+                                                 const DecoderLoadContext& ctx) {
+  return arch_of(file).load(file, hp, ctx);
+}
+
 std::unique_ptr<DecoderModel> load_decoder_model(const gguf::GgufFile& file, DeviceId device) {
-  const std::string arch = file.architecture();
-  check(!arch.empty(), file.path() + ": no general.architecture key; is this a model file?");
-  for (const ArchEntry& a : kArchitectures)
-    if (arch == a.name) return a.load(file, device);
-  throw Error(file.path() + ": unknown architecture '" + arch + "'; supported: " + supported_architectures());
+  const ModelHparams hp = read_model_hparams(file);
+  DecoderLoadContext ctx;
+  ctx.device = device;
+  ctx.dims = shard_dims(file, hp);
+  MeshSpec whole;
+  whole.devices = {device};
+  whole.ratios = {1.0};
+  ctx.shard = plan_shards(whole, ctx.dims).at(0);
+  return load_decoder_model(file, hp, ctx);
 }
 
 }  // namespace tandem

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "parallel/comm.h"
 
 namespace tandem {
 
@@ -40,8 +41,15 @@ std::string blk(int64_t layer, const char* name) {
 
 }  // namespace
 
-Transformer::Transformer(ModelHparams hp, TransformerWeights weights, std::unique_ptr<WeightLoader> loader)
-    : hp_(std::move(hp)), w_(std::move(weights)), loader_(std::move(loader)) {
+Transformer::Transformer(ModelHparams hp, TransformerWeights weights, std::unique_ptr<WeightLoader> loader,
+                         const DecoderLoadContext& ctx)
+    : hp_(std::move(hp)), w_(std::move(weights)), loader_(std::move(loader)), shard_(ctx.shard), comm_(ctx.comm) {
+  n_head_ = shard_.q_heads.size();
+  n_head_kv_ = shard_.kv_heads.size();
+  n_ff_ = shard_.ff.size();
+  n_vocab_ = shard_.vocab.size();
+  check(shard_.mode != SplitMode::Tensor || shard_.n_ranks == 1 || comm_ != nullptr,
+        "a tensor-split rank needs a communicator");
   rope_.n_rot = int(hp_.n_rot);
   rope_.mode = hp_.rope_mode;
   rope_.freq_base = hp_.rope_freq_base;
@@ -51,17 +59,21 @@ Transformer::Transformer(ModelHparams hp, TransformerWeights weights, std::uniqu
 }
 
 std::vector<KvLayerShape> Transformer::kv_layer_shapes() const {
-  return std::vector<KvLayerShape>(size_t(hp_.n_layer),
-                                   KvLayerShape{hp_.head_dim_k, hp_.head_dim_v, hp_.n_head_kv});
+  return std::vector<KvLayerShape>(size_t(shard_.layers.size()),
+                                   KvLayerShape{hp_.head_dim_k, hp_.head_dim_v, n_head_kv_});
+}
+
+Tensor Transformer::hidden_state(ForwardScratch& scratch, int64_t n_rows) const {
+  return cols(static_cast<TransformerScratch&>(scratch).x, n_rows);
 }
 
 std::unique_ptr<ForwardScratch> Transformer::plan_scratch(Device& device, int64_t max_rows, int64_t max_out,
                                                           WorkspacePlan& plan) const {
   check(max_rows >= 1 && max_out >= 0 && max_out <= max_rows, "bad scratch plan");
   auto s = std::make_unique<TransformerScratch>();
-  const int64_t widths[] = {
-      hp_.n_embd, hp_.n_embd, hp_.n_embd_q(), hp_.n_embd_k(), hp_.n_embd_v(), hp_.n_head * hp_.head_dim_v,
-      hp_.n_embd, hp_.n_ff,   hp_.n_ff,       hp_.n_ff};
+  const int64_t hk = hp_.head_dim_k, hv = hp_.head_dim_v;
+  const int64_t widths[] = {hp_.n_embd,      hp_.n_embd,      n_head_ * hk, n_head_kv_ * hk, n_head_kv_ * hv,
+                            n_head_ * hv,    hp_.n_embd,      n_ff_,        n_ff_,           n_ff_};
   Tensor* slots[] = {&s->x, &s->h, &s->q, &s->k, &s->v, &s->attn, &s->proj, &s->gate, &s->up, &s->act};
   constexpr size_t kAlign = 256;
   auto padded = [&](int64_t n_floats) {
@@ -78,11 +90,11 @@ std::unique_ptr<ForwardScratch> Transformer::plan_scratch(Device& device, int64_
   s->xo = Tensor::contiguous(DType::F32, {hp_.n_embd, std::max<int64_t>(max_out, 1)}, p, device.id());
 
   plan.max_rows = std::max(plan.max_rows, max_rows);
-  plan.max_matmul_in =
-      std::max({plan.max_matmul_in, hp_.n_embd, hp_.n_ff, hp_.n_embd_q(), hp_.n_head * hp_.head_dim_v});
-  plan.max_head_dim = std::max({plan.max_head_dim, hp_.head_dim_k, hp_.head_dim_v});
-  plan.max_n_head = std::max(plan.max_n_head, hp_.n_head);
-  plan.max_vocab = std::max(plan.max_vocab, hp_.n_vocab);
+  plan.max_matmul_in = std::max({plan.max_matmul_in, hp_.n_embd, n_ff_, n_head_ * hk, n_head_ * hv});
+  plan.max_head_dim = std::max({plan.max_head_dim, hk, hv});
+  plan.max_n_head = std::max(plan.max_n_head, n_head_);
+  plan.max_vocab = std::max(plan.max_vocab, n_vocab_);
+  if (comm_) comm_->reserve(size_t(hp_.n_embd) * size_t(max_rows) * sizeof(float));
   return s;
 }
 
@@ -92,7 +104,7 @@ void Transformer::forward(Stream& st, Ops& ops, const ForwardInputs& in, std::sp
   const int64_t T = in.n_rows;
   check(T >= 1 && T <= sc.x.ne[1],
         "batch of " + std::to_string(T) + " rows exceeds the planned " + std::to_string(sc.x.ne[1]));
-  check(int64_t(kv.size()) == hp_.n_layer, "KV cache has the wrong number of layers");
+  check(int64_t(kv.size()) == shard_.layers.size(), "KV cache has the wrong number of layers");
   const float eps = hp_.rms_eps;
   const Tensor x = cols(sc.x, T), h = cols(sc.h, T), proj = cols(sc.proj, T);
   const Tensor q2 = cols(sc.q, T), k2 = cols(sc.k, T), v2 = cols(sc.v, T), attn2 = cols(sc.attn, T);
@@ -101,7 +113,9 @@ void Transformer::forward(Stream& st, Ops& ops, const ForwardInputs& in, std::sp
   const Tensor gate = cols(sc.gate, T), up = cols(sc.up, T), act = cols(sc.act, T);
   const float scale = hp_.attention_scale();
 
-  if (in.tokens) {
+  if (!shard_.first) {
+    // Layer split: x already holds the previous rank's output (the session copied it).
+  } else if (in.tokens) {
     ops.get_rows(st, w_.tok_embd, *in.tokens, x);
   } else {
     check(in.embeddings != nullptr, "a batch needs tokens or embeddings");
@@ -112,8 +126,14 @@ void Transformer::forward(Stream& st, Ops& ops, const ForwardInputs& in, std::sp
       if (t.layer == layer) ops.copy(st, x, t.dst);
   };
 
-  for (int64_t il = 0; il < hp_.n_layer; ++il) {
+  // Tensor split: attention output and down hold partial sums over this rank's heads / rows until the
+  // all-reduce; their biases (mirrored) are added once, after it.
+  auto reduce = [&](const Tensor& t) {
+    if (comm_) comm_->all_reduce_sum(shard_.rank, st, t);
+  };
+  for (int64_t il = shard_.layers.begin; il < shard_.layers.end; ++il) {
     const TransformerLayerWeights& L = w_.layers[size_t(il)];
+    const KvLayerView& kvl = kv[size_t(il - shard_.layers.begin)];
     tap(int(il));
     // attention
     ops.rms_norm(st, x, &L.attn_norm, eps, h);
@@ -127,9 +147,10 @@ void Transformer::forward(Stream& st, Ops& ops, const ForwardInputs& in, std::sp
     if (L.k_norm) ops.rms_norm(st, k, &*L.k_norm, eps, k);
     ops.rope(st, q, in.positions, rope_);
     ops.rope(st, k, in.positions, rope_);
-    ops.kv_store(st, kv[size_t(il)], k, v, in.slot_mapping);
-    ops.attention(st, q, kv[size_t(il)], in.attention, scale, attn);
+    ops.kv_store(st, kvl, k, v, in.slot_mapping);
+    ops.attention(st, q, kvl, in.attention, scale, attn);
     ops.matmul(st, L.wo, attn2, proj);
+    reduce(proj);
     if (L.bo) ops.add(st, proj, *L.bo, proj);
     ops.add(st, x, proj, x);
     // feed-forward (SwiGLU)
@@ -140,9 +161,11 @@ void Transformer::forward(Stream& st, Ops& ops, const ForwardInputs& in, std::sp
     if (L.b_up) ops.add(st, up, *L.b_up, up);
     ops.silu_mul(st, gate, up, act);
     ops.matmul(st, L.down, act, proj);
+    reduce(proj);
     if (L.b_down) ops.add(st, proj, *L.b_down, proj);
     ops.add(st, x, proj, x);
   }
+  if (!shard_.last) return;  // layer split: the next rank continues from x
   tap(int(hp_.n_layer));
 
   // Head: only the rows that want logits (a long prompt never materialises T x vocab logits).
@@ -158,9 +181,9 @@ void Transformer::forward(Stream& st, Ops& ops, const ForwardInputs& in, std::sp
   ops.matmul(st, w_.output, xo, in.logits);
 }
 
-std::unique_ptr<Transformer> load_transformer(const gguf::GgufFile& file, DeviceId device, ModelHparams hp,
-                                              const TransformerVariant& variant) {
-  auto loader = std::make_unique<WeightLoader>(file, device);
+std::unique_ptr<Transformer> load_transformer(const gguf::GgufFile& file, const ModelHparams& hp,
+                                              const TransformerVariant& variant, const DecoderLoadContext& ctx) {
+  auto loader = std::make_unique<WeightLoader>(file, ctx.device, ctx.shard, ctx.dims, ctx.row_split);
   WeightLoader& ld = *loader;
   check(!ld.has("blk.0.attn_qkv.weight"),
         "tensor blk.0.attn_qkv.weight: fused QKV projections are not supported yet (convert with separate "
@@ -168,19 +191,15 @@ std::unique_ptr<Transformer> load_transformer(const gguf::GgufFile& file, Device
   check(!ld.has("blk.0.ffn_gate_inp.weight"),
         "mixture-of-experts layers (blk.0.ffn_gate_inp.weight) are not "
         "supported yet");
-  if (hp.n_vocab == 0) {
-    const gguf::TensorInfo* te = ld.info("token_embd.weight");
-    check(te != nullptr, "missing tensor token_embd.weight");
-    hp.n_vocab = te->ne[1];
-  }
+  check(hp.n_vocab > 0, "n_vocab is not set (read the hparams with read_model_hparams)");
   const int64_t E = hp.n_embd, V = hp.n_vocab;
   TransformerWeights w;
   w.tok_embd = ld.matrix("token_embd.weight", {E, V});
   w.output_norm = ld.vector("output_norm.weight", E);
   if (auto out = ld.optional_matrix("output.weight", {E, V})) {
     w.output = *out;
-  } else {
-    w.output = w.tok_embd;
+  } else {  // tied head: token_embd read again under the output head's shard rule
+    w.output = ld.matrix("token_embd.weight", {E, V}, TensorRole::Output);
     w.tied_output = true;
   }
   if (variant.allow_rope_freqs) w.rope_freqs = ld.optional_vector("rope_freqs.weight", hp.n_rot / 2);
@@ -221,7 +240,7 @@ std::unique_ptr<Transformer> load_transformer(const gguf::GgufFile& file, Device
     throw Error("the " + hp.arch + " model has tensors tandem does not know how to use: " + list +
                 " (an unsupported variant of the architecture?)");
   }
-  return std::make_unique<Transformer>(std::move(hp), std::move(w), std::move(loader));
+  return std::make_unique<Transformer>(hp, std::move(w), std::move(loader), ctx);
 }
 
 }  // namespace tandem

@@ -41,13 +41,18 @@ struct TransformerVariant {
   bool allow_rope_freqs = false;    // optional rope_freqs.weight (llama3 scaling)
 };
 
+// One rank's transformer (the whole model when unsplit; DecoderModel explains the splits). Under a layer
+// split the weights of other ranks' layers are empty (data == nullptr) and never touched.
 class Transformer : public DecoderModel {
  public:
-  Transformer(ModelHparams hp, TransformerWeights weights, std::unique_ptr<WeightLoader> loader);
+  Transformer(ModelHparams hp, TransformerWeights weights, std::unique_ptr<WeightLoader> loader,
+              const DecoderLoadContext& ctx);
 
   const ModelHparams& hparams() const override { return hp_; }
+  const RankShard& shard() const override { return shard_; }
   const TransformerWeights& weights() const { return w_; }
   std::vector<KvLayerShape> kv_layer_shapes() const override;
+  Tensor hidden_state(ForwardScratch& scratch, int64_t n_rows) const override;
   std::unique_ptr<ForwardScratch> plan_scratch(Device& device, int64_t max_rows, int64_t max_out,
                                                WorkspacePlan& plan) const override;
   void forward(Stream& stream, Ops& ops, const ForwardInputs& in, std::span<const KvLayerView> kv,
@@ -58,13 +63,17 @@ class Transformer : public DecoderModel {
   TransformerWeights w_;
   std::unique_ptr<WeightLoader> loader_;  // owns converted vectors the weights may point to
   RopeParams rope_;
+  RankShard shard_;
+  Comm* comm_ = nullptr;  // tensor split: completes the row-parallel products (attention output, down)
+  // This rank's widths: query / KV heads, feed-forward rows, logit rows (the whole model when unsplit).
+  int64_t n_head_ = 0, n_head_kv_ = 0, n_ff_ = 0, n_vocab_ = 0;
 };
 
-// Loads the tensors of GGUF-ARCH-FACTS B.2 for hp (whose rope mode and qk_norm the caller has set). Fills
-// hp.n_vocab from token_embd when the metadata has none. Throws Error for a missing or mis-shaped tensor, and
+// Loads this rank's part of the tensors of GGUF-ARCH-FACTS B.2 for hp (whose rope mode, qk_norm and n_vocab
+// the caller has set; see read_model_hparams). Throws Error for a missing or mis-shaped tensor, and
 // for any tensor the variant does not use (an unsupported variant would otherwise give silently wrong
 // output).
-std::unique_ptr<Transformer> load_transformer(const gguf::GgufFile& file, DeviceId device, ModelHparams hp,
-                                              const TransformerVariant& variant);
+std::unique_ptr<Transformer> load_transformer(const gguf::GgufFile& file, const ModelHparams& hp,
+                                              const TransformerVariant& variant, const DecoderLoadContext& ctx);
 
 }  // namespace tandem

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
 
 #include "core/half.h"
+#include "parallel/row_split.h"
 #include "quant/quant.h"
 
 namespace tandem {
@@ -16,13 +18,27 @@ std::string shape_string(const std::vector<int64_t>& shape) {
   return s + "}";
 }
 
+size_t aligned(size_t bytes) {
+  return (bytes + 255) / 256 * 256;
+}
+
 }  // namespace
 
-WeightLoader::WeightLoader(const gguf::GgufFile& file, DeviceId device) : file_(file), device_(device) {
+WeightLoader::WeightLoader(const gguf::GgufFile& file, DeviceId device, const RankShard& shard,
+                           const ShardDims& dims, RowSplitWeights* row_split)
+    : file_(file), device_(device), shard_(shard), dims_(dims), row_split_(row_split) {
   if (device.kind == DeviceKind::CPU) return;
   upload_device_ = create_device(device);
   uint64_t total = 0;
-  for (const gguf::TensorInfo& t : file.tensors()) total += (t.nbytes + 255) / 256 * 256;
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    int64_t layer = -1;
+    total += aligned(part_bytes(t, find_shard_rule(t.name, &layer), layer));
+  }
+  const bool head_cut = shard_.mode == SplitMode::Tensor || !shard_.first;
+  if (shard_.last && head_cut && !row_split_ && !file.find_tensor("output.weight")) {  // a tied head: token_embd again, cut as the head
+    if (const gguf::TensorInfo* te = file.find_tensor("token_embd.weight"))
+      total += aligned(part_bytes(*te, &shard_rule(TensorRole::Output), -1));
+  }
   const size_t free_b = upload_device_->free_memory(), total_b = upload_device_->total_memory();
   auto gib = [](double b) { return std::to_string(b / double(1u << 30)).substr(0, 5) + " GiB"; };
   check(total <= free_b,
@@ -32,25 +48,45 @@ WeightLoader::WeightLoader(const gguf::GgufFile& file, DeviceId device) : file_(
   device_weights_ = upload_device_->allocate(std::max<uint64_t>(total, 256));
 }
 
-Tensor WeightLoader::to_device(const Tensor& host, const std::string& name) {
-  auto it = uploaded_.find(name);
+WeightLoader::~WeightLoader() = default;
+
+size_t WeightLoader::part_bytes(const gguf::TensorInfo& info, const ShardRule* rule, int64_t layer) const {
+  if (!rule) return info.nbytes;
+  if (!shard_.holds(*rule, layer)) return 0;
+  if (row_split_ && rule->row == RowPlacement::SplitRows) return 0;  // the registry places it
+  if (shard_.mode != SplitMode::Tensor || rule->cut == TensorCut::Mirrored) return info.nbytes;
+  const Range r = shard_.cut_range(rule->unit, dims_);
+  const int64_t rows = info.n_dims >= 2 ? info.ne[1] : 1;
+  if (rule->cut == TensorCut::InputColumns) return dtype_row_bytes(info.type, r.size()) * size_t(rows);
+  if (info.n_dims < 2) return size_t(r.size()) * sizeof(float);  // a cut vector (biases are F32 here)
+  return dtype_row_bytes(info.type, info.ne[0]) * size_t(r.size());
+}
+
+Tensor WeightLoader::to_device(const Tensor& host, const std::string& key) {
+  auto it = uploaded_.find(key);
   void* dst = it != uploaded_.end() ? it->second : nullptr;
+  const size_t row_bytes = host.row_bytes();
+  const size_t bytes = row_bytes * size_t(host.nrows());
   if (!dst) {
-    const size_t bytes = host.nbytes();
     if (device_used_ + bytes <= device_weights_.size()) {
       dst = static_cast<char*>(device_weights_.data()) + device_used_;
-      device_used_ += (bytes + 255) / 256 * 256;
+      device_used_ += aligned(bytes);
     } else {  // converted vectors (f16 -> f32) are larger than in the file
       dst = device_owned_.emplace_back(upload_device_->allocate(std::max<size_t>(bytes, 1))).data();
     }
     Stream& s = upload_device_->default_stream();
-    upload_device_->copy_from_host(s, dst, host.data, bytes);
+    if (host.is_contiguous()) {
+      upload_device_->copy_from_host(s, dst, host.data, bytes);
+    } else {  // a column cut: one 2-D copy packs the strided rows
+      check(host.ne[2] == 1 && host.ne[3] == 1, "cannot upload a strided tensor of more than 2 dims");
+      upload_device_->copy_2d(s, dst, row_bytes, host.data, host.nb[1], row_bytes, size_t(host.ne[1]),
+                              CopyKind::HostToDevice);
+    }
     s.synchronize();  // the model's own stream uses the weights next
-    uploaded_[name] = dst;
+    uploaded_[key] = dst;
+    rank_bytes_ += bytes;
   }
-  Tensor t = host;
-  t.data = dst;
-  t.device = device_;
+  Tensor t = Tensor::contiguous(host.type, {host.ne[0], host.ne[1], host.ne[2], host.ne[3]}, dst, device_);
   return t;
 }
 
@@ -71,24 +107,65 @@ void WeightLoader::check_shape(const gguf::TensorInfo& info, const std::vector<i
         "tensor " + info.name + " has shape " + shape_string(actual) + ", expected " + shape_string(expect));
 }
 
-Tensor WeightLoader::view(const gguf::TensorInfo& info) {
-  Tensor t = Tensor::contiguous(info.type, {info.ne[0], info.ne[1], info.ne[2], info.ne[3]},
-                                const_cast<uint8_t*>(file_.tensor_data(info)), DeviceId{});
-  if (device_.kind == DeviceKind::CPU) {
-    t.device = device_;
-    return t;
-  }
-  return to_device(t, info.name);
+const ShardRule* WeightLoader::rule_for(const std::string& name, std::optional<TensorRole> as,
+                                        int64_t* layer) const {
+  const ShardRule* rule = find_shard_rule(name, layer);
+  if (as) rule = &shard_rule(*as);
+  return rule;
 }
 
-Tensor WeightLoader::matrix(const std::string& name, std::initializer_list<int64_t> shape) {
+Tensor WeightLoader::cut(const Tensor& t, const ShardRule* rule) const {
+  if (!rule || shard_.mode != SplitMode::Tensor || rule->cut == TensorCut::Mirrored) return t;
+  const Range r = shard_.cut_range(rule->unit, dims_);
+  Tensor v = t;
+  // Biases of row-cut matrices are vectors: their one dim is the output-feature dim.
+  const bool is_vector = rule->cut == TensorCut::OutputRows && std::string_view(rule->name).ends_with(".bias");
+  if (is_vector || rule->cut == TensorCut::InputColumns) {  // cut along ne[0]
+    check(r.begin % dtype_block_size(t.type) == 0 && r.size() % dtype_block_size(t.type) == 0,
+          "cannot cut " + std::string(dtype_name(t.type)) + " rows at column " + std::to_string(r.begin));
+    v.data = static_cast<char*>(t.data) + dtype_row_bytes(t.type, r.begin);
+    v.ne[0] = r.size();
+  } else {  // output rows: a contiguous block of rows
+    v.data = static_cast<char*>(t.data) + size_t(r.begin) * t.nb[1];
+    v.ne[1] = r.size();
+    v.nb[2] = v.nb[3] = v.nb[1] * size_t(r.size());
+  }
+  return v;
+}
+
+Tensor WeightLoader::place(const Tensor& host, const std::string& key) {
+  if (device_.kind == DeviceKind::CPU) {
+    Tensor t = host;
+    t.device = device_;
+    rank_bytes_ += t.row_bytes() * size_t(t.nrows());
+    return t;
+  }
+  return to_device(host, key);
+}
+
+Tensor WeightLoader::matrix(const std::string& name, std::initializer_list<int64_t> shape,
+                            std::optional<TensorRole> as) {
   const gguf::TensorInfo& info = find(name);
   check_shape(info, shape);
   check(quant::is_convertible(info.type),
         "tensor " + name + " has type " + dtype_name(info.type) +
             ", which matrix products do not support (f32, f16, bf16, q8_0, q4_0, q4_k, "
             "q5_k, q6_k)");
-  return view(info);
+  Tensor full = Tensor::contiguous(info.type, {info.ne[0], info.ne[1], info.ne[2], info.ne[3]},
+                                   const_cast<uint8_t*>(file_.tensor_data(info)), DeviceId{});
+  int64_t layer = -1;
+  const ShardRule* rule = rule_for(name, as, &layer);
+  if (rule && !shard_.holds(*rule, layer)) {  // held by another rank: shape only
+    full.data = nullptr;
+    full.device = device_;
+    return full;
+  }
+  if (rule && row_split_ && rule->row == RowPlacement::SplitRows) return row_split_->add(full, name);
+  const Tensor part = cut(full, rule);
+  // Uncut, a tensor read under another role (a tied head) shares the upload of its own name.
+  const bool was_cut = part.data != full.data || part.ne != full.ne;
+  const std::string key = as && was_cut ? name + " as " + shard_rule(*as).name : name;
+  return place(part, key);
 }
 
 std::optional<Tensor> WeightLoader::optional_matrix(const std::string& name,
@@ -100,22 +177,28 @@ std::optional<Tensor> WeightLoader::optional_matrix(const std::string& name,
 Tensor WeightLoader::vector(const std::string& name, int64_t n) {
   const gguf::TensorInfo& info = find(name);
   check_shape(info, {n});
-  if (info.type == DType::F32) return view(info);
-  check(info.type == DType::F16 || info.type == DType::BF16,
+  check(info.type == DType::F32 || info.type == DType::F16 || info.type == DType::BF16,
         "tensor " + name + " has type " + dtype_name(info.type) + "; vectors must be f32, f16 or bf16");
-  const uint16_t* src = reinterpret_cast<const uint16_t*>(file_.tensor_data(info));
-  std::vector<float>& dst = owned_.emplace_back(size_t(n));
-  for (int64_t i = 0; i < n; ++i) {
-    uint16_t h;
-    std::memcpy(&h, src + i, 2);
-    dst[size_t(i)] = info.type == DType::F16 ? fp16_to_fp32(h) : bf16_to_fp32(h);
-  }
-  Tensor t = Tensor::contiguous(DType::F32, {n}, dst.data(), DeviceId{});
-  if (device_.kind == DeviceKind::CPU) {
-    t.device = device_;
+  int64_t layer = -1;
+  const ShardRule* rule = rule_for(name, std::nullopt, &layer);
+  if (rule && !shard_.holds(*rule, layer)) {
+    Tensor t = Tensor::contiguous(DType::F32, {n}, nullptr, device_);
     return t;
   }
-  return to_device(t, name + " (f32)");
+  Tensor t;
+  if (info.type == DType::F32) {
+    t = Tensor::contiguous(DType::F32, {n}, const_cast<uint8_t*>(file_.tensor_data(info)), DeviceId{});
+  } else {
+    const uint16_t* src = reinterpret_cast<const uint16_t*>(file_.tensor_data(info));
+    std::vector<float>& dst = owned_.emplace_back(size_t(n));
+    for (int64_t i = 0; i < n; ++i) {
+      uint16_t h;
+      std::memcpy(&h, src + i, 2);
+      dst[size_t(i)] = info.type == DType::F16 ? fp16_to_fp32(h) : bf16_to_fp32(h);
+    }
+    t = Tensor::contiguous(DType::F32, {n}, dst.data(), DeviceId{});
+  }
+  return place(cut(t, rule), name + " (f32)");
 }
 
 std::optional<Tensor> WeightLoader::optional_vector(const std::string& name, int64_t n) {

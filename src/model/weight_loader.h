@@ -5,8 +5,14 @@
 // Messages name the tensor and both shapes: "missing tensor blk.3.attn_k.weight",
 // "tensor blk.0.attn_q.weight has shape {64, 32}, expected {64, 64}".
 //
-// Later (tensor split, issue 7) a loader for one rank hands out shards of the same names; model code asks for
-// tensors by role and does not care whether it gets the whole matrix or a slice.
+// Split models: a loader serves one rank (RankShard) and applies the shard rule of each tensor's role
+// (parallel/shard_rules.h), so model code asks for the whole tensor by name and gets what the rank holds:
+//   - a tensor the rank does not hold (layer split) comes back with data == nullptr and its full shape;
+//   - tensor split: a slice by output rows (contiguous) or input columns (strided: rows keep the full matrix's
+//     stride on the CPU; other devices get a compact copy made by one 2-D copy per tensor);
+//   - row split: matrices go to the RowSplitWeights registry (parallel/row_split.h), which places a row slice
+//     on every device; the model gets the registry's handle.
+// Shapes are always checked against the full tensor, on every rank.
 #pragma once
 
 #include <deque>
@@ -19,19 +25,27 @@
 #include "backend/backend.h"
 #include "core/tensor.h"
 #include "gguf/gguf.h"
+#include "parallel/shard_rules.h"
 
 namespace tandem {
+
+class RowSplitWeights;
 
 class WeightLoader {
  public:
   // Tensors for `device`. CPU: the views point into file's mapping, which must outlive them. Other devices
-  // (CUDA): every tensor handed out is copied into one device allocation sized for all tensors of the file up
-  // front, so that a model that does not fit fails at once with the sizes; the views point there and the
-  // loader keeps the memory.
-  WeightLoader(const gguf::GgufFile& file, DeviceId device);
+  // (CUDA): every tensor handed out is copied into one device allocation sized up front for this rank's share
+  // of the file, so that a model that does not fit fails at once with the sizes; the views point there and the
+  // loader keeps the memory. shard/dims: what this rank holds (default: everything). row_split: the registry
+  // of a row-split model (matrices go there), else null.
+  WeightLoader(const gguf::GgufFile& file, DeviceId device, const RankShard& shard = {},
+               const ShardDims& dims = {}, RowSplitWeights* row_split = nullptr);
+  ~WeightLoader();
 
-  // A matrix for Ops::matmul / get_rows: F32, F16, BF16 or a supported block type, of exactly `shape`.
-  Tensor matrix(const std::string& name, std::initializer_list<int64_t> shape);
+  // A matrix for Ops::matmul / get_rows: F32, F16, BF16 or a supported block type, of exactly `shape`. `as`
+  // applies another role's shard rule (a tied output head is token_embd cut like output.weight).
+  Tensor matrix(const std::string& name, std::initializer_list<int64_t> shape,
+                std::optional<TensorRole> as = std::nullopt);
   std::optional<Tensor> optional_matrix(const std::string& name, std::initializer_list<int64_t> shape);
   // A vector of F32 values (norm weights, biases, rope factors) of exactly `shape`; F16/BF16 are converted.
   Tensor vector(const std::string& name, int64_t n);
@@ -43,19 +57,31 @@ class WeightLoader {
   std::vector<std::string> unused() const;
   // Bytes of F32 copies the loader had to make (kept alive by the loader: keep it as long as the tensors).
   size_t owned_bytes() const;
+  // Bytes of weights this rank placed on its device (CUDA) or views (CPU).
+  size_t rank_bytes() const { return rank_bytes_; }
 
  private:
   const gguf::TensorInfo& find(const std::string& name);
   void check_shape(const gguf::TensorInfo& info, const std::vector<int64_t>& shape) const;
-  Tensor view(const gguf::TensorInfo& info);
+  // The rule for name (or `as`), null for names no rule knows; sets *layer.
+  const ShardRule* rule_for(const std::string& name, std::optional<TensorRole> as, int64_t* layer) const;
+  // The part of the full host tensor `t` this rank holds under `rule` (tensor split cuts), unchanged otherwise.
+  Tensor cut(const Tensor& t, const ShardRule* rule) const;
+  // Bytes of this rank's part of a file tensor (for the up-front device allocation).
+  size_t part_bytes(const gguf::TensorInfo& info, const ShardRule* rule, int64_t layer) const;
+  Tensor place(const Tensor& host, const std::string& key);
 
   const gguf::GgufFile& file_;
   DeviceId device_;
+  RankShard shard_;
+  ShardDims dims_;
+  RowSplitWeights* row_split_ = nullptr;
   std::vector<std::string> used_;
   std::deque<std::vector<float>> owned_;  // deque: growing keeps earlier buffers in place
+  size_t rank_bytes_ = 0;
 
   // Device copies (non-CPU devices only).
-  Tensor to_device(const Tensor& host, const std::string& name);
+  Tensor to_device(const Tensor& host, const std::string& key);
   std::unique_ptr<Device> upload_device_;
   Buffer device_weights_;
   size_t device_used_ = 0;

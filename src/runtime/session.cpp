@@ -10,6 +10,7 @@
 #include "model/model_impl.h"
 #include "runtime/kv_cache.h"
 #include "runtime/kv_storage.h"
+#include "parallel/comm.h"
 
 namespace tandem {
 
@@ -42,27 +43,39 @@ struct DeviceArray {
 
 }  // namespace
 
-struct Session::Impl {
-  std::shared_ptr<Model> model;
-  SessionParams params;
+// One rank's part of a session: its KV storage (its layers, or its KV heads), scratch, and the per-step
+// inputs on its device. A session on an unsplit model has one.
+struct RankState {
   Device& device;
   Ops& ops;
   Stream& stream;
   DecoderModel& decoder;
+  std::unique_ptr<KvStorage> storage;
+  std::unique_ptr<ForwardScratch> scratch;
+  // Per-step inputs on the device: fixed addresses, rewritten every step.
+  DeviceArray d_tokens, d_positions, d_slots, d_seq_slot, d_out_rows, d_seq_lens, d_block_tables;
+  Buffer d_logits_buf;      // {this rank's vocabulary rows, n_logits_max}
+  Buffer d_embeddings_buf;  // allocated on the first embedding batch
+  std::unique_ptr<Event> done;  // layer split: the next rank's stream waits for this rank's output
+
+  RankState(const ModelRank& r)
+      : device(*r.device), ops(*r.ops), stream(r.device->default_stream()), decoder(*r.decoder) {}
+};
+
+struct Session::Impl {
+  std::shared_ptr<Model> model;
+  SessionParams params;
+  Model::Impl& m;
+  SplitMode mode;
+  std::vector<std::unique_ptr<RankState>> ranks;
   int64_t n_embd = 0;
   int64_t n_vocab = 0;
   int64_t n_layer = 0;
 
   KvCacheTable table;
-  std::unique_ptr<KvStorage> storage;
-  std::unique_ptr<ForwardScratch> scratch;
   int32_t max_blocks_per_seq = 0;
 
-  // Per-step inputs on the device: fixed addresses, rewritten every step.
-  DeviceArray d_tokens, d_positions, d_slots, d_seq_slot, d_out_rows, d_seq_lens, d_block_tables;
-  Buffer d_logits_buf;
-  Buffer d_embeddings_buf;  // allocated on the first embedding batch
-  // Host staging of the same.
+  // Host staging of the per-step inputs (shared by every rank).
   std::vector<int32_t> h_slots, h_seq_lens, h_block_tables, h_out_rows, h_seq_slot;
   std::vector<int32_t> seq_count, seq_base, seq_next, seq_cursor;
   std::vector<std::vector<int32_t>> seq_slots;
@@ -76,13 +89,11 @@ struct Session::Impl {
   std::vector<LayerTap> taps;
   uint64_t graph_session_id = 0;  // identifies this session's recorded graphs on the device
 
-  Impl(std::shared_ptr<Model> m, const SessionParams& p)
-      : model(std::move(m)),
+  Impl(std::shared_ptr<Model> mdl, const SessionParams& p)
+      : model(std::move(mdl)),
         params(p),
-        device(*model->impl().device),
-        ops(device.ops()),
-        stream(device.default_stream()),
-        decoder(*model->impl().decoder),
+        m(model->impl()),
+        mode(m.mesh.mode),
         table(blocks_for(p), checked_block_size(p), checked_seqs(p)) {}
 
   static int32_t checked_block_size(const SessionParams& p) {
@@ -103,13 +114,18 @@ struct Session::Impl {
 
   void decode(const Batch& batch);
   void run_chunk(const Batch& batch, size_t r0, size_t r1, size_t out0);
+  // Uploads this chunk's inputs to rank r and fills its ForwardInputs.
+  ForwardInputs prepare(RankState& r, const Batch& batch, size_t r0, size_t r1, int32_t max_len, bool record,
+                        Tensor& tokens, Tensor& embeddings, bool with_taps);
+  // Copies rank r's logits (its vocabulary rows) of n_out rows into logits at row out0.
+  void fetch_logits(RankState& r, size_t out0, int64_t n_out);
 };
 
 Session::Session(std::shared_ptr<Model> model, const SessionParams& params) {
   check(model != nullptr, "a session needs a model");
   impl_ = std::make_unique<Impl>(std::move(model), params);
   Impl& s = *impl_;
-  const ModelHparams& hp = s.decoder.hparams();
+  const ModelHparams& hp = s.m.decoder().hparams();
   s.n_embd = hp.n_embd;
   s.n_vocab = hp.n_vocab;
   s.n_layer = hp.n_layer;
@@ -118,26 +134,33 @@ Session::Session(std::shared_ptr<Model> model, const SessionParams& params) {
   check(p.n_logits_max >= 0, "n_logits_max must be >= 0");
   if (p.n_logits_max == 0) p.n_logits_max = std::max(p.n_seq_max, 32);
   p.n_logits_max = std::min(p.n_logits_max, p.n_batch);
-
-  const std::vector<KvLayerShape> shapes = s.decoder.kv_layer_shapes();
-  s.storage = std::make_unique<KvStorage>(s.device, shapes, kv_dtype(p.kv_type), kv_dtype(p.kv_type),
-                                          s.table.n_blocks(), p.block_size);
   s.max_blocks_per_seq = s.table.n_blocks();
 
-  WorkspacePlan plan;
-  s.scratch = s.decoder.plan_scratch(s.device, p.n_batch, p.n_logits_max, plan);
-  plan.max_rows = std::max<int64_t>(plan.max_rows, p.n_batch);
-  plan.max_seq_len = std::max<int64_t>(plan.max_seq_len, int64_t(s.table.n_blocks()) * p.block_size);
-  s.ops.reserve(plan);
+  for (const ModelRank& mr : s.m.ranks) {
+    auto r = std::make_unique<RankState>(mr);
+    const std::vector<KvLayerShape> shapes = r->decoder.kv_layer_shapes();
+    r->storage = std::make_unique<KvStorage>(r->device, shapes, kv_dtype(p.kv_type), kv_dtype(p.kv_type),
+                                             s.table.n_blocks(), p.block_size);
+    WorkspacePlan plan;
+    r->scratch = r->decoder.plan_scratch(r->device, p.n_batch, p.n_logits_max, plan);
+    plan.max_rows = std::max<int64_t>(plan.max_rows, p.n_batch);
+    plan.max_seq_len = std::max<int64_t>(plan.max_seq_len, int64_t(s.table.n_blocks()) * p.block_size);
+    r->ops.reserve(plan);
 
-  s.d_tokens.allocate(s.device, DType::I32, p.n_batch);
-  s.d_positions.allocate(s.device, DType::I32, p.n_batch);
-  s.d_slots.allocate(s.device, DType::I32, p.n_batch);
-  s.d_seq_slot.allocate(s.device, DType::I32, p.n_batch);
-  s.d_out_rows.allocate(s.device, DType::I32, p.n_logits_max);
-  s.d_seq_lens.allocate(s.device, DType::I32, p.n_seq_max);
-  s.d_block_tables.allocate(s.device, DType::I32, int64_t(s.max_blocks_per_seq) * p.n_seq_max);
-  s.d_logits_buf = s.device.allocate(size_t(s.n_vocab) * size_t(p.n_logits_max) * sizeof(float));
+    Device& dev = r->device;
+    r->d_tokens.allocate(dev, DType::I32, p.n_batch);
+    r->d_positions.allocate(dev, DType::I32, p.n_batch);
+    r->d_slots.allocate(dev, DType::I32, p.n_batch);
+    r->d_seq_slot.allocate(dev, DType::I32, p.n_batch);
+    r->d_out_rows.allocate(dev, DType::I32, p.n_logits_max);
+    r->d_seq_lens.allocate(dev, DType::I32, p.n_seq_max);
+    r->d_block_tables.allocate(dev, DType::I32, int64_t(s.max_blocks_per_seq) * p.n_seq_max);
+    if (r->decoder.shard().last)
+      r->d_logits_buf = dev.allocate(size_t(std::max<int64_t>(r->decoder.shard().vocab.size(), 1)) *
+                                     size_t(p.n_logits_max) * sizeof(float));
+    r->done = dev.create_event();
+    s.ranks.push_back(std::move(r));
+  }
 
   s.h_block_tables.assign(size_t(s.max_blocks_per_seq) * size_t(p.n_seq_max), 0);
   s.h_seq_lens.assign(size_t(p.n_seq_max), 0);
@@ -213,7 +236,7 @@ void Session::Impl::decode(const Batch& batch) {
     if (seq_count[size_t(s)] > 0) table.append(s, seq_count[size_t(s)], seq_slots[size_t(s)]);
   }
   try {
-    storage->apply_copies(stream, table.pending_copies());
+    for (auto& r : ranks) r->storage->apply_copies(r->stream, table.pending_copies());
     table.clear_pending_copies();
     h_slots.resize(n);
     for (size_t r = 0; r < n; ++r) {
@@ -226,8 +249,9 @@ void Session::Impl::decode(const Batch& batch) {
       auto bt = table.block_table(s);
       std::copy(bt.begin(), bt.end(), h_block_tables.begin() + ptrdiff_t(s) * max_blocks_per_seq);
     }
-    device.copy_from_host(stream, d_block_tables.buffer.data(), h_block_tables.data(),
-                          h_block_tables.size() * sizeof(int32_t));
+    for (auto& r : ranks)
+      r->device.copy_from_host(r->stream, r->d_block_tables.buffer.data(), h_block_tables.data(),
+                               h_block_tables.size() * sizeof(int32_t));
 
     // Outputs.
     row_to_out.assign(n, -1);
@@ -260,9 +284,77 @@ void Session::Impl::decode(const Batch& batch) {
   }
 }
 
+ForwardInputs Session::Impl::prepare(RankState& r, const Batch& batch, size_t r0, size_t r1, int32_t max_len,
+                                    bool record, Tensor& tokens, Tensor& embeddings, bool with_taps) {
+  const int64_t T = int64_t(r1 - r0);
+  const DeviceId dev = r.device.id();
+  Device& device = r.device;
+  Stream& stream = r.stream;
+  const RankShard& shard = r.decoder.shard();
+  const int64_t n_out = int64_t(h_out_rows.size());
+
+  ForwardInputs in;
+  in.n_rows = T;
+  in.positions = r.d_positions.view(T, dev);
+  in.slot_mapping = r.d_slots.view(T, dev);
+  device.copy_from_host(stream, in.positions.data, batch.positions.data() + r0, size_t(T) * 4);
+  device.copy_from_host(stream, in.slot_mapping.data, h_slots.data() + r0, size_t(T) * 4);
+  if (shard.first) {  // only the rank that embeds needs the tokens (layer split)
+    if (!batch.tokens.empty()) {
+      tokens = r.d_tokens.view(T, dev);
+      device.copy_from_host(stream, tokens.data, batch.tokens.data() + r0, size_t(T) * 4);
+      in.tokens = &tokens;
+    } else {
+      const size_t bytes = size_t(n_embd) * size_t(params.n_batch) * sizeof(float);
+      if (!r.d_embeddings_buf) r.d_embeddings_buf = device.allocate(bytes);
+      embeddings = Tensor::contiguous(DType::F32, {n_embd, T}, r.d_embeddings_buf.data(), dev);
+      device.copy_from_host(stream, embeddings.data, batch.embeddings.data() + r0 * size_t(n_embd),
+                            size_t(T) * size_t(n_embd) * sizeof(float));
+      in.embeddings = &embeddings;
+    }
+  }
+
+  AttentionBatch& ab = in.attention;
+  ab.mask = MaskKind::Causal;
+  ab.positions = in.positions;
+  ab.seq_slot = r.d_seq_slot.view(T, dev);
+  device.copy_from_host(stream, ab.seq_slot.data, h_seq_slot.data(), size_t(T) * 4);
+  ab.block_tables = Tensor::contiguous(DType::I32, {max_blocks_per_seq, params.n_seq_max},
+                                       r.d_block_tables.buffer.data(), dev);
+  ab.seq_lens = r.d_seq_lens.view(params.n_seq_max, dev);
+  device.copy_from_host(stream, ab.seq_lens.data, h_seq_lens.data(), h_seq_lens.size() * 4);
+  ab.max_seq_len = record ? int32_t(int64_t(table.n_blocks()) * params.block_size) : max_len;
+
+  in.n_out = shard.last ? n_out : 0;
+  in.out_rows_all = n_out == T;
+  in.out_rows = r.d_out_rows.view(std::max<int64_t>(n_out, 1), dev);
+  in.out_rows.ne[0] = n_out;
+  if (in.n_out > 0 && !in.out_rows_all)
+    device.copy_from_host(stream, in.out_rows.data, h_out_rows.data(), size_t(n_out) * 4);
+  if (shard.last) {
+    const int64_t nv = shard.vocab.size();
+    in.logits = Tensor::contiguous(DType::F32, {nv, std::max<int64_t>(n_out, 1)}, r.d_logits_buf.data(), dev);
+    in.logits.ne[1] = n_out;
+  }
+  if (with_taps) in.taps = taps;
+  return in;
+}
+
+void Session::Impl::fetch_logits(RankState& r, size_t out0, int64_t n_out) {
+  if (n_out == 0) return;
+  const Range v = r.decoder.shard().vocab;
+  float* dst = logits.data() + out0 * size_t(n_vocab) + size_t(v.begin);
+  if (v.size() == n_vocab) {
+    r.device.copy_to_host(r.stream, dst, r.d_logits_buf.data(), size_t(n_out) * size_t(n_vocab) * sizeof(float));
+  } else {  // a tensor-split rank's vocabulary rows: one strided copy into the full rows
+    r.device.copy_2d(r.stream, dst, size_t(n_vocab) * sizeof(float), r.d_logits_buf.data(),
+                     size_t(v.size()) * sizeof(float), size_t(v.size()) * sizeof(float), size_t(n_out),
+                     CopyKind::DeviceToHost);
+  }
+}
+
 void Session::Impl::run_chunk(const Batch& batch, size_t r0, size_t r1, size_t out0) {
   const int64_t T = int64_t(r1 - r0);
-  const DeviceId dev = device.id();
   h_out_rows.clear();
   h_seq_slot.resize(size_t(T));
   int32_t max_len = 1;
@@ -275,52 +367,6 @@ void Session::Impl::run_chunk(const Batch& batch, size_t r0, size_t r1, size_t o
   for (size_t r = r0; r < r1; ++r) max_len = std::max(max_len, h_seq_lens[size_t(batch.seq_ids[r])]);
   const int64_t n_out = int64_t(h_out_rows.size());
 
-  ForwardInputs in;
-  in.n_rows = T;
-  in.positions = d_positions.view(T, dev);
-  in.slot_mapping = d_slots.view(T, dev);
-  device.copy_from_host(stream, in.positions.data, batch.positions.data() + r0, size_t(T) * 4);
-  device.copy_from_host(stream, in.slot_mapping.data, h_slots.data() + r0, size_t(T) * 4);
-  Tensor tokens, embeddings;
-  if (!batch.tokens.empty()) {
-    tokens = d_tokens.view(T, dev);
-    device.copy_from_host(stream, tokens.data, batch.tokens.data() + r0, size_t(T) * 4);
-    in.tokens = &tokens;
-  } else {
-    const size_t bytes = size_t(n_embd) * size_t(params.n_batch) * sizeof(float);
-    if (!d_embeddings_buf) d_embeddings_buf = device.allocate(bytes);
-    embeddings = Tensor::contiguous(DType::F32, {n_embd, T}, d_embeddings_buf.data(), dev);
-    device.copy_from_host(stream, embeddings.data, batch.embeddings.data() + r0 * size_t(n_embd),
-                          size_t(T) * size_t(n_embd) * sizeof(float));
-    in.embeddings = &embeddings;
-  }
-
-  AttentionBatch& ab = in.attention;
-  ab.mask = MaskKind::Causal;
-  ab.positions = in.positions;
-  ab.seq_slot = d_seq_slot.view(T, dev);
-  device.copy_from_host(stream, ab.seq_slot.data, h_seq_slot.data(), size_t(T) * 4);
-  ab.block_tables = Tensor::contiguous(DType::I32, {max_blocks_per_seq, params.n_seq_max},
-                                       d_block_tables.buffer.data(), dev);
-  ab.seq_lens = d_seq_lens.view(params.n_seq_max, dev);
-  device.copy_from_host(stream, ab.seq_lens.data, h_seq_lens.data(), h_seq_lens.size() * 4);
-  // Decode-sized chunks of token rows run as a recorded CUDA graph (Device::run_recorded), one per (session,
-  // rows, logit rows): every pointer is fixed, and max_seq_len is the session's capacity so that the recorded
-  // attention launch covers any length. The CPU device runs the forward directly.
-  const bool record =
-      device.id().kind != DeviceKind::CPU && T <= 64 && tap_layers.empty() && !batch.tokens.empty();
-  ab.max_seq_len = record ? int32_t(int64_t(table.n_blocks()) * params.block_size) : max_len;
-
-  in.n_out = n_out;
-  in.out_rows_all = n_out == T;
-  in.out_rows = d_out_rows.view(std::max<int64_t>(n_out, 1), dev);
-  in.out_rows.ne[0] = n_out;
-  if (n_out > 0 && !in.out_rows_all)
-    device.copy_from_host(stream, in.out_rows.data, h_out_rows.data(), size_t(n_out) * 4);
-  in.logits =
-      Tensor::contiguous(DType::F32, {n_vocab, std::max<int64_t>(n_out, 1)}, d_logits_buf.data(), dev);
-  in.logits.ne[1] = n_out;
-
   taps.clear();
   for (size_t k = 0; k < tap_layers.size(); ++k) {
     LayerTap t;
@@ -331,22 +377,67 @@ void Session::Impl::run_chunk(const Batch& batch, size_t r0, size_t r1, size_t o
     t.dst.nb[2] = t.dst.nb[3] = tap_dst.row_stride * size_t(T);
     taps.push_back(t);
   }
-  in.taps = taps;
 
-  auto forward = [&](Stream& st) { decoder.forward(st, ops, in, storage->layers(), *scratch); };
+  if (mode == SplitMode::Tensor && ranks.size() > 1) {
+    // One host thread per rank runs the whole forward on its shard; the all-reduces inside keep the ranks in
+    // step. Rank 0 writes the taps (the residual stream is the same on every rank).
+    std::lock_guard<std::mutex> lock(m.run_mutex);
+    m.rank_threads->run([&](int rank) {
+      RankState& r = *ranks[size_t(rank)];
+      Tensor tokens, embeddings;
+      ForwardInputs in = prepare(r, batch, r0, r1, max_len, false, tokens, embeddings, rank == 0);
+      r.decoder.forward(r.stream, r.ops, in, r.storage->layers(), *r.scratch);
+      fetch_logits(r, out0, n_out);
+      r.stream.synchronize();
+    });
+    return;
+  }
+
+  if (ranks.size() > 1) {  // layer split: rank after rank, the hidden state handed over at each boundary
+    std::lock_guard<std::mutex> lock(m.run_mutex);
+    for (size_t k = 0; k < ranks.size(); ++k) {
+      RankState& r = *ranks[k];
+      Tensor tokens, embeddings;
+      ForwardInputs in = prepare(r, batch, r0, r1, max_len, false, tokens, embeddings, true);
+      if (k > 0) {
+        RankState& prev = *ranks[k - 1];
+        const Tensor src = prev.decoder.hidden_state(*prev.scratch, T);
+        const Tensor dst = r.decoder.hidden_state(*r.scratch, T);
+        copy_between_devices(prev.stream, r.device, dst.data, prev.device, src.data, src.nbytes());
+        prev.done->record(prev.stream);
+        prev.done->wait(r.stream);
+      }
+      r.decoder.forward(r.stream, r.ops, in, r.storage->layers(), *r.scratch);
+    }
+    RankState& last = *ranks.back();
+    fetch_logits(last, out0, n_out);
+    for (auto& r : ranks) r->stream.synchronize();
+    return;
+  }
+
+  // One rank (unsplit, or split by rows). Decode-sized chunks of token rows run as a recorded CUDA graph
+  // (Device::run_recorded), one per (session, rows, logit rows): every pointer is fixed, and max_seq_len is
+  // the session's capacity so that the recorded attention launch covers any length. The CPU device runs the
+  // forward directly; so does a row split (its matmuls span several devices' streams).
+  RankState& r = *ranks.front();
+  const bool record = r.device.id().kind != DeviceKind::CPU && mode != SplitMode::Row && T <= 64 &&
+                      tap_layers.empty() && !batch.tokens.empty();
+  Tensor tokens, embeddings;
+  ForwardInputs in = prepare(r, batch, r0, r1, max_len, record, tokens, embeddings, true);
+  auto forward = [&](Stream& st) { r.decoder.forward(st, r.ops, in, r.storage->layers(), *r.scratch); };
   if (record) {
     static std::atomic<uint64_t> next_session_id{1};  // keys never repeat, also after a session is destroyed
     if (graph_session_id == 0) graph_session_id = next_session_id++;
     const uint64_t key =
         (graph_session_id << 32) | (uint64_t(T) << 16) | (uint64_t(n_out) << 1) | uint64_t(in.out_rows_all);
-    device.run_recorded(stream, key, forward);
+    r.device.run_recorded(r.stream, key, forward);
   } else {
-    forward(stream);
+    std::unique_lock<std::mutex> lock(m.run_mutex, std::defer_lock);
+    if (mode == SplitMode::Row) lock.lock();
+    forward(r.stream);
   }
-  if (n_out > 0)
-    device.copy_to_host(stream, logits.data() + out0 * size_t(n_vocab), d_logits_buf.data(),
-                        size_t(n_out) * size_t(n_vocab) * sizeof(float));
-  stream.synchronize();
+  fetch_logits(r, out0, n_out);
+  r.stream.synchronize();
 }
 
 std::span<const float> Session::logits(size_t row) const {
@@ -392,11 +483,10 @@ void Session::set_taps(std::vector<int32_t> layers, const TapDestination& dst) {
                                         std::to_string(s.n_layer) + " layers (taps 0.." +
                                         std::to_string(s.n_layer) + ")");
   check(dst.data != nullptr, "tap destination has no memory");
-  check(dst.device == s.device.id() || dst.device.kind == DeviceKind::CPU,
-        "tap destination on " + dst.device.to_string() + " is not supported by a session on " +
-            s.device.id().to_string());
-  check(s.device.id().kind == DeviceKind::CPU,
-        "taps into host memory from a GPU session are not supported yet");
+  const DeviceId dev = s.ranks.front()->device.id();
+  check(dst.device == dev || dst.device.kind == DeviceKind::CPU,
+        "tap destination on " + dst.device.to_string() + " is not supported by a session on " + dev.to_string());
+  check(dev.kind == DeviceKind::CPU, "taps into host memory from a GPU session are not supported yet");
   TapDestination d = dst;
   const size_t row_bytes = size_t(s.n_embd) * sizeof(float);
   if (d.tap_stride == 0) d.tap_stride = row_bytes;

@@ -1,0 +1,125 @@
+// Row split (--split-mode row, llama.cpp's older mode): every matrix is cut by output rows over the mesh's
+// devices in the --tensor-split ratios; everything else (norms, embeddings, attention, the KV cache) stays on
+// the main device. A product y = W x runs as: x is copied from the main device to every other device, each
+// device multiplies its row slice, and the slices are copied back into y's rows on the main device.
+//
+// The model code does not change for this mode: the weight loader hands it, for each matrix, a handle from
+// RowSplitWeights (the full shape, on the main device), and the session runs the model with RowSplitOps, an
+// Ops that forwards every op to the main device's Ops except matmul on a handle, which it distributes.
+#pragma once
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "parallel/shard_rules.h"
+
+namespace tandem {
+
+class RowSplitWeights {
+ public:
+  struct Entry {
+    std::string name;
+    int64_t n_rows = 0;               // the matrix's output rows
+    std::vector<Range> rows;          // per device
+    std::vector<Tensor> shards;       // per device; data == nullptr where the slice is empty
+  };
+
+  // devices[d] hold slice d (the Device objects must outlive this); main: index of the main device.
+  RowSplitWeights(std::vector<Device*> devices, int main, std::vector<double> ratios);
+
+  // Places the row slices of the host matrix `host` ({in, out}, any weight dtype, rows may be strided) on
+  // every device and returns the handle the model keeps: host's shape and dtype, device = the main device,
+  // data = this registry's entry. The handle is only ever passed to RowSplitOps::matmul, never read as memory.
+  Tensor add(const Tensor& host, const std::string& name);
+  // The entry of a handle, or null when t is not one.
+  const Entry* find(const Tensor& t) const;
+
+  const std::vector<Device*>& devices() const { return devices_; }
+  int main() const { return main_; }
+  // Largest slice (rows) on device d over every matrix.
+  int64_t max_rows_on(size_t d) const { return max_rows_.at(d); }
+  // Bytes of weights placed on device d.
+  size_t bytes_on(size_t d) const { return bytes_.at(d); }
+
+ private:
+  std::vector<Device*> devices_;
+  int main_;
+  std::vector<double> ratios_;
+  std::deque<Entry> entries_;
+  std::map<const void*, const Entry*> by_handle_;
+  std::deque<Buffer> buffers_;
+  std::vector<int64_t> max_rows_;
+  std::vector<size_t> bytes_;
+};
+
+// The Ops of a row-split model: main's Ops for everything, matmul on a RowSplitWeights handle distributed.
+// Other devices work on their default streams, ordered against the main stream by events.
+class RowSplitOps final : public Ops {
+ public:
+  explicit RowSplitOps(const RowSplitWeights& weights);
+  ~RowSplitOps() override;
+
+  void reserve(const WorkspacePlan& plan) override;
+  void matmul(Stream& s, const Tensor& W, const Tensor& x, const Tensor& y) override;
+
+  void get_rows(Stream& s, const Tensor& t, const Tensor& ids, const Tensor& out) override {
+    main_ops().get_rows(s, t, ids, out);
+  }
+  void rms_norm(Stream& s, const Tensor& x, const Tensor* w, float eps, const Tensor& out) override {
+    main_ops().rms_norm(s, x, w, eps, out);
+  }
+  void rope(Stream& s, const Tensor& x, const Tensor& pos, const RopeParams& p) override {
+    main_ops().rope(s, x, pos, p);
+  }
+  void kv_store(Stream& s, const KvLayerView& kv, const Tensor& k, const Tensor& v, const Tensor& slots) override {
+    main_ops().kv_store(s, kv, k, v, slots);
+  }
+  void attention(Stream& s, const Tensor& q, const KvLayerView& kv, const AttentionBatch& b, float scale,
+                 const Tensor& out) override {
+    main_ops().attention(s, q, kv, b, scale, out);
+  }
+  void silu_mul(Stream& s, const Tensor& g, const Tensor& u, const Tensor& out) override {
+    main_ops().silu_mul(s, g, u, out);
+  }
+  void gelu_mul(Stream& s, const Tensor& g, const Tensor& u, const Tensor& out) override {
+    main_ops().gelu_mul(s, g, u, out);
+  }
+  void add(Stream& s, const Tensor& a, const Tensor& b, const Tensor& out) override { main_ops().add(s, a, b, out); }
+  void mul(Stream& s, const Tensor& a, const Tensor& b, const Tensor& out) override { main_ops().mul(s, a, b, out); }
+  void scale(Stream& s, const Tensor& x, float f, const Tensor& out) override { main_ops().scale(s, x, f, out); }
+  void softcap(Stream& s, const Tensor& x, float cap, const Tensor& out) override {
+    main_ops().softcap(s, x, cap, out);
+  }
+  void fill(Stream& s, const Tensor& out, float v) override { main_ops().fill(s, out, v); }
+  void softmax_rows(Stream& s, const Tensor& x, const Tensor& out) override { main_ops().softmax_rows(s, x, out); }
+  void copy(Stream& s, const Tensor& src, const Tensor& dst) override { main_ops().copy(s, src, dst); }
+  void argmax_rows(Stream& s, const Tensor& logits, const Tensor& out) override {
+    main_ops().argmax_rows(s, logits, out);
+  }
+  void sample_rows(Stream& s, const Tensor& logits, const SamplerParams& p, const Tensor& u,
+                   const Tensor& out) override {
+    main_ops().sample_rows(s, logits, p, u, out);
+  }
+  void diffusion_sample_rows(Stream& s, const Tensor& logits, float inv_temp, const Tensor& u, const Tensor& am,
+                             const Tensor& ent, const Tensor& sampled) override {
+    main_ops().diffusion_sample_rows(s, logits, inv_temp, u, am, ent, sampled);
+  }
+
+ private:
+  Ops& main_ops() const { return weights_.devices()[size_t(weights_.main())]->ops(); }
+
+  struct Peer {
+    Buffer x, y;     // on the peer device: the copied input and its slice of the product
+    Buffer y_main;   // on the main device: the slice copied back
+    std::unique_ptr<Event> input_ready, slice_ready;
+  };
+  const RowSplitWeights& weights_;
+  std::vector<Peer> peers_;  // per device (the main device's entry is unused)
+  int64_t max_in_ = 0, max_rows_ = 0;
+};
+
+}  // namespace tandem

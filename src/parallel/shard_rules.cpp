@@ -1,0 +1,242 @@
+#include "parallel/shard_rules.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace tandem {
+
+namespace {
+
+using enum TensorRole;
+using enum LayerPlacement;
+using enum TensorCut;
+using enum CutUnit;
+using enum RowPlacement;
+
+// clang-format off
+constexpr ShardRule kShardRules[] = {
+  // role            GGUF name              per layer  layer split  tensor split             row split
+  {TokenEmbd,      "token_embd.weight",     false,     FirstRank,   Mirrored,     None,      MainDevice},
+  {OutputNorm,     "output_norm.weight",    false,     LastRank,    Mirrored,     None,      MainDevice},
+  {Output,         "output.weight",         false,     LastRank,    OutputRows,   VocabRows, SplitRows},
+  {RopeFreqs,      "rope_freqs.weight",     false,     Everywhere,  Mirrored,     None,      MainDevice},
+  {AttnNorm,       "attn_norm.weight",      true,      LayerOwner,  Mirrored,     None,      MainDevice},
+  {AttnQ,          "attn_q.weight",         true,      LayerOwner,  OutputRows,   QHeads,    SplitRows},
+  {AttnK,          "attn_k.weight",         true,      LayerOwner,  OutputRows,   KvHeadsK,  SplitRows},
+  {AttnV,          "attn_v.weight",         true,      LayerOwner,  OutputRows,   KvHeadsV,  SplitRows},
+  {AttnOutput,     "attn_output.weight",    true,      LayerOwner,  InputColumns, QHeadsV,   SplitRows},
+  {AttnQBias,      "attn_q.bias",           true,      LayerOwner,  OutputRows,   QHeads,    MainDevice},
+  {AttnKBias,      "attn_k.bias",           true,      LayerOwner,  OutputRows,   KvHeadsK,  MainDevice},
+  {AttnVBias,      "attn_v.bias",           true,      LayerOwner,  OutputRows,   KvHeadsV,  MainDevice},
+  {AttnOutputBias, "attn_output.bias",      true,      LayerOwner,  Mirrored,     None,      MainDevice},
+  {AttnQNorm,      "attn_q_norm.weight",    true,      LayerOwner,  Mirrored,     None,      MainDevice},
+  {AttnKNorm,      "attn_k_norm.weight",    true,      LayerOwner,  Mirrored,     None,      MainDevice},
+  {FfnNorm,        "ffn_norm.weight",       true,      LayerOwner,  Mirrored,     None,      MainDevice},
+  {FfnGate,        "ffn_gate.weight",       true,      LayerOwner,  OutputRows,   FfRows,    SplitRows},
+  {FfnUp,          "ffn_up.weight",         true,      LayerOwner,  OutputRows,   FfRows,    SplitRows},
+  {FfnDown,        "ffn_down.weight",       true,      LayerOwner,  InputColumns, FfRows,    SplitRows},
+  {FfnGateBias,    "ffn_gate.bias",         true,      LayerOwner,  OutputRows,   FfRows,    MainDevice},
+  {FfnUpBias,      "ffn_up.bias",           true,      LayerOwner,  OutputRows,   FfRows,    MainDevice},
+  {FfnDownBias,    "ffn_down.bias",         true,      LayerOwner,  Mirrored,     None,      MainDevice},
+};
+// clang-format on
+
+std::string ratio_list(const MeshSpec& m) {
+  std::string s;
+  for (double r : m.ratios) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%s%.3g", s.empty() ? "" : ",", r);
+    s += buf;
+  }
+  return s;
+}
+
+bool equal_ratios(const MeshSpec& m) {
+  for (double r : m.ratios)
+    if (std::abs(r - m.ratios[0]) > 1e-9) return false;
+  return true;
+}
+
+}  // namespace
+
+std::span<const ShardRule> shard_rules() {
+  return kShardRules;
+}
+
+const ShardRule& shard_rule(TensorRole role) {
+  for (const ShardRule& r : kShardRules)
+    if (r.role == role) return r;
+  throw Error("no shard rule for a tensor role");  // unreachable: the table has every role
+}
+
+const ShardRule* find_shard_rule(const std::string& name, int64_t* layer) {
+  std::string rest = name;
+  int64_t il = -1;
+  if (name.rfind("blk.", 0) == 0) {
+    const size_t dot = name.find('.', 4);
+    if (dot == std::string::npos || dot == 4) return nullptr;
+    const std::string num = name.substr(4, dot - 4);
+    if (num.find_first_not_of("0123456789") != std::string::npos || num.size() > 9) return nullptr;
+    il = std::stoll(num);
+    rest = name.substr(dot + 1);
+  }
+  for (const ShardRule& r : kShardRules) {
+    if (r.per_layer == (il >= 0) && rest == r.name) {
+      if (layer) *layer = il;
+      return &r;
+    }
+  }
+  return nullptr;
+}
+
+bool RankShard::holds(const ShardRule& rule, int64_t layer) const {
+  if (mode != SplitMode::Layer) return true;
+  switch (rule.layer) {
+    case LayerPlacement::Everywhere:
+      return true;
+    case LayerPlacement::FirstRank:
+      return first;
+    case LayerPlacement::LastRank:
+      return last;
+    case LayerPlacement::LayerOwner:
+      return layers.contains(layer);
+  }
+  return true;
+}
+
+Range RankShard::cut_range(CutUnit unit, const ShardDims& d) const {
+  auto scaled = [](Range r, int64_t k) { return Range{r.begin * k, r.end * k}; };
+  switch (unit) {
+    case CutUnit::None:
+      return {};
+    case CutUnit::QHeads:
+      return scaled(q_heads, d.head_dim_k);
+    case CutUnit::QHeadsV:
+      return scaled(q_heads, d.head_dim_v);
+    case CutUnit::KvHeadsK:
+      return scaled(kv_heads, d.head_dim_k);
+    case CutUnit::KvHeadsV:
+      return scaled(kv_heads, d.head_dim_v);
+    case CutUnit::FfRows:
+      return ff;
+    case CutUnit::VocabRows:
+      return vocab;
+  }
+  return {};
+}
+
+std::vector<Range> split_range(int64_t n, std::span<const double> ratios, int64_t granularity) {
+  check(!ratios.empty() && granularity >= 1, "split_range: no parts or a granularity < 1");
+  std::vector<Range> out(ratios.size());
+  double cum = 0;
+  int64_t begin = 0;
+  for (size_t j = 0; j < ratios.size(); ++j) {
+    cum += ratios[j];
+    int64_t end = n;
+    if (j + 1 < ratios.size()) {
+      end = int64_t(std::floor(cum * double(n) / double(granularity) + 1e-9)) * granularity;
+      end = std::clamp<int64_t>(end, begin, n);
+    }
+    out[j] = {begin, end};
+    begin = end;
+  }
+  return out;
+}
+
+std::vector<RankShard> plan_shards(const MeshSpec& mesh, const ShardDims& d) {
+  const int n = int(mesh.n_ranks());
+  check(n >= 1 && mesh.ratios.size() == size_t(n), "a mesh needs one ratio per device");
+  check(d.n_head_kv >= 1 && d.n_head % d.n_head_kv == 0, "bad head counts");
+  RankShard full;
+  full.mode = mesh.mode;
+  full.n_ranks = n;
+  full.layers = {0, d.n_layer};
+  full.q_heads = {0, d.n_head};
+  full.kv_heads = {0, d.n_head_kv};
+  full.ff = {0, d.n_ff};
+  full.vocab = {0, d.n_vocab};
+  std::vector<RankShard> shards(size_t(n), full);
+  for (int r = 0; r < n; ++r) shards[size_t(r)].rank = r;
+  if (mesh.mode == SplitMode::None || mesh.mode == SplitMode::Row || n == 1) return shards;
+
+  auto name = [&](int r) { return mesh.devices[size_t(r)].to_string(); };
+
+  if (mesh.mode == SplitMode::Layer) {
+    const std::vector<Range> layers = split_range(d.n_layer, mesh.ratios);
+    for (int r = 0; r < n; ++r) {
+      check(layers[size_t(r)].size() > 0,
+            "layer split: " + name(r) + " gets no layers (the model has " + std::to_string(d.n_layer) +
+                " layers for " + std::to_string(n) + " devices, ratios " + ratio_list(mesh) +
+                "); use fewer devices or other --tensor-split ratios");
+      RankShard& s = shards[size_t(r)];
+      s.layers = layers[size_t(r)];
+      s.first = r == 0;
+      s.last = r == n - 1;
+    }
+    return shards;
+  }
+
+  // Tensor split.
+  const int64_t gqa = d.n_head / d.n_head_kv;
+  const std::string what = "tensor split over " + std::to_string(n) + " ranks";
+  if (n > d.n_head_kv) {
+    check(mesh.replicate_kv,
+          what + " needs at least " + std::to_string(n) + " KV heads, but the model has " +
+              std::to_string(d.n_head_kv) +
+              ": pass --replicate-kv to give several ranks a copy of a KV head (more KV-cache memory), use at "
+              "most " +
+              std::to_string(d.n_head_kv) + " devices, or --split-mode layer");
+    check(n % d.n_head_kv == 0, what + " with --replicate-kv needs the rank count to be a multiple of the " +
+                                    std::to_string(d.n_head_kv) + " KV heads");
+    check(d.n_head % n == 0 && gqa % (n / d.n_head_kv) == 0,
+          what + " with --replicate-kv: the " + std::to_string(d.n_head) +
+              " query heads cannot be split evenly so that each rank reads one KV head");
+    check(!mesh.ratios_given || equal_ratios(mesh),
+          what + " with --replicate-kv splits heads evenly; --tensor-split must be equal or left out");
+    const int64_t per = d.n_head / n;
+    check(per * d.head_dim_v % d.attn_output_block == 0,
+          what + ": " + std::to_string(per) + " heads per rank give attn_output slices of " +
+              std::to_string(per * d.head_dim_v) + " columns, not a multiple of its block size " +
+              std::to_string(d.attn_output_block));
+    for (int r = 0; r < n; ++r) {
+      RankShard& s = shards[size_t(r)];
+      s.q_heads = {r * per, (r + 1) * per};
+      s.kv_heads = {s.q_heads.begin / gqa, s.q_heads.begin / gqa + 1};
+    }
+  } else {
+    // Whole KV groups per rank, in units of g_kv KV heads so that attn_output's column cut falls on a block
+    // boundary of its dtype.
+    int64_t g_kv = 1;
+    while ((g_kv * gqa * d.head_dim_v) % d.attn_output_block != 0 && g_kv < d.n_head_kv) ++g_kv;
+    check((g_kv * gqa * d.head_dim_v) % d.attn_output_block == 0,
+          what + ": attn_output's block size " + std::to_string(d.attn_output_block) +
+              " does not divide any whole number of KV groups");
+    const std::vector<Range> kv = split_range(d.n_head_kv, mesh.ratios, g_kv);
+    for (int r = 0; r < n; ++r) {
+      check(kv[size_t(r)].size() > 0,
+            what + ": " + name(r) + " gets no KV heads (the model has " + std::to_string(d.n_head_kv) +
+                " KV heads, cut in groups of " + std::to_string(g_kv) + " to fit the weights' block size; ratios " +
+                ratio_list(mesh) + "); use fewer devices, other --tensor-split ratios or --split-mode layer");
+      RankShard& s = shards[size_t(r)];
+      s.kv_heads = kv[size_t(r)];
+      s.q_heads = {s.kv_heads.begin * gqa, s.kv_heads.end * gqa};
+    }
+  }
+  const std::vector<Range> ff = split_range(d.n_ff, mesh.ratios, d.ffn_down_block);
+  const std::vector<Range> vocab = split_range(d.n_vocab, mesh.ratios);
+  for (int r = 0; r < n; ++r) {
+    check(ff[size_t(r)].size() > 0, what + ": " + name(r) + " gets no feed-forward rows (n_ff " +
+                                        std::to_string(d.n_ff) + ", cut in multiples of " +
+                                        std::to_string(d.ffn_down_block) + "); use fewer devices or other ratios");
+    check(vocab[size_t(r)].size() > 0, what + ": " + name(r) + " gets no vocabulary rows");
+    shards[size_t(r)].ff = ff[size_t(r)];
+    shards[size_t(r)].vocab = vocab[size_t(r)];
+  }
+  return shards;
+}
+
+}  // namespace tandem

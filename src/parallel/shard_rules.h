@@ -1,0 +1,110 @@
+// Which part of each weight a rank holds, for every split mode: ONE table keyed by tensor role
+// (kShardRules in shard_rules.cpp), and the planner that turns a mesh and a model's dimensions into each rank's
+// ranges (layers, heads, feed-forward rows, vocabulary rows). Model code never decides a split: it asks the
+// weight loader for a tensor by name, and the loader applies the rule of the tensor's role.
+//
+// Tensor split (Megatron; GGUF-ARCH-FACTS F.2). A weight {in, out} is split by
+//   output rows    Q, K, V, gate, up, the output head (and the biases of these): each rank computes a slice of
+//                  the features, no communication;
+//   input columns  attention output and down: each rank multiplies its slice of the features and holds a
+//                  partial sum, which an all-reduce completes;
+//   mirrored       embeddings, norms, rope factors, biases of column-split matrices (added after the reduce).
+// Q and K/V rows go by whole KV-head groups, so attention is local to a rank: rank r holds KV heads
+// [kv.begin, kv.end) and the Q heads that read them, [kv.begin * gqa, kv.end * gqa). With --replicate-kv and
+// more ranks than KV heads, Q heads are split evenly and each rank holds a copy of the one KV head its Q heads
+// read.
+//
+// Layer split: a layer's tensors live on the rank that owns the layer; token_embd on the first rank,
+// output_norm and output on the last, rope_freqs everywhere.
+//
+// Row split (the older mode): every matrix is split by output rows over all devices (results gathered on the
+// main device); everything else lives on the main device.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "parallel/mesh.h"
+
+namespace tandem {
+
+enum class TensorRole {
+  TokenEmbd, OutputNorm, Output, RopeFreqs,
+  AttnNorm, AttnQ, AttnK, AttnV, AttnOutput, AttnQBias, AttnKBias, AttnVBias, AttnOutputBias, AttnQNorm,
+  AttnKNorm,
+  FfnNorm, FfnGate, FfnUp, FfnDown, FfnGateBias, FfnUpBias, FfnDownBias,
+};
+
+// Layer split: which ranks hold the tensor.
+enum class LayerPlacement { Everywhere, FirstRank, LastRank, LayerOwner };
+// Tensor split: how the tensor is cut (in ggml order, rows = ne[1] = output features, columns = ne[0]).
+enum class TensorCut { Mirrored, OutputRows, InputColumns };
+// Tensor split: which of the rank's ranges the cut follows, in units of that range (heads of Q / K / V width,
+// feed-forward rows, vocabulary rows). For a vector the cut is along its only dim.
+enum class CutUnit { None, QHeads, KvHeadsK, KvHeadsV, QHeadsV, FfRows, VocabRows };
+// Row split: split every matrix by rows over all devices, or keep the tensor on the main device.
+enum class RowPlacement { MainDevice, SplitRows };
+
+struct ShardRule {
+  TensorRole role;
+  const char* name;  // GGUF name; for per-layer tensors the part after "blk.N."
+  bool per_layer;
+  LayerPlacement layer;
+  TensorCut cut;
+  CutUnit unit;
+  RowPlacement row;
+};
+
+// The table, one entry per role.
+std::span<const ShardRule> shard_rules();
+const ShardRule& shard_rule(TensorRole role);
+// The rule of a GGUF tensor name ("blk.3.attn_q.weight" -> AttnQ with *layer = 3; "output.weight" -> Output
+// with *layer = -1), or null for a name no rule knows.
+const ShardRule* find_shard_rule(const std::string& name, int64_t* layer);
+
+// A half-open range [begin, end).
+struct Range {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t size() const { return end - begin; }
+  bool contains(int64_t i) const { return i >= begin && i < end; }
+  bool operator==(const Range&) const = default;
+};
+
+// The dimensions the planner needs.
+struct ShardDims {
+  int64_t n_layer = 0, n_head = 0, n_head_kv = 0, head_dim_k = 0, head_dim_v = 0, n_ff = 0, n_vocab = 0;
+  int64_t attn_output_block = 1;  // block size (elements) of attn_output's dtype: column cuts align to it
+  int64_t ffn_down_block = 1;     // block size of ffn_down's dtype
+};
+
+// What one rank holds. For SplitMode::None every range is the whole dimension.
+struct RankShard {
+  SplitMode mode = SplitMode::None;
+  int rank = 0;
+  int n_ranks = 1;
+  Range layers;                  // layer split: this rank's layers; otherwise all
+  bool first = true, last = true;  // layer split: embeds the tokens / computes the logits
+  Range q_heads, kv_heads;       // tensor split: attention heads of this rank (kv_heads may overlap between ranks
+                                 // with --replicate-kv)
+  Range ff;                      // tensor split: feed-forward rows (n_ff)
+  Range vocab;                   // tensor split: rows of the output head = logits of this rank
+
+  // Whether this rank holds (part of) the tensor of `rule` in `layer` (-1 for global tensors).
+  bool holds(const ShardRule& rule, int64_t layer) const;
+  // The element range a tensor cut by `unit` covers on this rank (heads times head_dim, rows, ...).
+  Range cut_range(CutUnit unit, const ShardDims& d) const;
+};
+
+// Splits n units over ratios.size() parts: part j ends at floor(cumulative ratio * n / granularity) *
+// granularity (the last part ends at n), so every boundary is a multiple of granularity. Parts may be empty.
+std::vector<Range> split_range(int64_t n, std::span<const double> ratios, int64_t granularity = 1);
+
+// Every rank's shard for a mesh and a model. Throws Error, before any weight is read, when the split cannot be
+// made: more tensor ranks than KV heads without --replicate-kv, a rank left without heads / rows / layers by
+// the ratios, head or feed-forward widths that cannot be cut at the weights' block size.
+std::vector<RankShard> plan_shards(const MeshSpec& mesh, const ShardDims& dims);
+
+}  // namespace tandem
