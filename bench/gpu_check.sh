@@ -12,8 +12,8 @@
 # dependencies; whether the image has it was not checked.)
 #
 # usage: bench/gpu_check.sh            (from the repository root)
-#   STAGES="info build tests kernels models bench sanitizer nographs"   stages, run in this order (default: all
-#                                                           but nographs)
+#   STAGES="info build tests kernels models bench sanitizer nographs split"   stages, run in this order (default:
+#                                                           all but nographs and split)
 #   MODELS="qwen3-0.6b qwen3-8b"                             bench model shapes
 #   TYPES="bf16 q8_0 q4_k"                                   bench model types
 #   BENCH_ARGS="-p 512 -n 128 -b 1,8,32 -r 3"                 tandem bench arguments
@@ -116,6 +116,21 @@ do_nographs() {
     echo "--- $f, TANDEM_NO_GRAPHS=1"
     TANDEM_NO_GRAPHS=1 timeout "${T_BENCH:-90}" "$BIN/tandem" bench -m "$f" -p 0 -n 64 -b 1 -r 2 -o md 2>&1 | tail -3 |
       tee -a "$OUT/bench.md"
+  done
+}
+
+# Split modes on the one GPU: the split tests (two ranks sharing cuda:0 through the copy comm), then tandem bench
+# of each split mode over cuda:0,cuda:0 against none, on the first bench model of SPLIT_TYPE (default bf16).
+do_split() {
+  timeout "${T_TESTS:-200}" "$BIN/tandem_gpu_tests" --gtest_filter='GpuSplit*:CommGpu*:GpuComm*' 2>&1 |
+    grep -E "^\[ split|OK|FAILED|PASSED|Failure|Which|error" | tail -40
+  local shape=${MODELS%% *} f args=${SPLIT_BENCH_ARGS:-"-p 512 -n 64 -b 1,8 -r 2"}
+  f="$MODEL_DIR/$shape-${SPLIT_TYPE:-bf16}.gguf"
+  [ -f "$f" ] || { echo "no $f: skip split bench"; return; }
+  for mode in none tensor layer row; do
+    [ "$SECONDS" -lt "$DEADLINE" ] || { echo "skip split $mode: past ${DEADLINE}s"; continue; }
+    echo "--- $f, --split-mode $mode"
+    timeout "${T_BENCH:-90}" "$BIN/tandem" bench -m "$f" --devices cuda:0,cuda:0 --split-mode "$mode" $args -o md 2>&1 | tee -a "$OUT/split.md"
   done
 }
 

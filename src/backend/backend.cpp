@@ -1,6 +1,8 @@
 // Device factory and cross-device copies.
 #include "backend/backend.h"
 
+#include <algorithm>
+
 #include "backend/cpu/cpu_device.h"
 
 namespace tandem {
@@ -40,6 +42,19 @@ void copy_between_devices(Stream& stream, Device& dst_dev, void* dst, Device& sr
   } else {
     dst_dev.copy_from_host(stream, dst, src, bytes);
   }
+}
+
+int enable_peer_access(std::span<Device* const> devices) {
+  std::vector<int> gpus;
+  for (Device* d : devices)
+    if (d->id().kind == DeviceKind::CUDA && std::find(gpus.begin(), gpus.end(), d->id().index) == gpus.end())
+      gpus.push_back(d->id().index);
+  if (gpus.size() < 2) return 0;
+#if defined(TANDEM_HAVE_CUDA)
+  return cuda_enable_peer_access(gpus);
+#else
+  return 0;
+#endif
 }
 
 }  // namespace tandem

@@ -24,6 +24,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <span>
+#include <vector>
 
 #include "core/tensor.h"
 
@@ -353,12 +355,19 @@ int device_count(DeviceKind kind);
 void copy_between_devices(Stream& stream, Device& dst_dev, void* dst, Device& src_dev, const void* src,
                           size_t bytes);
 
+// Lets every pair of distinct GPUs among `devices` read and write each other's memory directly where the
+// hardware allows (NVLink or PCIe peer-to-peer), so copy_to_peer and kernels on peer pointers skip the host.
+// Pairs that cannot are left alone (their peer copies are staged by the driver). CPU devices and a GPU listed
+// twice are ignored. Returns the number of directed pairs enabled.
+int enable_peer_access(std::span<Device* const> devices);
+
 // Factories of the implementations (create_device dispatches to them). The CUDA ones are defined in
 // src/backend/cuda/ and exist only when TANDEM_HAVE_CUDA is defined.
 std::unique_ptr<Device> create_cpu_device(int index, const DeviceOptions& options);
 #if defined(TANDEM_HAVE_CUDA)
 std::unique_ptr<Device> create_cuda_device(int index, const DeviceOptions& options);
 int cuda_device_count();
+int cuda_enable_peer_access(const std::vector<int>& gpus);
 #endif
 
 }  // namespace tandem

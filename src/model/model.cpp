@@ -76,6 +76,7 @@ std::shared_ptr<Model> Model::load(const std::string& path, const ModelParams& p
 
   std::vector<Device*> devs;
   for (auto& d : impl->devices) devs.push_back(d.get());
+  if (n_dev > 1) enable_peer_access(devs);  // layer hand-overs, row gathers and the copy comm use peer copies
   DecoderLoadContext ctx;
   ctx.dims = dims;
   if (mesh.mode == SplitMode::Row && n_dev > 1) {

@@ -110,10 +110,14 @@ std::vector<DeviceId> parse_device_list(const std::string& s) {
     check(!entries[i].empty(),
           "--devices: entry " + std::to_string(i + 1) + " of '" + s + "' is empty; " + kDevicesExpected);
     const DeviceId id = parse_device_entry(entries[i], s);
-    for (const DeviceId& seen : out)
-      check(!(seen == id),
-            "--devices: " + id.to_string() + " is listed twice in '" + s +
-                "'; each device may appear once (use cpu:0,cpu:1,... for several CPU devices)");
+    // A GPU may be listed twice: two ranks then share it (each its own Device, memory and streams), which is
+    // how one GPU tests a split; their collectives go through the copy comm. A CPU device has no reason to
+    // repeat, since cpu:0, cpu:1, ... are already separate devices.
+    if (id.kind == DeviceKind::CPU)
+      for (const DeviceId& seen : out)
+        check(!(seen == id),
+              "--devices: " + id.to_string() + " is listed twice in '" + s +
+                  "'; each CPU device may appear once (use cpu:0,cpu:1,... for several CPU devices)");
     out.push_back(id);
   }
   return out;

@@ -25,7 +25,7 @@ const char* split_mode_name(SplitMode mode);
 SplitMode parse_split_mode(const std::string& s);
 
 // Parses a --devices list: "cuda:0,cuda:1", "cpu:0,cpu:1,cpu:2"; "cpu" / "cuda" alone mean index 0.
-// Errors name the entry: an empty entry, an unknown kind, a bad index, a device listed twice. Does not check
+// Errors name the entry: an empty entry, an unknown kind, a bad index, a CPU device listed twice (a GPU may repeat: ranks sharing it). Does not check
 // that the devices exist (see check_devices_exist).
 std::vector<DeviceId> parse_device_list(const std::string& s);
 

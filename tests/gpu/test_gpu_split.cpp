@@ -19,11 +19,11 @@
 namespace tandem::gpu_test {
 namespace {
 
-struct Run {
+struct SplitRun {
   std::vector<std::vector<float>> logits;
 };
 
-Run run(const std::shared_ptr<Model>& model, std::vector<int32_t>* greedy) {
+SplitRun run(const std::shared_ptr<Model>& model, std::vector<int32_t>* greedy) {
   SessionParams sp;
   sp.n_ctx = 512;
   sp.n_seq_max = 2;
@@ -36,7 +36,7 @@ Run run(const std::shared_ptr<Model>& model, std::vector<int32_t>* greedy) {
   for (int i = 0; i < 150; ++i) b.add(int32_t(rng.next() % uint64_t(V)), i, 0, true);
   for (int i = 0; i < 40; ++i) b.add(int32_t(rng.next() % uint64_t(V)), i, 1, true);
   s.decode(b);
-  Run out;
+  SplitRun out;
   for (size_t i = 0; i < b.size(); ++i) out.logits.emplace_back(s.logits(i).begin(), s.logits(i).end());
   const bool record = greedy->empty();
   int32_t n0 = 150, n1 = 40;
@@ -59,7 +59,7 @@ Run run(const std::shared_ptr<Model>& model, std::vector<int32_t>* greedy) {
   return out;
 }
 
-double max_row_error(const Run& a, const Run& b) {
+double max_row_error(const SplitRun& a, const SplitRun& b) {
   double worst = 0;
   for (size_t r = 0; r < b.logits.size(); ++r) {
     double num = 0, den = 0;
@@ -89,14 +89,14 @@ TEST(GpuSplit, TwoRanksSharingOneGpuMatchTheSingleGpuRun) {
   ModelParams single;
   single.device = "cuda:0";
   std::vector<int32_t> greedy;
-  const Run ref = run(Model::load(path.string(), single), &greedy);
+  const SplitRun ref = run(Model::load(path.string(), single), &greedy);
   for (const char* mode : {"tensor", "layer", "row"}) {
     ModelParams mp;
     mp.devices = "cuda:0,cuda:0";
     mp.split_mode = mode;
     auto model = Model::load(path.string(), mp);
     ASSERT_EQ(model->info().split_mode, mode);
-    const Run split = run(model, &greedy);
+    const SplitRun split = run(model, &greedy);
     const double err = max_row_error(split, ref);
     std::printf("[ split ] %s over cuda:0,cuda:0: max row error %.3g over %zu logits rows\n", mode, err,
                 ref.logits.size());

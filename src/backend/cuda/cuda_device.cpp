@@ -24,6 +24,26 @@ int cuda_device_count() {
   return n;
 }
 
+int cuda_enable_peer_access(const std::vector<int>& gpus) {
+  int enabled = 0;
+  for (int a : gpus)
+    for (int b : gpus) {
+      if (a == b) continue;
+      int can = 0;
+      TANDEM_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, a, b));
+      if (!can) continue;
+      cuda::DeviceGuard g(a);
+      const cudaError_t e = cudaDeviceEnablePeerAccess(b, 0);
+      if (e == cudaErrorPeerAccessAlreadyEnabled) {
+        cudaGetLastError();  // enabled before (another model in this process): not an error
+      } else {
+        TANDEM_CUDA_CHECK(e);
+      }
+      ++enabled;
+    }
+  return enabled;
+}
+
 namespace cuda {
 namespace {
 
