@@ -393,12 +393,31 @@ void Session::Impl::run_chunk(const Batch& batch, size_t r0, size_t r1, size_t o
     return;
   }
 
+  // Decode-sized chunks of token rows run as recorded CUDA graphs (Device::run_recorded), one per (session,
+  // rows, logit rows) and rank: every pointer is fixed, and max_seq_len is the session's capacity so that the
+  // recorded attention launch covers any length. CPU devices run the forward directly; so do a row split (its
+  // matmuls span several devices' streams) and a tensor split (its collectives meet on the host).
+  const bool record = ranks.front()->device.id().kind != DeviceKind::CPU && mode != SplitMode::Row && T <= 64 &&
+                      tap_layers.empty() && !batch.tokens.empty();
+  static std::atomic<uint64_t> next_session_id{1};  // keys never repeat, also after a session is destroyed
+  if (record && graph_session_id == 0) graph_session_id = next_session_id++;
+  const uint64_t graph_key = (graph_session_id << 32) | (uint64_t(T) << 16) | (uint64_t(n_out) << 1) |
+                             uint64_t(size_t(n_out) == size_t(T));
+  auto forward = [&](RankState& r, const ForwardInputs& in) {
+    auto body = [&](Stream& st) { r.decoder.forward(st, r.ops, in, r.storage->layers(), *r.scratch); };
+    if (record) {
+      r.device.run_recorded(r.stream, graph_key, body);
+    } else {
+      body(r.stream);
+    }
+  };
+
   if (ranks.size() > 1) {  // layer split: rank after rank, the hidden state handed over at each boundary
     std::lock_guard<std::mutex> lock(m.run_mutex);
     for (size_t k = 0; k < ranks.size(); ++k) {
       RankState& r = *ranks[k];
       Tensor tokens, embeddings;
-      ForwardInputs in = prepare(r, batch, r0, r1, max_len, false, tokens, embeddings, true);
+      ForwardInputs in = prepare(r, batch, r0, r1, max_len, record, tokens, embeddings, true);
       if (k > 0) {
         RankState& prev = *ranks[k - 1];
         const Tensor src = prev.decoder.hidden_state(*prev.scratch, T);
@@ -407,7 +426,7 @@ void Session::Impl::run_chunk(const Batch& batch, size_t r0, size_t r1, size_t o
         prev.done->record(prev.stream);
         prev.done->wait(r.stream);
       }
-      r.decoder.forward(r.stream, r.ops, in, r.storage->layers(), *r.scratch);
+      forward(r, in);
     }
     RankState& last = *ranks.back();
     fetch_logits(last, out0, n_out);
@@ -415,26 +434,14 @@ void Session::Impl::run_chunk(const Batch& batch, size_t r0, size_t r1, size_t o
     return;
   }
 
-  // One rank (unsplit, or split by rows). Decode-sized chunks of token rows run as a recorded CUDA graph
-  // (Device::run_recorded), one per (session, rows, logit rows): every pointer is fixed, and max_seq_len is
-  // the session's capacity so that the recorded attention launch covers any length. The CPU device runs the
-  // forward directly; so does a row split (its matmuls span several devices' streams).
+  // One rank (unsplit, or split by rows).
   RankState& r = *ranks.front();
-  const bool record = r.device.id().kind != DeviceKind::CPU && mode != SplitMode::Row && T <= 64 &&
-                      tap_layers.empty() && !batch.tokens.empty();
   Tensor tokens, embeddings;
   ForwardInputs in = prepare(r, batch, r0, r1, max_len, record, tokens, embeddings, true);
-  auto forward = [&](Stream& st) { r.decoder.forward(st, r.ops, in, r.storage->layers(), *r.scratch); };
-  if (record) {
-    static std::atomic<uint64_t> next_session_id{1};  // keys never repeat, also after a session is destroyed
-    if (graph_session_id == 0) graph_session_id = next_session_id++;
-    const uint64_t key =
-        (graph_session_id << 32) | (uint64_t(T) << 16) | (uint64_t(n_out) << 1) | uint64_t(in.out_rows_all);
-    r.device.run_recorded(r.stream, key, forward);
-  } else {
+  {
     std::unique_lock<std::mutex> lock(m.run_mutex, std::defer_lock);
-    if (mode == SplitMode::Row) lock.lock();
-    forward(r.stream);
+    if (mode == SplitMode::Row) lock.lock();  // the row slices' scratch is the model's, shared by sessions
+    forward(r, in);
   }
   fetch_logits(r, out0, n_out);
   r.stream.synchronize();

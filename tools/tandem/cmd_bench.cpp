@@ -38,6 +38,7 @@
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -538,7 +539,10 @@ void run_bench(const BenchArgs& a) {
   const double rate_one = a.tflops > 0 ? a.tflops * 1e12 : gpu ? 797e12 : measure_cpu_matmul_rate(*dev);
   // GPUs of a tensor or row split work at the same time (see the top of this file).
   const bool concurrent = gpu && (mesh.mode == SplitMode::Tensor || mesh.mode == SplitMode::Row);
-  const int limit_devices = concurrent ? int(mesh.n_ranks()) : 1;
+  // Distinct GPUs only: ranks that share one GPU (cuda:0,cuda:0) share its bandwidth and its matmul rate.
+  std::set<int> gpus;
+  for (const DeviceId& d : mesh.devices) gpus.insert(d.index);
+  const int limit_devices = concurrent ? int(gpus.size()) : 1;
   const double bw = bw_one * limit_devices, rate = rate_one * limit_devices;
   const std::string rate_src = a.tflops > 0 ? "given" : gpu ? "H200 bf16, issue 5" : "measured f32 matmul";
 
