@@ -2,8 +2,8 @@
 // tools/tandem/split_options.h) end to end on bad input: an unknown device, malformed ratios, a wrong ratio
 // count, a missing device, an unknown split mode. Each must exit non-zero with one "error: ..." line that
 // names the flag and the value, and must fail before the model is read (a path that does not exist shows it:
-// the error is about the flag, not the file). Whether the split itself runs is tested with the model code,
-// not here.
+// the error is about the flag, not the file). That the splits give the single-device logits is tested with
+// the model code (tests/test_split.cpp); here the commands run them end to end on the shipped model.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -105,6 +105,43 @@ TEST(SplitCli, BenchReportsSplitModeAndDevices) {
   ASSERT_EQ(j["devices"].size(), 1u) << js.out;
   EXPECT_EQ(j["devices"][0].get<std::string>().rfind("cpu:1", 0), 0u) << js.out;
   EXPECT_EQ(j["device"].get<std::string>().rfind("cpu:1", 0), 0u) << js.out;
+}
+
+// generate on the shipped model (8 layers, 4 KV heads) continues a text prompt with the same greedy text in
+// every split mode over 2 and 4 CPU ranks.
+TEST(SplitCli, GenerateGivesTheSameTextInEverySplitMode) {
+  const std::string shipped = std::string(TANDEM_SOURCE_DIR) + "/models/tandem-small-q8_0.gguf";
+  const std::string gen =
+      "generate -m '" + shipped + "' -p 'The capital of France is' -n 12 --temp 0 --ignore-eos -t 2 ";
+  const test::CommandResult single = run_tandem(gen, test::Stderr::Discard);
+  ASSERT_EQ(single.exit_code, 0) << single.out;
+  ASSERT_GT(single.out.size(), 10u) << single.out;
+  for (const char* devices : {"cpu:0,cpu:1", "cpu:0,cpu:1,cpu:2,cpu:3"})
+    for (const char* mode : {"layer", "row", "tensor"}) {
+      const std::string flags = std::string("--devices ") + devices + " --split-mode " + mode;
+      const test::CommandResult r = run_tandem(gen + flags, test::Stderr::Discard);
+      EXPECT_EQ(r.exit_code, 0) << flags << "\n" << r.out;
+      EXPECT_EQ(r.out, single.out) << flags;
+    }
+}
+
+// A split bench names the mode, the ratios and every device, in the table header and in JSON.
+TEST(SplitCli, BenchReportsATensorSplit) {
+  const std::string run = "bench -m '" + kModel + "' -p 4 -n 2 -b 1 -r 1 --bw 10 --tflops 1 -t 1 " +
+                          "--devices cpu:0,cpu:1 --split-mode tensor --tensor-split 3,1 ";
+  const test::CommandResult md = run_tandem(run);
+  ASSERT_EQ(md.exit_code, 0) << md.out;
+  EXPECT_NE(md.out.find("\nsplit: tensor over cpu:0,cpu:1 (ratios 0.75,0.25)\n"), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("\ndevices: cpu:0 "), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("; cpu:1 "), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("| tg2 | 1 |"), std::string::npos) << md.out;
+
+  const test::CommandResult js = run_tandem(run + "-o json", test::Stderr::Discard);
+  ASSERT_EQ(js.exit_code, 0) << js.out;
+  const auto j = nlohmann::json::parse(js.out.substr(js.out.find('{')));
+  EXPECT_EQ(j["split_mode"], "tensor");
+  ASSERT_EQ(j["devices"].size(), 2u) << js.out;
+  EXPECT_EQ(j["devices"][1].get<std::string>().rfind("cpu:1", 0), 0u) << js.out;
 }
 
 TEST(SplitCli, HelpListsTheSplitFlags) {
