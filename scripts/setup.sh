@@ -4,7 +4,7 @@
 # builds its CPU backend only.
 set -euo pipefail
 packages=(cmake ninja-build g++ pkg-config git python3 libgtest-dev libcli11-dev nlohmann-json3-dev libpcre2-dev
-  libcpp-httplib-dev clang libclang-rt-14-dev)
+  libcpp-httplib-dev clang libclang-rt-14-dev openmpi-bin libopenmpi-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

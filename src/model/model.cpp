@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "model/model_impl.h"
+#include "parallel/process_world.h"
 
 namespace tandem {
 
@@ -64,22 +65,51 @@ std::shared_ptr<Model> Model::load(const std::string& path, const ModelParams& p
   const ShardDims dims = shard_dims(f, hp);
   plan_shards(mesh, dims);  // every split error, before devices are created or weights read
 
+  // Started by mpirun as one of several processes: this process is one rank of the split (process_world.h).
+  const bool across_processes = launcher_world().size > 1 && mesh.mode != SplitMode::None && mesh.n_ranks() > 1;
+  int process_rank = 0;
+  if (across_processes) {
+    check(mesh.mode == SplitMode::Tensor,
+          std::string("--split-mode ") + split_mode_name(mesh.mode) +
+              ": ranks in separate processes (mpirun) are implemented for --split-mode tensor only; run layer "
+              "and row splits in one process");
+    const ProcessWorld& world = process_world();
+    check(int(mesh.n_ranks()) == world.size,
+          "--devices lists " + std::to_string(mesh.n_ranks()) + " devices, but mpirun started " +
+              std::to_string(world.size) + " processes: give one device per process");
+    process_rank = world.rank;
+  }
+
   // Devices. CPU "devices" share the machine's cores: each gets an equal part unless told otherwise.
   const size_t n_dev = mesh.n_ranks();
   DeviceOptions options;
   options.n_threads = params.n_threads;
   if (options.n_threads == 0 && n_dev > 1 && mesh.devices[0].kind == DeviceKind::CPU)
     options.n_threads = int(std::max<size_t>(1, std::max(1u, std::thread::hardware_concurrency()) / n_dev));
-  for (const DeviceId& id : mesh.devices) impl->devices.push_back(create_device(id, options));
-  ratios_by_free_memory(mesh, impl->devices);
+  if (across_processes) {
+    impl->devices.push_back(create_device(mesh.devices[size_t(process_rank)], options));
+  } else {
+    for (const DeviceId& id : mesh.devices) impl->devices.push_back(create_device(id, options));
+    ratios_by_free_memory(mesh, impl->devices);
+  }
   const std::vector<RankShard> shards = plan_shards(mesh, dims);
+  impl->shards = shards;
 
   std::vector<Device*> devs;
   for (auto& d : impl->devices) devs.push_back(d.get());
-  if (n_dev > 1) enable_peer_access(devs);  // layer hand-overs, row gathers and the copy comm use peer copies
+  if (devs.size() > 1) enable_peer_access(devs);  // layer hand-overs, row gathers and the copy comm use peer copies
   DecoderLoadContext ctx;
   ctx.dims = dims;
-  if (mesh.mode == SplitMode::Row && n_dev > 1) {
+  if (across_processes) {
+    Device& d = *impl->devices.front();
+    impl->comm = create_process_comm(d);
+    impl->process_rank = process_rank;
+    ctx.comm = impl->comm.get();
+    ctx.device = d.id();
+    ctx.shard = shards[size_t(process_rank)];
+    impl->decoders.push_back(load_decoder_model(f, hp, ctx));
+    impl->ranks.push_back({&d, &d.ops(), impl->decoders.back().get()});
+  } else if (mesh.mode == SplitMode::Row && n_dev > 1) {
     const size_t main = size_t(mesh.main_device);
     impl->row_split = std::make_unique<RowSplitWeights>(devs, mesh.main_device, mesh.ratios);
     ctx.device = mesh.devices[main];
@@ -129,7 +159,14 @@ std::shared_ptr<Model> Model::load(const std::string& path, const ModelParams& p
   }
   info.device = impl->main_device().name();
   info.split_mode = split_mode_name(mesh.mode);
-  for (auto& d : impl->devices) info.devices.push_back(d->name());
+  if (across_processes) {
+    for (size_t r = 0; r < n_dev; ++r)
+      info.devices.push_back(int(r) == process_rank ? impl->devices.front()->name()
+                                                     : mesh.devices[r].to_string() + " (process " +
+                                                           std::to_string(r) + ")");
+  } else {
+    for (auto& d : impl->devices) info.devices.push_back(d->name());
+  }
   impl->mesh = std::move(mesh);
   return std::shared_ptr<Model>(new Model(std::move(impl)));
 }

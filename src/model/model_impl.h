@@ -34,6 +34,10 @@ struct Model::Impl {
   std::vector<std::unique_ptr<DecoderModel>> decoders;
   std::vector<ModelRank> ranks;  // layer / tensor: one per device; none / row: one, on the main device
   std::unique_ptr<RankThreads> rank_threads;  // tensor split: one host thread per rank
+  std::vector<RankShard> shards;              // every rank's part, rank order (also ranks of other processes)
+  // Tensor split over processes (mpirun, process_world.h): this process holds rank process_rank alone, and
+  // `ranks` has that one entry. -1: every rank of the mesh is in this process.
+  int process_rank = -1;
   // A split model runs one forward at a time (its comm and threads serve one step); sessions take this lock.
   std::mutex run_mutex;
   ModelInfo info;

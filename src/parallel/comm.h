@@ -19,6 +19,7 @@
 // (((x_0 + x_1) + x_2) + ...) for cpu and copy, so ranks that start from equal inputs stay bit-identical.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <memory>
 #include <span>
@@ -70,6 +71,13 @@ std::unique_ptr<Comm> create_cpu_comm(std::span<Device* const> devices);
 std::unique_ptr<Comm> create_copy_comm(std::span<Device* const> devices);
 #if defined(TANDEM_HAVE_NCCL)
 std::unique_ptr<Comm> create_nccl_comm(std::span<Device* const> devices);
+// For ranks in separate processes (process_world.h): rank 0 makes the id, every process receives it and
+// creates its one rank of an n_ranks communicator on `device`.
+struct NcclUniqueId {
+  std::array<char, 128> bytes{};
+};
+NcclUniqueId nccl_unique_id();
+std::unique_ptr<Comm> create_nccl_rank_comm(Device& device, int rank, int n_ranks, const NcclUniqueId& id);
 #endif
 
 }  // namespace tandem

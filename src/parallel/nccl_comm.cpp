@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -21,7 +22,9 @@ namespace {
 
 class NcclComm final : public Comm {
  public:
-  explicit NcclComm(std::span<Device* const> devices) : devices_(devices.begin(), devices.end()) {
+  // In-process: every rank of the communicator is a device of this process (ranks 0 .. devices.size() - 1).
+  explicit NcclComm(std::span<Device* const> devices)
+      : devices_(devices.begin(), devices.end()), n_ranks_(int(devices.size())) {
     std::vector<int> indices;
     for (Device* d : devices_) indices.push_back(d->id().index);
     for (Device* d : devices_) barrier_word_.push_back(d->allocate(sizeof(float)));
@@ -32,6 +35,21 @@ class NcclComm final : public Comm {
                   " GPUs failed: " + ncclGetErrorString(rc));
   }
 
+  // One rank of a communicator whose other ranks live in other processes.
+  NcclComm(Device& device, int rank, int n_ranks, const NcclUniqueId& id)
+      : devices_{&device}, first_rank_(rank), n_ranks_(n_ranks) {
+    static_assert(sizeof(ncclUniqueId) == sizeof(NcclUniqueId::bytes), "NCCL's unique id is 128 bytes");
+    ncclUniqueId uid;
+    std::memcpy(&uid, id.bytes.data(), sizeof(uid));
+    barrier_word_.push_back(device.allocate(sizeof(float)));
+    comms_.resize(1, nullptr);
+    cuda::DeviceGuard guard(device.id().index);
+    const ncclResult_t rc = ncclCommInitRank(&comms_[0], n_ranks, uid, rank);
+    if (rc != ncclSuccess)
+      throw Error(std::string("NCCL: joining the communicator as rank ") + std::to_string(rank) + " of " +
+                  std::to_string(n_ranks) + " failed: " + ncclGetErrorString(rc));
+  }
+
   ~NcclComm() override {
     std::lock_guard<std::mutex> lock(abort_mutex_);
     if (aborted_) return;  // ncclCommAbort freed them
@@ -40,7 +58,7 @@ class NcclComm final : public Comm {
   }
 
   const char* kind() const override { return "nccl"; }
-  int n_ranks() const override { return int(devices_.size()); }
+  int n_ranks() const override { return n_ranks_; }
   void reserve(size_t bytes) override { reserved_ = std::max(reserved_, bytes); }
 
   void all_reduce_sum(int rank, Stream& stream, const Tensor& x) override {
@@ -85,7 +103,7 @@ class NcclComm final : public Comm {
   void barrier(int rank, Stream& stream) override {
     cudaStream_t s = begin("barrier", rank, stream, 0);
     cuda::DeviceGuard guard(device_id(rank).index);
-    void* word = barrier_word_[size_t(rank)].data();
+    void* word = barrier_word_[local(rank)].data();
     check_nccl("barrier", rank, ncclAllReduce(word, word, 1, ncclFloat, ncclSum, comm(rank), s));
   }
 
@@ -99,12 +117,16 @@ class NcclComm final : public Comm {
   }
 
  private:
-  DeviceId device_id(int rank) const { return devices_[size_t(rank)]->id(); }
-  ncclComm_t comm(int rank) const { return comms_[size_t(rank)]; }
+  // Ranks held by this process are first_rank_ .. first_rank_ + devices_.size() - 1.
+  size_t local(int rank) const { return size_t(rank - first_rank_); }
+  DeviceId device_id(int rank) const { return devices_[local(rank)]->id(); }
+  ncclComm_t comm(int rank) const { return comms_[local(rank)]; }
 
   // Checks shared by every collective; returns the rank's cudaStream_t.
   cudaStream_t begin(const char* op, int rank, Stream& stream, size_t bytes) {
     fail_if(parallel::check_comm_rank(op, rank, n_ranks()));
+    if (rank < first_rank_ || local(rank) >= devices_.size())
+      fail(std::string(op) + ": rank " + std::to_string(rank) + " is not held by this process");
     if (aborted_.load())
       throw Error(
           "collective communication was aborted (another rank failed); this comm cannot be used again");
@@ -132,7 +154,9 @@ class NcclComm final : public Comm {
          " failed: " + ncclGetErrorString(rc) + detail);
   }
 
-  std::vector<Device*> devices_;
+  std::vector<Device*> devices_;  // this process's ranks
+  int first_rank_ = 0;
+  int n_ranks_ = 0;  // in the whole communicator
   std::vector<ncclComm_t> comms_;
   std::vector<Buffer> barrier_word_;  // one float per rank for barrier()
   size_t reserved_ = 0;
@@ -157,6 +181,22 @@ std::unique_ptr<Comm> create_nccl_comm(std::span<Device* const> devices) {
     seen.push_back(id.index);
   }
   return std::make_unique<NcclComm>(devices);
+}
+
+NcclUniqueId nccl_unique_id() {
+  ncclUniqueId uid;
+  const ncclResult_t rc = ncclGetUniqueId(&uid);
+  if (rc != ncclSuccess) throw Error(std::string("NCCL: ncclGetUniqueId failed: ") + ncclGetErrorString(rc));
+  NcclUniqueId id;
+  std::memcpy(id.bytes.data(), &uid, sizeof(uid));
+  return id;
+}
+
+std::unique_ptr<Comm> create_nccl_rank_comm(Device& device, int rank, int n_ranks, const NcclUniqueId& id) {
+  check(device.id().kind == DeviceKind::CUDA, "nccl comm: " + device.id().to_string() + " is not a CUDA device");
+  check(n_ranks >= 1 && rank >= 0 && rank < n_ranks,
+        "nccl comm: rank " + std::to_string(rank) + " of " + std::to_string(n_ranks) + " is out of range");
+  return std::make_unique<NcclComm>(device, rank, n_ranks, id);
 }
 
 }  // namespace tandem

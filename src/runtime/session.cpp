@@ -55,6 +55,7 @@ struct RankState {
   // Per-step inputs on the device: fixed addresses, rewritten every step.
   DeviceArray d_tokens, d_positions, d_slots, d_seq_slot, d_out_rows, d_seq_lens, d_block_tables;
   Buffer d_logits_buf;      // {this rank's vocabulary rows, n_logits_max}
+  Buffer d_gather_buf;      // ranks in separate processes: every rank's d_logits_buf, rank after rank
   Buffer d_embeddings_buf;  // allocated on the first embedding batch
   std::unique_ptr<Event> done;  // layer split: the next rank's stream waits for this rank's output
 
@@ -119,6 +120,14 @@ struct Session::Impl {
                         Tensor& tokens, Tensor& embeddings, bool with_taps);
   // Copies rank r's logits (its vocabulary rows) of n_out rows into logits at row out0.
   void fetch_logits(RankState& r, size_t out0, int64_t n_out);
+  // Ranks in separate processes: gathers the other processes' vocabulary rows into logits at row out0.
+  void gather_process_logits(RankState& r, size_t out0, int64_t n_out);
+  // The most vocabulary rows any rank holds (the size of each rank's slot in d_gather_buf, per logit row).
+  int64_t max_vocab_rows() const {
+    int64_t n = 1;
+    for (const RankShard& sh : m.shards) n = std::max(n, sh.vocab.size());
+    return n;
+  }
 };
 
 Session::Session(std::shared_ptr<Model> model, const SessionParams& params) {
@@ -155,9 +164,16 @@ Session::Session(std::shared_ptr<Model> model, const SessionParams& params) {
     r->d_out_rows.allocate(dev, DType::I32, p.n_logits_max);
     r->d_seq_lens.allocate(dev, DType::I32, p.n_seq_max);
     r->d_block_tables.allocate(dev, DType::I32, int64_t(s.max_blocks_per_seq) * p.n_seq_max);
-    if (r->decoder.shard().last)
+    if (s.m.process_rank >= 0) {
+      // Every process sends a slot of the same size in the all-gather of the logits.
+      const size_t slot_bytes = size_t(s.max_vocab_rows()) * size_t(p.n_logits_max) * sizeof(float);
+      r->d_logits_buf = dev.allocate(slot_bytes);
+      r->d_gather_buf = dev.allocate(slot_bytes * s.m.shards.size());
+      s.m.comm->reserve(slot_bytes);
+    } else if (r->decoder.shard().last) {
       r->d_logits_buf = dev.allocate(size_t(std::max<int64_t>(r->decoder.shard().vocab.size(), 1)) *
                                      size_t(p.n_logits_max) * sizeof(float));
+    }
     r->done = dev.create_event();
     s.ranks.push_back(std::move(r));
   }
@@ -353,6 +369,24 @@ void Session::Impl::fetch_logits(RankState& r, size_t out0, int64_t n_out) {
   }
 }
 
+void Session::Impl::gather_process_logits(RankState& r, size_t out0, int64_t n_out) {
+  if (n_out == 0) return;  // every process decodes the same batch, so all skip or all gather
+  const size_t slot = size_t(max_vocab_rows()) * size_t(n_out);  // floats per rank
+  const DeviceId dev = r.device.id();
+  const Tensor send = Tensor::contiguous(DType::F32, {int64_t(slot)}, r.d_logits_buf.data(), dev);
+  const Tensor recv =
+      Tensor::contiguous(DType::F32, {int64_t(slot * m.shards.size())}, r.d_gather_buf.data(), dev);
+  m.comm->all_gather(m.process_rank, r.stream, send, recv);
+  for (size_t q = 0; q < m.shards.size(); ++q) {
+    if (int(q) == m.process_rank) continue;  // fetch_logits copied this process's rows
+    const Range v = m.shards[q].vocab;
+    r.device.copy_2d(r.stream, logits.data() + out0 * size_t(n_vocab) + size_t(v.begin),
+                     size_t(n_vocab) * sizeof(float), static_cast<const float*>(recv.data) + q * slot,
+                     size_t(v.size()) * sizeof(float), size_t(v.size()) * sizeof(float), size_t(n_out),
+                     CopyKind::DeviceToHost);
+  }
+}
+
 void Session::Impl::run_chunk(const Batch& batch, size_t r0, size_t r1, size_t out0) {
   const int64_t T = int64_t(r1 - r0);
   h_out_rows.clear();
@@ -397,8 +431,10 @@ void Session::Impl::run_chunk(const Batch& batch, size_t r0, size_t r1, size_t o
   // rows, logit rows) and rank: every pointer is fixed, and max_seq_len is the session's capacity so that the
   // recorded attention launch covers any length. CPU devices run the forward directly; so do a row split (its
   // matmuls span several devices' streams) and a tensor split (its collectives meet on the host).
+  // (A tensor split over processes could record NCCL's collectives too; it has not run on GPUs yet, so it
+  // does not.)
   const bool record = ranks.front()->device.id().kind != DeviceKind::CPU && mode != SplitMode::Row && T <= 64 &&
-                      tap_layers.empty() && !batch.tokens.empty();
+                      tap_layers.empty() && !batch.tokens.empty() && m.process_rank < 0;
   static std::atomic<uint64_t> next_session_id{1};  // keys never repeat, also after a session is destroyed
   if (record && graph_session_id == 0) graph_session_id = next_session_id++;
   const uint64_t graph_key = (graph_session_id << 32) | (uint64_t(T) << 16) | (uint64_t(n_out) << 1) |
@@ -434,7 +470,7 @@ void Session::Impl::run_chunk(const Batch& batch, size_t r0, size_t r1, size_t o
     return;
   }
 
-  // One rank (unsplit, or split by rows).
+  // One rank (unsplit, split by rows, or this process's rank of a tensor split over processes).
   RankState& r = *ranks.front();
   Tensor tokens, embeddings;
   ForwardInputs in = prepare(r, batch, r0, r1, max_len, record, tokens, embeddings, true);
@@ -444,6 +480,7 @@ void Session::Impl::run_chunk(const Batch& batch, size_t r0, size_t r1, size_t o
     forward(r, in);
   }
   fetch_logits(r, out0, n_out);
+  if (m.process_rank >= 0) gather_process_logits(r, out0, n_out);
   r.stream.synchronize();
 }
 

@@ -4,8 +4,28 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "parallel/process_world.h"
+
+namespace {
+
+// Under mpirun every process runs the same command (process_world.h) and computes the same output: rank 0
+// prints it. The others keep stderr, so an error on any rank is seen.
+void quiet_unless_first_process() {
+  if (tandem::launcher_world().rank > 0 && std::freopen("/dev/null", "w", stdout) == nullptr)
+    std::fprintf(stderr, "tandem: warning: could not silence stdout of this process\n");
+}
+
+// An error on one process of an MPI job ends the job: the other processes would wait in a collective forever.
+int fail(const char* what) {
+  std::fprintf(stderr, "error: %s\n", what);
+  tandem::abort_process_world(1);
+  return 1;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
+  quiet_unless_first_process();
   CLI::App app{"tandem: run large language models from GGUF files on the CPU and NVIDIA GPUs"};
   app.option_defaults()->always_capture_default();
   app.set_version_flag("--version", std::string("tandem ") + TANDEM_VERSION + " (" + TANDEM_GIT_COMMIT + ")");
@@ -24,11 +44,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const tandem::Error& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
+    return fail(e.what());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
+    return fail(e.what());
   }
   return 0;
 }
