@@ -9,6 +9,8 @@
 //   copy  a copy-and-add fallback written only against Device / Ops / Event (peer copies and Ops::add), for
 //         CUDA ranks when NCCL is absent or cannot be used (two ranks sharing one GPU); slower, so creating it
 //         for CUDA devices prints one warning.
+// Ranks in separate processes (mpirun) use the same interface with one rank per process: MPI collectives for
+// CPU ranks, NCCL bootstrapped over MPI for GPU ranks (process_world.h, mpi_comm.cpp).
 //
 // Calling convention: every rank's host thread calls the same collectives in the same order, passing its own
 // rank index and a stream of its own device. Tensors are contiguous, on the rank's device, and have the same
