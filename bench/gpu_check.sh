@@ -5,11 +5,12 @@
 #
 # The GPU image has CMake, ninja, nvcc 13.0, nlohmann-json, CLI11 and GoogleTest headers but no PCRE2 development
 # files (seen 2025-12-02), so `cmake` fails there: build here with CUDA on (sm_90) and carry the two binaries:
-#   cmake -S . -B build-cuda -G Ninja -DTANDEM_CUDA=ON -DTANDEM_NCCL=OFF && cmake --build build-cuda -j2 \
+#   cmake -S . -B build-cuda -G Ninja -DTANDEM_CUDA=ON -DTANDEM_NCCL=OFF -DTANDEM_MPI=OFF && cmake --build build-cuda -j2 \
 #     --target tandem_cli tandem_gpu_tests && mkdir -p gpu-bin && cp build-cuda/bin/tandem \
 #     build-cuda/tests/tandem_gpu_tests gpu-bin/ && strip gpu-bin/*        (gpu-bin/ is git-ignored locally)
 # then pass carry=["gpu-bin"] to the run tool. (-DTANDEM_NCCL=OFF keeps libnccl.so out of the binary's
-# dependencies; whether the image has it was not checked.)
+# dependencies; the image does have libnccl.so.2: on 2026-12-03 binaries built with NCCL ran there.
+# -DTANDEM_MPI=OFF keeps libmpi.so out; whether the image has MPI was not checked.)
 #
 # usage: bench/gpu_check.sh            (from the repository root)
 #   STAGES="info build tests kernels models bench sanitizer nographs split"   stages, run in this order (default:
