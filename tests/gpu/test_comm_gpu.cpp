@@ -210,6 +210,19 @@ TEST(CommGpu, NcclOneRank) {
   check_collectives(*comm, g, /*exact=*/true);
 }
 
+// The comm a process of an MPI job creates for its one rank (ncclCommInitRank from a unique id that rank 0
+// broadcasts), here as the only process: the collectives, and a call for a rank this process does not hold.
+TEST(CommGpu, NcclRankCommOfASingleProcess) {
+  TANDEM_REQUIRE_GPU();
+  GpuRanks g({0});
+  auto comm = create_nccl_rank_comm(g.dev(0), 0, 1, nccl_unique_id());
+  EXPECT_STREQ(comm->kind(), "nccl");
+  EXPECT_EQ(comm->n_ranks(), 1);
+  check_collectives(*comm, g, /*exact=*/true);
+  EXPECT_THROW(comm->barrier(1, g.dev(0).default_stream()), Error);
+  EXPECT_THROW(create_nccl_rank_comm(g.dev(0), 1, 1, nccl_unique_id()), Error);
+}
+
 TEST(CommGpu, NcclAcrossAllGpus) {
   TANDEM_REQUIRE_GPU();
   if (device_count(DeviceKind::CUDA) < 2) GTEST_SKIP() << "needs 2 GPUs";
