@@ -37,6 +37,14 @@ std::string check_comm_reserved(const char* op, size_t bytes, size_t reserved) {
          std::to_string(reserved) + " (call Comm::reserve with the largest size before the first collective)";
 }
 
+std::string check_comm_gather(const char* op, int rank, const Tensor& send, const Tensor& recv, int n_ranks) {
+  const size_t bytes = send.nbytes();
+  if (recv.type == send.type && recv.nbytes() == bytes * size_t(n_ranks)) return {};
+  return std::string(op) + " on rank " + std::to_string(rank) + ": recv must hold n_ranks (" +
+         std::to_string(n_ranks) + ") times send's " + std::to_string(bytes) + " bytes of " +
+         dtype_name(send.type) + ", got " + std::to_string(recv.nbytes()) + " bytes of " + dtype_name(recv.type);
+}
+
 std::string check_comm_rank(const char* op, int rank, int n_ranks) {
   if (rank >= 0 && rank < n_ranks) return {};
   return std::string(op) + ": rank " + std::to_string(rank) + " is out of range (this comm has " +

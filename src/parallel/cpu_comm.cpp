@@ -65,11 +65,7 @@ class CpuComm final : public Comm {
     RankCall call = begin(op, rank, stream, send.type, bytes);
     if (call.error.empty()) call.error = parallel::check_comm_tensor(op, rank, "send", send, device_id(rank));
     if (call.error.empty()) call.error = parallel::check_comm_tensor(op, rank, "recv", recv, device_id(rank));
-    if (call.error.empty() && (recv.type != send.type || recv.nbytes() != bytes * size_t(n_ranks())))
-      call.error = std::string(op) + " on rank " + std::to_string(rank) + ": recv must hold n_ranks (" +
-                   std::to_string(n_ranks()) + ") times send's " + std::to_string(bytes) + " bytes of " +
-                   dtype_name(send.type) + ", got " + std::to_string(recv.nbytes()) + " bytes of " +
-                   dtype_name(recv.type);
+    if (call.error.empty()) call.error = parallel::check_comm_gather(op, rank, send, recv, n_ranks());
     call.ptr = recv.data;
     call.ptr2 = send.data;
     const std::vector<RankCall>& posts = board_.enter(rank, call);

@@ -64,9 +64,7 @@ class MpiCpuComm final : public Comm {
     begin(op, rank, stream, 0);
     check_arg(parallel::check_comm_tensor(op, rank, "send", send, device_.id()));
     check_arg(parallel::check_comm_tensor(op, rank, "recv", recv, device_.id()));
-    check(recv.nbytes() == bytes * size_t(size_),
-          std::string(op) + ": recv must hold n_ranks (" + std::to_string(size_) + ") times send's " +
-              std::to_string(bytes) + " bytes, got " + std::to_string(recv.nbytes()));
+    check_arg(parallel::check_comm_gather(op, rank, send, recv, size_));
     check_mpi(op, MPI_Allgather(send.data, mpi_count(op, bytes), MPI_BYTE, recv.data, mpi_count(op, bytes),
                                 MPI_BYTE, MPI_COMM_WORLD));
   }

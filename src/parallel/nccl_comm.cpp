@@ -79,11 +79,7 @@ class NcclComm final : public Comm {
     cudaStream_t s = begin(op, rank, stream, bytes);
     fail_if(parallel::check_comm_tensor(op, rank, "send", send, device_id(rank)));
     fail_if(parallel::check_comm_tensor(op, rank, "recv", recv, device_id(rank)));
-    if (recv.type != send.type || recv.nbytes() != bytes * size_t(n_ranks()))
-      fail(std::string(op) + " on rank " + std::to_string(rank) + ": recv must hold n_ranks (" +
-           std::to_string(n_ranks()) + ") times send's " + std::to_string(bytes) + " bytes of " +
-           dtype_name(send.type) + ", got " + std::to_string(recv.nbytes()) + " bytes of " +
-           dtype_name(recv.type));
+    fail_if(parallel::check_comm_gather(op, rank, send, recv, n_ranks()));
     cuda::DeviceGuard guard(device_id(rank).index);
     check_nccl(op, rank, ncclAllGather(send.data, recv.data, bytes, ncclUint8, comm(rank), s));
   }
