@@ -1,6 +1,7 @@
 // One model over several CPU "devices" (cpu:0, cpu:1, ... in one process): every split mode (layer, row,
 // tensor) over 2, 3 and 4 ranks, for qwen3 and llama random models, must give the logits of the single-device
-// run within 1e-5 relative (f32) and the same greedy tokens, with several sequences decoded in parallel; uneven
+// run within 1e-5 relative (f32) and the same greedy tokens, with several sequences decoded in parallel;
+// uneven
 // --tensor-split ratios, quantized weights, --replicate-kv, and the errors a split that cannot be made gives
 // before any weight is read.
 #include <gtest/gtest.h>
@@ -169,9 +170,10 @@ double max_row_error(const RunResult& a, const RunResult& b) {
   return worst;
 }
 
-void expect_split_matches(const std::string& file, const RunResult& single, const std::string& mode, int ranks,
-                          const std::string& ratios = "", bool replicate_kv = false) {
-  SCOPED_TRACE(mode + " over " + std::to_string(ranks) + " ranks" + (ratios.empty() ? "" : " ratios " + ratios));
+void expect_split_matches(const std::string& file, const RunResult& single, const std::string& mode,
+                          int ranks, const std::string& ratios = "", bool replicate_kv = false) {
+  SCOPED_TRACE(mode + " over " + std::to_string(ranks) + " ranks" +
+               (ratios.empty() ? "" : " ratios " + ratios));
   auto model = load(file, mode, ranks, ratios, replicate_kv);
   EXPECT_EQ(model->info().split_mode, mode);
   EXPECT_EQ(model->info().devices.size(), size_t(ranks));
@@ -215,7 +217,8 @@ TEST(Split, QuantizedWeightsAreCutOnBlockBoundaries) {
 
 TEST(Split, ReplicatedKvHeadsServeMoreRanksThanKvHeads) {
   TinyConfig cfg = qwen3_config();
-  cfg.n_head_kv = 2;  // 8 query heads, 2 KV heads, 4 ranks: each rank has 2 query heads and a copy of 1 KV head
+  cfg.n_head_kv =
+      2;  // 8 query heads, 2 KV heads, 4 ranks: each rank has 2 query heads and a copy of 1 KV head
   ModelFile f(cfg, "gqa4");
   const RunResult single = run(load(f.path.string()));
   expect_split_matches(f.path.string(), single, "tensor", 4, "", /*replicate_kv=*/true);
@@ -235,7 +238,8 @@ TEST(Split, SplitsThatCannotBeMadeFailBeforeAnyWeightIsRead) {
   TinyConfig cfg = qwen3_config();
   cfg.n_layer = 2;
   ModelFile f(cfg, "two_layers");
-  auto expect_error = [&](const std::string& mode, int ranks, const std::string& ratios, const std::string& text) {
+  auto expect_error = [&](const std::string& mode, int ranks, const std::string& ratios,
+                          const std::string& text) {
     try {
       load(f.path.string(), mode, ranks, ratios);
       ADD_FAILURE() << mode << " over " << ranks << " loaded";

@@ -131,7 +131,8 @@ TEST(SplitCli, BenchReportsATensorSplit) {
                           "--devices cpu:0,cpu:1 --split-mode tensor --tensor-split 3,1 ";
   const test::CommandResult md = run_tandem(run);
   ASSERT_EQ(md.exit_code, 0) << md.out;
-  EXPECT_NE(md.out.find("\nsplit: tensor over cpu:0,cpu:1 (ratios 0.75,0.25)\n"), std::string::npos) << md.out;
+  EXPECT_NE(md.out.find("\nsplit: tensor over cpu:0,cpu:1 (ratios 0.75,0.25)\n"), std::string::npos)
+      << md.out;
   EXPECT_NE(md.out.find("\ndevices: cpu:0 "), std::string::npos) << md.out;
   EXPECT_NE(md.out.find("; cpu:1 "), std::string::npos) << md.out;
   EXPECT_NE(md.out.find("| tg2 | 1 |"), std::string::npos) << md.out;

@@ -16,11 +16,11 @@ struct ModelParams {
       "cpu";  // where the weights live and the model runs: "cpu" or "cuda:N" ("cuda" = cuda:0)
 
   // Splitting one model over several devices (src/parallel/mesh.h has the rules and the messages).
-  std::string devices{};     // --devices: "cuda:0,cuda:1" or "cpu:0,cpu:1"; empty = just `device`
-  std::string split_mode{};  // --split-mode: none | layer | row | tensor; empty = none
+  std::string devices{};       // --devices: "cuda:0,cuda:1" or "cpu:0,cpu:1"; empty = just `device`
+  std::string split_mode{};    // --split-mode: none | layer | row | tensor; empty = none
   std::string tensor_split{};  // --tensor-split: ratios per device, "3,1"; empty = equal
-  int32_t main_device = 0;   // --main-device: index into devices (none runs there, row gathers there)
-  bool replicate_kv = false;  // --replicate-kv: tensor split over more ranks than KV heads copies KV heads
+  int32_t main_device = 0;     // --main-device: index into devices (none runs there, row gathers there)
+  bool replicate_kv = false;   // --replicate-kv: tensor split over more ranks than KV heads copies KV heads
 };
 
 struct ModelInfo {
@@ -35,12 +35,12 @@ struct ModelInfo {
   int64_t n_head_kv = 0;
   int64_t head_dim = 0;
   int64_t n_ff = 0;
-  int32_t bos_id = -1;           // tokenizer.ggml.bos_token_id, -1 if absent
-  std::vector<int32_t> eos_ids;  // tokens that end generation: eos, eot, eom ids when present
-  uint64_t n_params = 0;         // elements of all tensors
-  uint64_t weight_bytes = 0;     // bytes of all tensors
-  std::string device;            // the main device: "cpu:0 (...)"
-  std::string split_mode;        // "none", "layer", "row", "tensor"
+  int32_t bos_id = -1;               // tokenizer.ggml.bos_token_id, -1 if absent
+  std::vector<int32_t> eos_ids;      // tokens that end generation: eos, eot, eom ids when present
+  uint64_t n_params = 0;             // elements of all tensors
+  uint64_t weight_bytes = 0;         // bytes of all tensors
+  std::string device;                // the main device: "cpu:0 (...)"
+  std::string split_mode;            // "none", "layer", "row", "tensor"
   std::vector<std::string> devices;  // every device of the mesh, rank order: "cpu:0 (...)", ...
 };
 

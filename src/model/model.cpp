@@ -31,7 +31,8 @@ DeviceId parse_model_device(const std::string& s) {
 
 // Layer split without --tensor-split on GPUs: layers in proportion to each device's free memory.
 void ratios_by_free_memory(MeshSpec& mesh, const std::vector<std::unique_ptr<Device>>& devices) {
-  if (mesh.mode != SplitMode::Layer || mesh.ratios_given || devices.front()->id().kind == DeviceKind::CPU) return;
+  if (mesh.mode != SplitMode::Layer || mesh.ratios_given || devices.front()->id().kind == DeviceKind::CPU)
+    return;
   double total = 0;
   std::vector<double> free(devices.size());
   for (size_t i = 0; i < devices.size(); ++i) total += free[i] = double(devices[i]->free_memory());
@@ -66,13 +67,14 @@ std::shared_ptr<Model> Model::load(const std::string& path, const ModelParams& p
   plan_shards(mesh, dims);  // every split error, before devices are created or weights read
 
   // Started by mpirun as one of several processes: this process is one rank of the split (process_world.h).
-  const bool across_processes = launcher_world().size > 1 && mesh.mode != SplitMode::None && mesh.n_ranks() > 1;
+  const bool across_processes =
+      launcher_world().size > 1 && mesh.mode != SplitMode::None && mesh.n_ranks() > 1;
   int process_rank = 0;
   if (across_processes) {
-    check(mesh.mode == SplitMode::Tensor,
+    check(mesh.mode == SplitMode::Tensor || mesh.mode == SplitMode::Layer,
           std::string("--split-mode ") + split_mode_name(mesh.mode) +
-              ": ranks in separate processes (mpirun) are implemented for --split-mode tensor only; run layer "
-              "and row splits in one process");
+              ": ranks in separate processes (mpirun) run tensor and layer splits; a row split gathers every "
+              "product on the main device, so run it in one process");
     const ProcessWorld& world = process_world();
     check(int(mesh.n_ranks()) == world.size,
           "--devices lists " + std::to_string(mesh.n_ranks()) + " devices, but mpirun started " +
@@ -97,14 +99,17 @@ std::shared_ptr<Model> Model::load(const std::string& path, const ModelParams& p
 
   std::vector<Device*> devs;
   for (auto& d : impl->devices) devs.push_back(d.get());
-  if (devs.size() > 1) enable_peer_access(devs);  // layer hand-overs, row gathers and the copy comm use peer copies
+  if (devs.size() > 1)
+    enable_peer_access(devs);  // layer hand-overs, row gathers and the copy comm use peer copies
   DecoderLoadContext ctx;
   ctx.dims = dims;
   if (across_processes) {
     Device& d = *impl->devices.front();
     impl->comm = create_process_comm(d);
     impl->process_rank = process_rank;
-    ctx.comm = impl->comm.get();
+    // The tensor split's all-reduces run inside the forward; the layer split's hand-overs between processes
+    // are the session's (broadcasts of the hidden state), so its decoder gets no comm.
+    if (mesh.mode == SplitMode::Tensor) ctx.comm = impl->comm.get();
     ctx.device = d.id();
     ctx.shard = shards[size_t(process_rank)];
     impl->decoders.push_back(load_decoder_model(f, hp, ctx));
@@ -161,9 +166,9 @@ std::shared_ptr<Model> Model::load(const std::string& path, const ModelParams& p
   info.split_mode = split_mode_name(mesh.mode);
   if (across_processes) {
     for (size_t r = 0; r < n_dev; ++r)
-      info.devices.push_back(int(r) == process_rank ? impl->devices.front()->name()
-                                                     : mesh.devices[r].to_string() + " (process " +
-                                                           std::to_string(r) + ")");
+      info.devices.push_back(int(r) == process_rank
+                                 ? impl->devices.front()->name()
+                                 : mesh.devices[r].to_string() + " (process " + std::to_string(r) + ")");
   } else {
     for (auto& d : impl->devices) info.devices.push_back(d->name());
   }

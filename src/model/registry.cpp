@@ -13,7 +13,8 @@ namespace {
 struct ArchEntry {
   const char* name;
   ModelHparams (*hparams)(const gguf::GgufFile&);
-  std::unique_ptr<DecoderModel> (*load)(const gguf::GgufFile&, const ModelHparams&, const DecoderLoadContext&);
+  std::unique_ptr<DecoderModel> (*load)(const gguf::GgufFile&, const ModelHparams&,
+                                        const DecoderLoadContext&);
 };
 
 constexpr ArchEntry kArchitectures[] = {

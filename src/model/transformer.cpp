@@ -43,7 +43,11 @@ std::string blk(int64_t layer, const char* name) {
 
 Transformer::Transformer(ModelHparams hp, TransformerWeights weights, std::unique_ptr<WeightLoader> loader,
                          const DecoderLoadContext& ctx)
-    : hp_(std::move(hp)), w_(std::move(weights)), loader_(std::move(loader)), shard_(ctx.shard), comm_(ctx.comm) {
+    : hp_(std::move(hp)),
+      w_(std::move(weights)),
+      loader_(std::move(loader)),
+      shard_(ctx.shard),
+      comm_(ctx.comm) {
   n_head_ = shard_.q_heads.size();
   n_head_kv_ = shard_.kv_heads.size();
   n_ff_ = shard_.ff.size();
@@ -72,8 +76,8 @@ std::unique_ptr<ForwardScratch> Transformer::plan_scratch(Device& device, int64_
   check(max_rows >= 1 && max_out >= 0 && max_out <= max_rows, "bad scratch plan");
   auto s = std::make_unique<TransformerScratch>();
   const int64_t hk = hp_.head_dim_k, hv = hp_.head_dim_v;
-  const int64_t widths[] = {hp_.n_embd,      hp_.n_embd,      n_head_ * hk, n_head_kv_ * hk, n_head_kv_ * hv,
-                            n_head_ * hv,    hp_.n_embd,      n_ff_,        n_ff_,           n_ff_};
+  const int64_t widths[] = {hp_.n_embd,   hp_.n_embd, n_head_ * hk, n_head_kv_ * hk, n_head_kv_ * hv,
+                            n_head_ * hv, hp_.n_embd, n_ff_,        n_ff_,           n_ff_};
   Tensor* slots[] = {&s->x, &s->h, &s->q, &s->k, &s->v, &s->attn, &s->proj, &s->gate, &s->up, &s->act};
   constexpr size_t kAlign = 256;
   auto padded = [&](int64_t n_floats) {
@@ -182,7 +186,8 @@ void Transformer::forward(Stream& st, Ops& ops, const ForwardInputs& in, std::sp
 }
 
 std::unique_ptr<Transformer> load_transformer(const gguf::GgufFile& file, const ModelHparams& hp,
-                                              const TransformerVariant& variant, const DecoderLoadContext& ctx) {
+                                              const TransformerVariant& variant,
+                                              const DecoderLoadContext& ctx) {
   auto loader = std::make_unique<WeightLoader>(file, ctx.device, ctx.shard, ctx.dims, ctx.row_split);
   WeightLoader& ld = *loader;
   check(!ld.has("blk.0.attn_qkv.weight"),

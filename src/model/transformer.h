@@ -74,6 +74,7 @@ class Transformer : public DecoderModel {
 // for any tensor the variant does not use (an unsupported variant would otherwise give silently wrong
 // output).
 std::unique_ptr<Transformer> load_transformer(const gguf::GgufFile& file, const ModelHparams& hp,
-                                              const TransformerVariant& variant, const DecoderLoadContext& ctx);
+                                              const TransformerVariant& variant,
+                                              const DecoderLoadContext& ctx);
 
 }  // namespace tandem

@@ -35,7 +35,8 @@ WeightLoader::WeightLoader(const gguf::GgufFile& file, DeviceId device, const Ra
     total += aligned(part_bytes(t, find_shard_rule(t.name, &layer), layer));
   }
   const bool head_cut = shard_.mode == SplitMode::Tensor || !shard_.first;
-  if (shard_.last && head_cut && !row_split_ && !file.find_tensor("output.weight")) {  // a tied head: token_embd again, cut as the head
+  if (shard_.last && head_cut && !row_split_ &&
+      !file.find_tensor("output.weight")) {  // a tied head: token_embd again, cut as the head
     if (const gguf::TensorInfo* te = file.find_tensor("token_embd.weight"))
       total += aligned(part_bytes(*te, &shard_rule(TensorRole::Output), -1));
   }
@@ -119,7 +120,8 @@ Tensor WeightLoader::cut(const Tensor& t, const ShardRule* rule) const {
   const Range r = shard_.cut_range(rule->unit, dims_);
   Tensor v = t;
   // Biases of row-cut matrices are vectors: their one dim is the output-feature dim.
-  const bool is_vector = rule->cut == TensorCut::OutputRows && std::string_view(rule->name).ends_with(".bias");
+  const bool is_vector =
+      rule->cut == TensorCut::OutputRows && std::string_view(rule->name).ends_with(".bias");
   if (is_vector || rule->cut == TensorCut::InputColumns) {  // cut along ne[0]
     check(r.begin % dtype_block_size(t.type) == 0 && r.size() % dtype_block_size(t.type) == 0,
           "cannot cut " + std::string(dtype_name(t.type)) + " rows at column " + std::to_string(r.begin));

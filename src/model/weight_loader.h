@@ -8,7 +8,8 @@
 // Split models: a loader serves one rank (RankShard) and applies the shard rule of each tensor's role
 // (parallel/shard_rules.h), so model code asks for the whole tensor by name and gets what the rank holds:
 //   - a tensor the rank does not hold (layer split) comes back with data == nullptr and its full shape;
-//   - tensor split: a slice by output rows (contiguous) or input columns (strided: rows keep the full matrix's
+//   - tensor split: a slice by output rows (contiguous) or input columns (strided: rows keep the full
+//   matrix's
 //     stride on the CPU; other devices get a compact copy made by one 2-D copy per tensor);
 //   - row split: matrices go to the RowSplitWeights registry (parallel/row_split.h), which places a row slice
 //     on every device; the model gets the registry's handle.
@@ -35,9 +36,9 @@ class WeightLoader {
  public:
   // Tensors for `device`. CPU: the views point into file's mapping, which must outlive them. Other devices
   // (CUDA): every tensor handed out is copied into one device allocation sized up front for this rank's share
-  // of the file, so that a model that does not fit fails at once with the sizes; the views point there and the
-  // loader keeps the memory. shard/dims: what this rank holds (default: everything). row_split: the registry
-  // of a row-split model (matrices go there), else null.
+  // of the file, so that a model that does not fit fails at once with the sizes; the views point there and
+  // the loader keeps the memory. shard/dims: what this rank holds (default: everything). row_split: the
+  // registry of a row-split model (matrices go there), else null.
   WeightLoader(const gguf::GgufFile& file, DeviceId device, const RankShard& shard = {},
                const ShardDims& dims = {}, RowSplitWeights* row_split = nullptr);
   ~WeightLoader();
@@ -65,7 +66,8 @@ class WeightLoader {
   void check_shape(const gguf::TensorInfo& info, const std::vector<int64_t>& shape) const;
   // The rule for name (or `as`), null for names no rule knows; sets *layer.
   const ShardRule* rule_for(const std::string& name, std::optional<TensorRole> as, int64_t* layer) const;
-  // The part of the full host tensor `t` this rank holds under `rule` (tensor split cuts), unchanged otherwise.
+  // The part of the full host tensor `t` this rank holds under `rule` (tensor split cuts), unchanged
+  // otherwise.
   Tensor cut(const Tensor& t, const ShardRule* rule) const;
   // Bytes of this rank's part of a file tensor (for the up-front device allocation).
   size_t part_bytes(const gguf::TensorInfo& info, const ShardRule* rule, int64_t layer) const;

@@ -42,7 +42,8 @@ std::string check_comm_gather(const char* op, int rank, const Tensor& send, cons
   if (recv.type == send.type && recv.nbytes() == bytes * size_t(n_ranks)) return {};
   return std::string(op) + " on rank " + std::to_string(rank) + ": recv must hold n_ranks (" +
          std::to_string(n_ranks) + ") times send's " + std::to_string(bytes) + " bytes of " +
-         dtype_name(send.type) + ", got " + std::to_string(recv.nbytes()) + " bytes of " + dtype_name(recv.type);
+         dtype_name(send.type) + ", got " + std::to_string(recv.nbytes()) + " bytes of " +
+         dtype_name(recv.type);
 }
 
 std::string check_comm_rank(const char* op, int rank, int n_ranks) {

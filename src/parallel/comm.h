@@ -7,8 +7,8 @@
 //   cpu   an in-process implementation for CPU ranks: the ranks' host threads meet at a barrier and sum each
 //         other's memory directly (so every split runs in CI on cpu:N "devices");
 //   copy  a copy-and-add fallback written only against Device / Ops / Event (peer copies and Ops::add), for
-//         CUDA ranks when NCCL is absent or cannot be used (two ranks sharing one GPU); slower, so creating it
-//         for CUDA devices prints one warning.
+//         CUDA ranks when NCCL is absent or cannot be used (two ranks sharing one GPU); slower, so creating
+//         it for CUDA devices prints one warning.
 // Ranks in separate processes (mpirun) use the same interface with one rank per process: MPI collectives for
 // CPU ranks, NCCL bootstrapped over MPI for GPU ranks (process_world.h, mpi_comm.cpp).
 //
@@ -34,7 +34,7 @@ namespace tandem {
 class Comm {
  public:
   virtual ~Comm() = default;
-  // "nccl", "cpu" or "copy".
+  // "nccl", "cpu", "copy", or "mpi" (CPU ranks in separate processes).
   virtual const char* kind() const = 0;
   virtual int n_ranks() const = 0;
 

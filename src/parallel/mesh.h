@@ -2,9 +2,11 @@
 //
 //   none    the whole model on one device (the main device of the list)
 //   layer   contiguous ranges of layers per device (pipeline); the hidden state hops at range boundaries
-//   row     every matrix split by output rows over the devices, results gathered on the main device; attention,
+//   row     every matrix split by output rows over the devices, results gathered on the main device;
+//   attention,
 //           norms and the KV cache stay on the main device (llama.cpp's older "row" mode)
-//   tensor  Megatron-style: one host thread per rank, each holding a shard of every matrix and of the KV heads,
+//   tensor  Megatron-style: one host thread per rank, each holding a shard of every matrix and of the KV
+//   heads,
 //           partial sums combined by an all-reduce (src/parallel/shard_rules.h has the per-tensor rules)
 //
 // Everything here is checked before any weight is loaded, with messages that name the flag and the value.
@@ -25,8 +27,8 @@ const char* split_mode_name(SplitMode mode);
 SplitMode parse_split_mode(const std::string& s);
 
 // Parses a --devices list: "cuda:0,cuda:1", "cpu:0,cpu:1,cpu:2"; "cpu" / "cuda" alone mean index 0.
-// Errors name the entry: an empty entry, an unknown kind, a bad index, a CPU device listed twice (a GPU may repeat: ranks sharing it). Does not check
-// that the devices exist (see check_devices_exist).
+// Errors name the entry: an empty entry, an unknown kind, a bad index, a CPU device listed twice (a GPU may
+// repeat: ranks sharing it). Does not check that the devices exist (see check_devices_exist).
 std::vector<DeviceId> parse_device_list(const std::string& s);
 
 // Parses --tensor-split ratios ("3,1", "0.5,0.5") for n_devices devices and returns them normalised to sum 1.
@@ -45,7 +47,8 @@ struct MeshSpec {
   std::vector<double> ratios;  // one per device, sum 1 (layer, row, tensor)
   int main_device = 0;         // index into devices: none runs there; row gathers there; logits land there
   bool replicate_kv = false;   // tensor: allow more ranks than KV heads by giving several ranks a copy
-  bool ratios_given = false;   // false: ratios are the default (equal; layer mode may rebalance by free memory)
+  bool ratios_given =
+      false;  // false: ratios are the default (equal; layer mode may rebalance by free memory)
 
   size_t n_ranks() const { return devices.size(); }
   // "tensor over cpu:0,cpu:1 (ratios 0.5,0.5)", "none on cuda:0".

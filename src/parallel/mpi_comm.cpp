@@ -2,7 +2,8 @@
 //   CPU ranks: collectives over MPI on host memory. The all-reduce gathers every rank's x and sums it in rank
 //   order, ((x_0 + x_1) + x_2) + ..., like the in-process cpu comm: every process gets the same bits, so the
 //   processes sample the same tokens, and a split over processes equals one over threads.
-//   CUDA ranks: NCCL, its unique id broadcast from rank 0 over MPI (ncclCommInitRank); MPI carries nothing else.
+//   CUDA ranks: NCCL, its unique id broadcast from rank 0 over MPI (ncclCommInitRank); MPI carries nothing
+//   else.
 // A rank that fails does not tell the others; tools/tandem/main.cpp ends the job with MPI_Abort instead.
 #include <mpi.h>
 
@@ -25,7 +26,8 @@ void check_mpi(const char* op, int rc) {
 }
 
 int mpi_count(const char* op, size_t n) {
-  check(n <= size_t(INT_MAX), std::string(op) + ": " + std::to_string(n) + " elements are more than one MPI call takes");
+  check(n <= size_t(INT_MAX),
+        std::string(op) + ": " + std::to_string(n) + " elements are more than one MPI call takes");
   return int(n);
 }
 
@@ -73,8 +75,8 @@ class MpiCpuComm final : public Comm {
     const char* op = "broadcast";
     begin(op, rank, stream, 0);
     check_arg(parallel::check_comm_tensor(op, rank, "x", x, device_.id()));
-    check(root >= 0 && root < size_, std::string(op) + ": root " + std::to_string(root) + " is out of range (" +
-                                         std::to_string(size_) + " ranks)");
+    check(root >= 0 && root < size_, std::string(op) + ": root " + std::to_string(root) +
+                                         " is out of range (" + std::to_string(size_) + " ranks)");
     check_mpi(op, MPI_Bcast(x.data, mpi_count(op, x.nbytes()), MPI_BYTE, root, MPI_COMM_WORLD));
   }
 

@@ -189,7 +189,8 @@ NcclUniqueId nccl_unique_id() {
 }
 
 std::unique_ptr<Comm> create_nccl_rank_comm(Device& device, int rank, int n_ranks, const NcclUniqueId& id) {
-  check(device.id().kind == DeviceKind::CUDA, "nccl comm: " + device.id().to_string() + " is not a CUDA device");
+  check(device.id().kind == DeviceKind::CUDA,
+        "nccl comm: " + device.id().to_string() + " is not a CUDA device");
   check(n_ranks >= 1 && rank >= 0 && rank < n_ranks,
         "nccl comm: rank " + std::to_string(rank) + " of " + std::to_string(n_ranks) + " is out of range");
   return std::make_unique<NcclComm>(device, rank, n_ranks, id);

@@ -54,7 +54,8 @@ class RankBarrier {
     }
     lock.lock();
     cv_.wait(lock, [&] {
-      return generation_.load(std::memory_order_relaxed) != generation || aborted_.load(std::memory_order_relaxed);
+      return generation_.load(std::memory_order_relaxed) != generation ||
+             aborted_.load(std::memory_order_relaxed);
     });
     // A round that completed before the abort still counts: this thread is released, the next call throws.
     if (generation_.load(std::memory_order_relaxed) == generation) throw_aborted();
@@ -80,9 +81,9 @@ class RankBarrier {
   const int n_;
   std::mutex mutex_;
   std::condition_variable cv_;
-  int waiting_ = 0;                       // guarded by mutex_
-  std::atomic<uint64_t> generation_{0};   // written under mutex_; read by spinning waiters without it
-  std::atomic<bool> aborted_{false};      // written under mutex_
+  int waiting_ = 0;                      // guarded by mutex_
+  std::atomic<uint64_t> generation_{0};  // written under mutex_; read by spinning waiters without it
+  std::atomic<bool> aborted_{false};     // written under mutex_
 };
 
 // What one rank asks for in a collective. Every rank must post the same op, bytes, dtype and root.

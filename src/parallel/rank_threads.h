@@ -1,7 +1,7 @@
 // One host thread per rank (tensor split): run(fn) calls fn(rank) for every rank at once — rank 0 on the
-// calling thread, the others on persistent threads (no thread start per step) — and returns when all are done.
-// If a rank throws, on_error (e.g. Comm::abort, so that ranks waiting in a collective give up) is called and
-// the first exception is rethrown by run() after every rank has returned.
+// calling thread, the others on persistent threads (no thread start per step) — and returns when all are
+// done. If a rank throws, on_error (e.g. Comm::abort, so that ranks waiting in a collective give up) is
+// called and the first exception is rethrown by run() after every rank has returned.
 #pragma once
 
 #include <condition_variable>

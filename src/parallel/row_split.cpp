@@ -8,8 +8,9 @@ namespace tandem {
 
 RowSplitWeights::RowSplitWeights(std::vector<Device*> devices, int main, std::vector<double> ratios)
     : devices_(std::move(devices)), main_(main), ratios_(std::move(ratios)) {
-  check(!devices_.empty() && main_ >= 0 && size_t(main_) < devices_.size() && ratios_.size() == devices_.size(),
-        "row split: bad device list");
+  check(
+      !devices_.empty() && main_ >= 0 && size_t(main_) < devices_.size() && ratios_.size() == devices_.size(),
+      "row split: bad device list");
   max_rows_.assign(devices_.size(), 0);
   bytes_.assign(devices_.size(), 0);
 }
@@ -89,12 +90,13 @@ void RowSplitOps::matmul(Stream& s, const Tensor& W, const Tensor& x, const Tens
     return;
   }
   const int64_t T = x.ne[1], in = x.ne[0];
-  check(x.type == DType::F32 && x.is_contiguous() && x.ne[2] == 1 && x.ne[3] == 1 && in == W.ne[0],
-        "row split matmul of " + e->name + ": x must be a contiguous F32 {" + std::to_string(W.ne[0]) + ", T}");
+  check(
+      x.type == DType::F32 && x.is_contiguous() && x.ne[2] == 1 && x.ne[3] == 1 && in == W.ne[0],
+      "row split matmul of " + e->name + ": x must be a contiguous F32 {" + std::to_string(W.ne[0]) + ", T}");
   check(y.ne[0] == e->n_rows && y.ne[1] == T, "row split matmul of " + e->name + ": y has the wrong shape");
-  check(T <= max_rows_ && in <= max_in_,
-        "row split matmul of " + e->name + ": " + std::to_string(T) + " rows of " + std::to_string(in) +
-            " exceed the reserved workspace");
+  check(T <= max_rows_ && in <= max_in_, "row split matmul of " + e->name + ": " + std::to_string(T) +
+                                             " rows of " + std::to_string(in) +
+                                             " exceed the reserved workspace");
   const std::vector<Device*>& devs = weights_.devices();
   const size_t main = size_t(weights_.main());
   Device& main_dev = *devs[main];
@@ -124,7 +126,8 @@ void RowSplitOps::matmul(Stream& s, const Tensor& W, const Tensor& x, const Tens
     if (d == main || e->rows[d].size() == 0) continue;
     Peer& p = peers_[d];
     p.slice_ready->wait(s);
-    const Tensor part = Tensor::contiguous(DType::F32, {e->rows[d].size(), T}, p.y_main.data(), main_dev.id());
+    const Tensor part =
+        Tensor::contiguous(DType::F32, {e->rows[d].size(), T}, p.y_main.data(), main_dev.id());
     main_ops().copy(s, part, y_rows(e->rows[d]));
   }
 }

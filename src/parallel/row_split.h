@@ -23,9 +23,9 @@ class RowSplitWeights {
  public:
   struct Entry {
     std::string name;
-    int64_t n_rows = 0;               // the matrix's output rows
-    std::vector<Range> rows;          // per device
-    std::vector<Tensor> shards;       // per device; data == nullptr where the slice is empty
+    int64_t n_rows = 0;          // the matrix's output rows
+    std::vector<Range> rows;     // per device
+    std::vector<Tensor> shards;  // per device; data == nullptr where the slice is empty
   };
 
   // devices[d] hold slice d (the Device objects must outlive this); main: index of the main device.
@@ -33,7 +33,8 @@ class RowSplitWeights {
 
   // Places the row slices of the host matrix `host` ({in, out}, any weight dtype, rows may be strided) on
   // every device and returns the handle the model keeps: host's shape and dtype, device = the main device,
-  // data = this registry's entry. The handle is only ever passed to RowSplitOps::matmul, never read as memory.
+  // data = this registry's entry. The handle is only ever passed to RowSplitOps::matmul, never read as
+  // memory.
   Tensor add(const Tensor& host, const std::string& name);
   // The entry of a handle, or null when t is not one.
   const Entry* find(const Tensor& t) const;
@@ -75,7 +76,8 @@ class RowSplitOps final : public Ops {
   void rope(Stream& s, const Tensor& x, const Tensor& pos, const RopeParams& p) override {
     main_ops().rope(s, x, pos, p);
   }
-  void kv_store(Stream& s, const KvLayerView& kv, const Tensor& k, const Tensor& v, const Tensor& slots) override {
+  void kv_store(Stream& s, const KvLayerView& kv, const Tensor& k, const Tensor& v,
+                const Tensor& slots) override {
     main_ops().kv_store(s, kv, k, v, slots);
   }
   void attention(Stream& s, const Tensor& q, const KvLayerView& kv, const AttentionBatch& b, float scale,
@@ -88,14 +90,22 @@ class RowSplitOps final : public Ops {
   void gelu_mul(Stream& s, const Tensor& g, const Tensor& u, const Tensor& out) override {
     main_ops().gelu_mul(s, g, u, out);
   }
-  void add(Stream& s, const Tensor& a, const Tensor& b, const Tensor& out) override { main_ops().add(s, a, b, out); }
-  void mul(Stream& s, const Tensor& a, const Tensor& b, const Tensor& out) override { main_ops().mul(s, a, b, out); }
-  void scale(Stream& s, const Tensor& x, float f, const Tensor& out) override { main_ops().scale(s, x, f, out); }
+  void add(Stream& s, const Tensor& a, const Tensor& b, const Tensor& out) override {
+    main_ops().add(s, a, b, out);
+  }
+  void mul(Stream& s, const Tensor& a, const Tensor& b, const Tensor& out) override {
+    main_ops().mul(s, a, b, out);
+  }
+  void scale(Stream& s, const Tensor& x, float f, const Tensor& out) override {
+    main_ops().scale(s, x, f, out);
+  }
   void softcap(Stream& s, const Tensor& x, float cap, const Tensor& out) override {
     main_ops().softcap(s, x, cap, out);
   }
   void fill(Stream& s, const Tensor& out, float v) override { main_ops().fill(s, out, v); }
-  void softmax_rows(Stream& s, const Tensor& x, const Tensor& out) override { main_ops().softmax_rows(s, x, out); }
+  void softmax_rows(Stream& s, const Tensor& x, const Tensor& out) override {
+    main_ops().softmax_rows(s, x, out);
+  }
   void copy(Stream& s, const Tensor& src, const Tensor& dst) override { main_ops().copy(s, src, dst); }
   void argmax_rows(Stream& s, const Tensor& logits, const Tensor& out) override {
     main_ops().argmax_rows(s, logits, out);
@@ -104,8 +114,8 @@ class RowSplitOps final : public Ops {
                    const Tensor& out) override {
     main_ops().sample_rows(s, logits, p, u, out);
   }
-  void diffusion_sample_rows(Stream& s, const Tensor& logits, float inv_temp, const Tensor& u, const Tensor& am,
-                             const Tensor& ent, const Tensor& sampled) override {
+  void diffusion_sample_rows(Stream& s, const Tensor& logits, float inv_temp, const Tensor& u,
+                             const Tensor& am, const Tensor& ent, const Tensor& sampled) override {
     main_ops().diffusion_sample_rows(s, logits, inv_temp, u, am, ent, sampled);
   }
 
@@ -113,8 +123,8 @@ class RowSplitOps final : public Ops {
   Ops& main_ops() const { return weights_.devices()[size_t(weights_.main())]->ops(); }
 
   struct Peer {
-    Buffer x, y;     // on the peer device: the copied input and its slice of the product
-    Buffer y_main;   // on the main device: the slice copied back
+    Buffer x, y;    // on the peer device: the copied input and its slice of the product
+    Buffer y_main;  // on the main device: the slice copied back
     std::unique_ptr<Event> input_ready, slice_ready;
   };
   const RowSplitWeights& weights_;

@@ -168,10 +168,10 @@ std::vector<RankShard> plan_shards(const MeshSpec& mesh, const ShardDims& d) {
   if (mesh.mode == SplitMode::Layer) {
     const std::vector<Range> layers = split_range(d.n_layer, mesh.ratios);
     for (int r = 0; r < n; ++r) {
-      check(layers[size_t(r)].size() > 0,
-            "layer split: " + name(r) + " gets no layers (the model has " + std::to_string(d.n_layer) +
-                " layers for " + std::to_string(n) + " devices, ratios " + ratio_list(mesh) +
-                "); use fewer devices or other --tensor-split ratios");
+      check(layers[size_t(r)].size() > 0, "layer split: " + name(r) + " gets no layers (the model has " +
+                                              std::to_string(d.n_layer) + " layers for " + std::to_string(n) +
+                                              " devices, ratios " + ratio_list(mesh) +
+                                              "); use fewer devices or other --tensor-split ratios");
       RankShard& s = shards[size_t(r)];
       s.layers = layers[size_t(r)];
       s.first = r == 0;
@@ -184,12 +184,13 @@ std::vector<RankShard> plan_shards(const MeshSpec& mesh, const ShardDims& d) {
   const int64_t gqa = d.n_head / d.n_head_kv;
   const std::string what = "tensor split over " + std::to_string(n) + " ranks";
   if (n > d.n_head_kv) {
-    check(mesh.replicate_kv,
-          what + " needs at least " + std::to_string(n) + " KV heads, but the model has " +
-              std::to_string(d.n_head_kv) +
-              ": pass --replicate-kv to give several ranks a copy of a KV head (more KV-cache memory), use at "
-              "most " +
-              std::to_string(d.n_head_kv) + " devices, or --split-mode layer");
+    check(
+        mesh.replicate_kv,
+        what + " needs at least " + std::to_string(n) + " KV heads, but the model has " +
+            std::to_string(d.n_head_kv) +
+            ": pass --replicate-kv to give several ranks a copy of a KV head (more KV-cache memory), use at "
+            "most " +
+            std::to_string(d.n_head_kv) + " devices, or --split-mode layer");
     check(n % d.n_head_kv == 0, what + " with --replicate-kv needs the rank count to be a multiple of the " +
                                     std::to_string(d.n_head_kv) + " KV heads");
     check(d.n_head % n == 0 && gqa % (n / d.n_head_kv) == 0,
@@ -219,8 +220,9 @@ std::vector<RankShard> plan_shards(const MeshSpec& mesh, const ShardDims& d) {
     for (int r = 0; r < n; ++r) {
       check(kv[size_t(r)].size() > 0,
             what + ": " + name(r) + " gets no KV heads (the model has " + std::to_string(d.n_head_kv) +
-                " KV heads, cut in groups of " + std::to_string(g_kv) + " to fit the weights' block size; ratios " +
-                ratio_list(mesh) + "); use fewer devices, other --tensor-split ratios or --split-mode layer");
+                " KV heads, cut in groups of " + std::to_string(g_kv) +
+                " to fit the weights' block size; ratios " + ratio_list(mesh) +
+                "); use fewer devices, other --tensor-split ratios or --split-mode layer");
       RankShard& s = shards[size_t(r)];
       s.kv_heads = kv[size_t(r)];
       s.q_heads = {s.kv_heads.begin * gqa, s.kv_heads.end * gqa};
@@ -231,7 +233,8 @@ std::vector<RankShard> plan_shards(const MeshSpec& mesh, const ShardDims& d) {
   for (int r = 0; r < n; ++r) {
     check(ff[size_t(r)].size() > 0, what + ": " + name(r) + " gets no feed-forward rows (n_ff " +
                                         std::to_string(d.n_ff) + ", cut in multiples of " +
-                                        std::to_string(d.ffn_down_block) + "); use fewer devices or other ratios");
+                                        std::to_string(d.ffn_down_block) +
+                                        "); use fewer devices or other ratios");
     check(vocab[size_t(r)].size() > 0, what + ": " + name(r) + " gets no vocabulary rows");
     shards[size_t(r)].ff = ff[size_t(r)];
     shards[size_t(r)].vocab = vocab[size_t(r)];

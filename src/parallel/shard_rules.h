@@ -1,18 +1,19 @@
 // Which part of each weight a rank holds, for every split mode: ONE table keyed by tensor role
-// (kShardRules in shard_rules.cpp), and the planner that turns a mesh and a model's dimensions into each rank's
-// ranges (layers, heads, feed-forward rows, vocabulary rows). Model code never decides a split: it asks the
-// weight loader for a tensor by name, and the loader applies the rule of the tensor's role.
+// (kShardRules in shard_rules.cpp), and the planner that turns a mesh and a model's dimensions into each
+// rank's ranges (layers, heads, feed-forward rows, vocabulary rows). Model code never decides a split: it
+// asks the weight loader for a tensor by name, and the loader applies the rule of the tensor's role.
 //
 // Tensor split (Megatron; GGUF-ARCH-FACTS F.2). A weight {in, out} is split by
-//   output rows    Q, K, V, gate, up, the output head (and the biases of these): each rank computes a slice of
+//   output rows    Q, K, V, gate, up, the output head (and the biases of these): each rank computes a slice
+//   of
 //                  the features, no communication;
 //   input columns  attention output and down: each rank multiplies its slice of the features and holds a
 //                  partial sum, which an all-reduce completes;
 //   mirrored       embeddings, norms, rope factors, biases of column-split matrices (added after the reduce).
 // Q and K/V rows go by whole KV-head groups, so attention is local to a rank: rank r holds KV heads
 // [kv.begin, kv.end) and the Q heads that read them, [kv.begin * gqa, kv.end * gqa). With --replicate-kv and
-// more ranks than KV heads, Q heads are split evenly and each rank holds a copy of the one KV head its Q heads
-// read.
+// more ranks than KV heads, Q heads are split evenly and each rank holds a copy of the one KV head its Q
+// heads read.
 //
 // Layer split: a layer's tensors live on the rank that owns the layer; token_embd on the first rank,
 // output_norm and output on the last, rope_freqs everywhere.
@@ -31,10 +32,28 @@
 namespace tandem {
 
 enum class TensorRole {
-  TokenEmbd, OutputNorm, Output, RopeFreqs,
-  AttnNorm, AttnQ, AttnK, AttnV, AttnOutput, AttnQBias, AttnKBias, AttnVBias, AttnOutputBias, AttnQNorm,
+  TokenEmbd,
+  OutputNorm,
+  Output,
+  RopeFreqs,
+  AttnNorm,
+  AttnQ,
+  AttnK,
+  AttnV,
+  AttnOutput,
+  AttnQBias,
+  AttnKBias,
+  AttnVBias,
+  AttnOutputBias,
+  AttnQNorm,
   AttnKNorm,
-  FfnNorm, FfnGate, FfnUp, FfnDown, FfnGateBias, FfnUpBias, FfnDownBias,
+  FfnNorm,
+  FfnGate,
+  FfnUp,
+  FfnDown,
+  FfnGateBias,
+  FfnUpBias,
+  FfnDownBias,
 };
 
 // Layer split: which ranks hold the tensor.
@@ -85,12 +104,12 @@ struct RankShard {
   SplitMode mode = SplitMode::None;
   int rank = 0;
   int n_ranks = 1;
-  Range layers;                  // layer split: this rank's layers; otherwise all
+  Range layers;                    // layer split: this rank's layers; otherwise all
   bool first = true, last = true;  // layer split: embeds the tokens / computes the logits
-  Range q_heads, kv_heads;       // tensor split: attention heads of this rank (kv_heads may overlap between ranks
-                                 // with --replicate-kv)
-  Range ff;                      // tensor split: feed-forward rows (n_ff)
-  Range vocab;                   // tensor split: rows of the output head = logits of this rank
+  Range q_heads, kv_heads;  // tensor split: attention heads of this rank (kv_heads may overlap between ranks
+                            // with --replicate-kv)
+  Range ff;                 // tensor split: feed-forward rows (n_ff)
+  Range vocab;              // tensor split: rows of the output head = logits of this rank
 
   // Whether this rank holds (part of) the tensor of `rule` in `layer` (-1 for global tensors).
   bool holds(const ShardRule& rule, int64_t layer) const;
@@ -102,9 +121,9 @@ struct RankShard {
 // granularity (the last part ends at n), so every boundary is a multiple of granularity. Parts may be empty.
 std::vector<Range> split_range(int64_t n, std::span<const double> ratios, int64_t granularity = 1);
 
-// Every rank's shard for a mesh and a model. Throws Error, before any weight is read, when the split cannot be
-// made: more tensor ranks than KV heads without --replicate-kv, a rank left without heads / rows / layers by
-// the ratios, head or feed-forward widths that cannot be cut at the weights' block size.
+// Every rank's shard for a mesh and a model. Throws Error, before any weight is read, when the split cannot
+// be made: more tensor ranks than KV heads without --replicate-kv, a rank left without heads / rows / layers
+// by the ratios, head or feed-forward widths that cannot be cut at the weights' block size.
 std::vector<RankShard> plan_shards(const MeshSpec& mesh, const ShardDims& dims);
 
 }  // namespace tandem

@@ -8,9 +8,9 @@
 
 #include "core/error.h"
 #include "model/model_impl.h"
+#include "parallel/comm.h"
 #include "runtime/kv_cache.h"
 #include "runtime/kv_storage.h"
-#include "parallel/comm.h"
 
 namespace tandem {
 
@@ -54,9 +54,9 @@ struct RankState {
   std::unique_ptr<ForwardScratch> scratch;
   // Per-step inputs on the device: fixed addresses, rewritten every step.
   DeviceArray d_tokens, d_positions, d_slots, d_seq_slot, d_out_rows, d_seq_lens, d_block_tables;
-  Buffer d_logits_buf;      // {this rank's vocabulary rows, n_logits_max}
-  Buffer d_gather_buf;      // ranks in separate processes: every rank's d_logits_buf, rank after rank
-  Buffer d_embeddings_buf;  // allocated on the first embedding batch
+  Buffer d_logits_buf;          // {this rank's vocabulary rows, n_logits_max}
+  Buffer d_gather_buf;          // ranks in separate processes: every rank's d_logits_buf, rank after rank
+  Buffer d_embeddings_buf;      // allocated on the first embedding batch
   std::unique_ptr<Event> done;  // layer split: the next rank's stream waits for this rank's output
 
   RankState(const ModelRank& r)
@@ -122,6 +122,9 @@ struct Session::Impl {
   void fetch_logits(RankState& r, size_t out0, int64_t n_out);
   // Ranks in separate processes: gathers the other processes' vocabulary rows into logits at row out0.
   void gather_process_logits(RankState& r, size_t out0, int64_t n_out);
+  // A layer split over processes: this process's layers of one chunk, the hidden state and logits handed over
+  // by broadcasts.
+  void run_layers_over_processes(const Batch& batch, size_t r0, size_t r1, size_t out0, int32_t max_len);
   // The most vocabulary rows any rank holds (the size of each rank's slot in d_gather_buf, per logit row).
   int64_t max_vocab_rows() const {
     int64_t n = 1;
@@ -165,11 +168,12 @@ Session::Session(std::shared_ptr<Model> model, const SessionParams& params) {
     r->d_seq_lens.allocate(dev, DType::I32, p.n_seq_max);
     r->d_block_tables.allocate(dev, DType::I32, int64_t(s.max_blocks_per_seq) * p.n_seq_max);
     if (s.m.process_rank >= 0) {
-      // Every process sends a slot of the same size in the all-gather of the logits.
+      // Every process sends a slot of the same size in the all-gather of the logits (tensor split), or
+      // receives the whole logits (layer split; the last rank's slot is the full vocabulary).
       const size_t slot_bytes = size_t(s.max_vocab_rows()) * size_t(p.n_logits_max) * sizeof(float);
       r->d_logits_buf = dev.allocate(slot_bytes);
-      r->d_gather_buf = dev.allocate(slot_bytes * s.m.shards.size());
-      s.m.comm->reserve(slot_bytes);
+      if (s.mode == SplitMode::Tensor) r->d_gather_buf = dev.allocate(slot_bytes * s.m.shards.size());
+      s.m.comm->reserve(std::max(slot_bytes, size_t(s.n_embd) * size_t(p.n_batch) * sizeof(float)));
     } else if (r->decoder.shard().last) {
       r->d_logits_buf = dev.allocate(size_t(std::max<int64_t>(r->decoder.shard().vocab.size(), 1)) *
                                      size_t(p.n_logits_max) * sizeof(float));
@@ -301,7 +305,7 @@ void Session::Impl::decode(const Batch& batch) {
 }
 
 ForwardInputs Session::Impl::prepare(RankState& r, const Batch& batch, size_t r0, size_t r1, int32_t max_len,
-                                    bool record, Tensor& tokens, Tensor& embeddings, bool with_taps) {
+                                     bool record, Tensor& tokens, Tensor& embeddings, bool with_taps) {
   const int64_t T = int64_t(r1 - r0);
   const DeviceId dev = r.device.id();
   Device& device = r.device;
@@ -361,7 +365,8 @@ void Session::Impl::fetch_logits(RankState& r, size_t out0, int64_t n_out) {
   const Range v = r.decoder.shard().vocab;
   float* dst = logits.data() + out0 * size_t(n_vocab) + size_t(v.begin);
   if (v.size() == n_vocab) {
-    r.device.copy_to_host(r.stream, dst, r.d_logits_buf.data(), size_t(n_out) * size_t(n_vocab) * sizeof(float));
+    r.device.copy_to_host(r.stream, dst, r.d_logits_buf.data(),
+                          size_t(n_out) * size_t(n_vocab) * sizeof(float));
   } else {  // a tensor-split rank's vocabulary rows: one strided copy into the full rows
     r.device.copy_2d(r.stream, dst, size_t(n_vocab) * sizeof(float), r.d_logits_buf.data(),
                      size_t(v.size()) * sizeof(float), size_t(v.size()) * sizeof(float), size_t(n_out),
@@ -385,6 +390,31 @@ void Session::Impl::gather_process_logits(RankState& r, size_t out0, int64_t n_o
                      size_t(v.size()) * sizeof(float), size_t(v.size()) * sizeof(float), size_t(n_out),
                      CopyKind::DeviceToHost);
   }
+}
+
+void Session::Impl::run_layers_over_processes(const Batch& batch, size_t r0, size_t r1, size_t out0,
+                                              int32_t max_len) {
+  RankState& r = *ranks.front();
+  const int me = m.process_rank, R = int(m.shards.size());
+  const int64_t T = int64_t(r1 - r0), n_out = int64_t(h_out_rows.size());
+  Tensor tokens, embeddings;
+  ForwardInputs in = prepare(r, batch, r0, r1, max_len, false, tokens, embeddings, true);
+  const Tensor hidden = r.decoder.hidden_state(*r.scratch, T);
+  // Every process takes part in every collective, in the same order: a broadcast of the hidden state from
+  // rank 0, then from rank 1, ..., then of the logits from the last rank. Rank k + 1 runs its layers on what
+  // rank k sent; the other receivers' copies are overwritten before they are read.
+  for (int k = 0; k < R - 1; ++k) {
+    if (k == me) r.decoder.forward(r.stream, r.ops, in, r.storage->layers(), *r.scratch);
+    m.comm->broadcast(me, r.stream, hidden, k);
+  }
+  if (me == R - 1) r.decoder.forward(r.stream, r.ops, in, r.storage->layers(), *r.scratch);
+  if (n_out > 0) {
+    const size_t n = size_t(n_vocab) * size_t(n_out);
+    const Tensor all = Tensor::contiguous(DType::F32, {int64_t(n)}, r.d_logits_buf.data(), r.device.id());
+    m.comm->broadcast(me, r.stream, all, R - 1);
+    r.device.copy_to_host(r.stream, logits.data() + out0 * size_t(n_vocab), all.data, n * sizeof(float));
+  }
+  r.stream.synchronize();
 }
 
 void Session::Impl::run_chunk(const Batch& batch, size_t r0, size_t r1, size_t out0) {
@@ -412,6 +442,11 @@ void Session::Impl::run_chunk(const Batch& batch, size_t r0, size_t r1, size_t o
     taps.push_back(t);
   }
 
+  if (m.process_rank >= 0 && mode == SplitMode::Layer) {
+    run_layers_over_processes(batch, r0, r1, out0, max_len);
+    return;
+  }
+
   if (mode == SplitMode::Tensor && ranks.size() > 1) {
     // One host thread per rank runs the whole forward on its shard; the all-reduces inside keep the ranks in
     // step. Rank 0 writes the taps (the residual stream is the same on every rank).
@@ -433,8 +468,8 @@ void Session::Impl::run_chunk(const Batch& batch, size_t r0, size_t r1, size_t o
   // matmuls span several devices' streams) and a tensor split (its collectives meet on the host).
   // (A tensor split over processes could record NCCL's collectives too; it has not run on GPUs yet, so it
   // does not.)
-  const bool record = ranks.front()->device.id().kind != DeviceKind::CPU && mode != SplitMode::Row && T <= 64 &&
-                      tap_layers.empty() && !batch.tokens.empty() && m.process_rank < 0;
+  const bool record = ranks.front()->device.id().kind != DeviceKind::CPU && mode != SplitMode::Row &&
+                      T <= 64 && tap_layers.empty() && !batch.tokens.empty() && m.process_rank < 0;
   static std::atomic<uint64_t> next_session_id{1};  // keys never repeat, also after a session is destroyed
   if (record && graph_session_id == 0) graph_session_id = next_session_id++;
   const uint64_t graph_key = (graph_session_id << 32) | (uint64_t(T) << 16) | (uint64_t(n_out) << 1) |
@@ -480,7 +515,7 @@ void Session::Impl::run_chunk(const Batch& batch, size_t r0, size_t r1, size_t o
     forward(r, in);
   }
   fetch_logits(r, out0, n_out);
-  if (m.process_rank >= 0) gather_process_logits(r, out0, n_out);
+  if (m.process_rank >= 0) gather_process_logits(r, out0, n_out);  // tensor split over processes
   r.stream.synchronize();
 }
 
@@ -529,7 +564,8 @@ void Session::set_taps(std::vector<int32_t> layers, const TapDestination& dst) {
   check(dst.data != nullptr, "tap destination has no memory");
   const DeviceId dev = s.ranks.front()->device.id();
   check(dst.device == dev || dst.device.kind == DeviceKind::CPU,
-        "tap destination on " + dst.device.to_string() + " is not supported by a session on " + dev.to_string());
+        "tap destination on " + dst.device.to_string() + " is not supported by a session on " +
+            dev.to_string());
   check(dev.kind == DeviceKind::CPU, "taps into host memory from a GPU session are not supported yet");
   TapDestination d = dst;
   const size_t row_bytes = size_t(s.n_embd) * sizeof(float);

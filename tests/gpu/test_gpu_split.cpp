@@ -1,9 +1,10 @@
 // One model split over two ranks that share the one GPU of the test machine (two Device objects of cuda:0):
-// the tensor split's all-reduces go through the copy-and-add comm (NCCL cannot have two ranks on one GPU), the
-// layer split hands the hidden state over by a device copy, the row split gathers row slices. Each must give
-// the logits of the single-GPU run: prompt (two sequences, several forward passes) then greedy steps fed the
-// single run's tokens. Bound: 1e-4 relative (max |a - b| / max |b| per row); the split runs other matmul widths,
-// which may take other kernels, so bit equality is not expected. The measured error is printed and recorded.
+// the tensor split's all-reduces go through the copy-and-add comm (NCCL cannot have two ranks on one GPU),
+// the layer split hands the hidden state over by a device copy, the row split gathers row slices. Each must
+// give the logits of the single-GPU run: prompt (two sequences, several forward passes) then greedy steps fed
+// the single run's tokens. Bound: 1e-4 relative (max |a - b| / max |b| per row); the split runs other matmul
+// widths, which may take other kernels, so bit equality is not expected. The measured error is printed and
+// recorded.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -84,7 +85,8 @@ TEST(GpuSplit, TwoRanksSharingOneGpuMatchTheSingleGpuRun) {
   c.n_head_kv = 4;
   c.head_dim = 32;
   c.n_ff = 512;
-  const auto path = std::filesystem::temp_directory_path() / ("tandem_gpu_split_" + std::to_string(::getpid()));
+  const auto path =
+      std::filesystem::temp_directory_path() / ("tandem_gpu_split_" + std::to_string(::getpid()));
   testing::write_tiny_gguf(testing::make_tiny(c), path);
   ModelParams single;
   single.device = "cuda:0";
