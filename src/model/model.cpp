@@ -18,17 +18,6 @@ int32_t token_id_key(const gguf::GgufFile& f, const char* key, int64_t n_vocab) 
   return id >= 0 && id < n_vocab ? int32_t(id) : -1;
 }
 
-// "cpu", "cpu:N", "cuda", "cuda:N".
-DeviceId parse_model_device(const std::string& s) {
-  const bool cpu = s.rfind("cpu", 0) == 0, cuda = s.rfind("cuda", 0) == 0;
-  const size_t n = cpu ? 3 : 4;
-  check((cpu || cuda) && (s.size() == n || (s[n] == ':' && s.size() > n + 1 && s.size() < n + 6 &&
-                                            s.find_first_not_of("0123456789", n + 1) == std::string::npos)),
-        "device '" + s + "': expected cpu, cpu:N, cuda or cuda:N");
-  const int index = s.size() > n ? std::stoi(s.substr(n + 1)) : 0;
-  return DeviceId{cpu ? DeviceKind::CPU : DeviceKind::CUDA, index};
-}
-
 // Layer split without --tensor-split on GPUs: layers in proportion to each device's free memory.
 void ratios_by_free_memory(MeshSpec& mesh, const std::vector<std::unique_ptr<Device>>& devices) {
   if (mesh.mode != SplitMode::Layer || mesh.ratios_given || devices.front()->id().kind == DeviceKind::CPU)
@@ -54,7 +43,7 @@ std::shared_ptr<Model> Model::load(const std::string& path, const ModelParams& p
   auto impl = std::make_unique<Impl>();
   // The mesh is checked before the file is opened, so bad flags are reported first.
   MeshSpec mesh = make_mesh_spec(params.devices, params.split_mode, params.tensor_split, params.main_device,
-                                 params.replicate_kv, parse_model_device(params.device));
+                                 params.replicate_kv, parse_device_id(params.device, "device"));
   if (mesh.mode == SplitMode::None) {
     mesh.devices = {mesh.devices.at(size_t(mesh.main_device))};
     mesh.ratios = {1.0};

@@ -85,7 +85,6 @@ Tensor WeightLoader::to_device(const Tensor& host, const std::string& key) {
     }
     s.synchronize();  // the model's own stream uses the weights next
     uploaded_[key] = dst;
-    rank_bytes_ += bytes;
   }
   Tensor t = Tensor::contiguous(host.type, {host.ne[0], host.ne[1], host.ne[2], host.ne[3]}, dst, device_);
   return t;
@@ -139,7 +138,6 @@ Tensor WeightLoader::place(const Tensor& host, const std::string& key) {
   if (device_.kind == DeviceKind::CPU) {
     Tensor t = host;
     t.device = device_;
-    rank_bytes_ += t.row_bytes() * size_t(t.nrows());
     return t;
   }
   return to_device(host, key);

@@ -9,8 +9,7 @@
 // (parallel/shard_rules.h), so model code asks for the whole tensor by name and gets what the rank holds:
 //   - a tensor the rank does not hold (layer split) comes back with data == nullptr and its full shape;
 //   - tensor split: a slice by output rows (contiguous) or input columns (strided: rows keep the full
-//   matrix's
-//     stride on the CPU; other devices get a compact copy made by one 2-D copy per tensor);
+//     matrix's stride on the CPU; other devices get a compact copy made by one 2-D copy per tensor);
 //   - row split: matrices go to the RowSplitWeights registry (parallel/row_split.h), which places a row slice
 //     on every device; the model gets the registry's handle.
 // Shapes are always checked against the full tensor, on every rank.
@@ -58,8 +57,6 @@ class WeightLoader {
   std::vector<std::string> unused() const;
   // Bytes of F32 copies the loader had to make (kept alive by the loader: keep it as long as the tensors).
   size_t owned_bytes() const;
-  // Bytes of weights this rank placed on its device (CUDA) or views (CPU).
-  size_t rank_bytes() const { return rank_bytes_; }
 
  private:
   const gguf::TensorInfo& find(const std::string& name);
@@ -80,7 +77,6 @@ class WeightLoader {
   RowSplitWeights* row_split_ = nullptr;
   std::vector<std::string> used_;
   std::deque<std::vector<float>> owned_;  // deque: growing keeps earlier buffers in place
-  size_t rank_bytes_ = 0;
 
   // Device copies (non-CPU devices only).
   Tensor to_device(const Tensor& host, const std::string& key);

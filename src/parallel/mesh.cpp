@@ -46,8 +46,8 @@ std::string join_ids(const std::vector<DeviceId>& devices) {
   return s;
 }
 
-// "cpu", "cpu:N", "cuda", "cuda:N" (one entry of --devices, already trimmed and non-empty).
-DeviceId parse_device_entry(const std::string& entry, const std::string& list) {
+// "cpu", "cpu:N", "cuda", "cuda:N": one entry of the value of `flag` (all of it when list == entry).
+DeviceId parse_device_entry(const std::string& entry, const std::string& list, const std::string& flag) {
   const size_t colon = entry.find(':');
   const std::string kind = entry.substr(0, colon);
   DeviceId id;
@@ -57,8 +57,7 @@ DeviceId parse_device_entry(const std::string& entry, const std::string& list) {
     id.kind = DeviceKind::CUDA;
   } else {
     const std::string where = entry == list ? "" : " in '" + list + "'";
-    throw Error("--devices: unknown device '" + entry + "'" + where +
-                "; expected cpu, cpu:N, cuda or cuda:N");
+    throw Error(flag + ": unknown device '" + entry + "'" + where + "; expected cpu, cpu:N, cuda or cuda:N");
   }
   if (colon == std::string::npos) return id;  // "cpu" / "cuda" alone: index 0
   const std::string index = entry.substr(colon + 1);
@@ -68,7 +67,7 @@ DeviceId parse_device_entry(const std::string& entry, const std::string& list) {
   // non-digit, so the whole index must have been consumed.
   const bool ok = !index.empty() && ec == std::errc() && end == index.data() + index.size() && v >= 0 &&
                   index.find_first_not_of("0123456789") == std::string::npos;
-  check(ok, "--devices: bad device index '" + index + "' in '" + entry +
+  check(ok, flag + ": bad device index '" + index + "' in '" + entry +
                 "'; expected a non-negative integer, as in " + kind + ":0");
   id.index = v;
   return id;
@@ -102,6 +101,10 @@ SplitMode parse_split_mode(const std::string& s) {
   throw Error("--split-mode: unknown mode '" + s + "'; expected none, layer, row or tensor");
 }
 
+DeviceId parse_device_id(const std::string& s, const std::string& flag) {
+  return parse_device_entry(s, s, flag);
+}
+
 std::vector<DeviceId> parse_device_list(const std::string& s) {
   check(!trim(s).empty(), std::string("--devices: empty list; ") + kDevicesExpected);
   const std::vector<std::string> entries = split_commas(s);
@@ -109,7 +112,7 @@ std::vector<DeviceId> parse_device_list(const std::string& s) {
   for (size_t i = 0; i < entries.size(); ++i) {
     check(!entries[i].empty(),
           "--devices: entry " + std::to_string(i + 1) + " of '" + s + "' is empty; " + kDevicesExpected);
-    const DeviceId id = parse_device_entry(entries[i], s);
+    const DeviceId id = parse_device_entry(entries[i], s, "--devices");
     // A GPU may be listed twice: two ranks then share it (each its own Device, memory and streams), which is
     // how one GPU tests a split; their collectives go through the copy comm. A CPU device has no reason to
     // repeat, since cpu:0, cpu:1, ... are already separate devices.

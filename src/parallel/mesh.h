@@ -26,6 +26,10 @@ const char* split_mode_name(SplitMode mode);
 // Parses a --split-mode value. Error: "--split-mode: unknown mode 'x'; expected none, layer, row or tensor".
 SplitMode parse_split_mode(const std::string& s);
 
+// Parses one device name: "cpu", "cpu:N", "cuda" or "cuda:N" ("cpu" / "cuda" alone mean index 0). Errors
+// start with `flag` ("--device: unknown device 'gpu'; expected cpu, cpu:N, cuda or cuda:N").
+DeviceId parse_device_id(const std::string& s, const std::string& flag);
+
 // Parses a --devices list: "cuda:0,cuda:1", "cpu:0,cpu:1,cpu:2"; "cpu" / "cuda" alone mean index 0.
 // Errors name the entry: an empty entry, an unknown kind, a bad index, a CPU device listed twice (a GPU may
 // repeat: ranks sharing it). Does not check that the devices exist (see check_devices_exist).

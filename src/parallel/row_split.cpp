@@ -12,7 +12,6 @@ RowSplitWeights::RowSplitWeights(std::vector<Device*> devices, int main, std::ve
       !devices_.empty() && main_ >= 0 && size_t(main_) < devices_.size() && ratios_.size() == devices_.size(),
       "row split: bad device list");
   max_rows_.assign(devices_.size(), 0);
-  bytes_.assign(devices_.size(), 0);
 }
 
 Tensor RowSplitWeights::add(const Tensor& host, const std::string& name) {
@@ -43,16 +42,14 @@ Tensor RowSplitWeights::add(const Tensor& host, const std::string& name) {
     }
     e.shards.push_back(shard);
     max_rows_[d] = std::max(max_rows_[d], r.size());
-    bytes_[d] += row_bytes * size_t(r.size());
   }
   Tensor handle = Tensor::contiguous(host.type, {host.ne[0], host.ne[1]}, &e, devices_[size_t(main_)]->id());
-  by_handle_[&e] = &e;
+  handles_.insert(&e);
   return handle;
 }
 
 const RowSplitWeights::Entry* RowSplitWeights::find(const Tensor& t) const {
-  auto it = by_handle_.find(t.data);
-  return it == by_handle_.end() ? nullptr : it->second;
+  return handles_.count(t.data) ? static_cast<const Entry*>(t.data) : nullptr;
 }
 
 RowSplitOps::RowSplitOps(const RowSplitWeights& weights) : weights_(weights) {

@@ -9,8 +9,8 @@
 #pragma once
 
 #include <deque>
-#include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -43,18 +43,15 @@ class RowSplitWeights {
   int main() const { return main_; }
   // Largest slice (rows) on device d over every matrix.
   int64_t max_rows_on(size_t d) const { return max_rows_.at(d); }
-  // Bytes of weights placed on device d.
-  size_t bytes_on(size_t d) const { return bytes_.at(d); }
 
  private:
   std::vector<Device*> devices_;
   int main_;
   std::vector<double> ratios_;
   std::deque<Entry> entries_;
-  std::map<const void*, const Entry*> by_handle_;
+  std::set<const void*> handles_;  // the entries' addresses: a handle's data is one of them
   std::deque<Buffer> buffers_;
   std::vector<int64_t> max_rows_;
-  std::vector<size_t> bytes_;
 };
 
 // The Ops of a row-split model: main's Ops for everything, matmul on a RowSplitWeights handle distributed.

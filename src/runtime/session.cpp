@@ -61,6 +61,11 @@ struct RankState {
 
   RankState(const ModelRank& r)
       : device(*r.device), ops(*r.ops), stream(r.device->default_stream()), decoder(*r.decoder) {}
+
+  // This rank's forward of one chunk, enqueued on `st`.
+  void forward(Stream& st, const ForwardInputs& in) {
+    decoder.forward(st, ops, in, storage->layers(), *scratch);
+  }
 };
 
 struct Session::Impl {
@@ -118,6 +123,9 @@ struct Session::Impl {
   // Uploads this chunk's inputs to rank r and fills its ForwardInputs.
   ForwardInputs prepare(RankState& r, const Batch& batch, size_t r0, size_t r1, int32_t max_len, bool record,
                         Tensor& tokens, Tensor& embeddings, bool with_taps);
+  // Copies n_out rows of logits holding the vocabulary rows v, {v.size(), n_out} contiguous at src on r's
+  // device, into the full host rows of logits from row out0: one (strided when v is a slice) copy.
+  void copy_logit_rows(RankState& r, const void* src, Range v, size_t out0, int64_t n_out);
   // Copies rank r's logits (its vocabulary rows) of n_out rows into logits at row out0.
   void fetch_logits(RankState& r, size_t out0, int64_t n_out);
   // Ranks in separate processes: gathers the other processes' vocabulary rows into logits at row out0.
@@ -360,18 +368,19 @@ ForwardInputs Session::Impl::prepare(RankState& r, const Batch& batch, size_t r0
   return in;
 }
 
-void Session::Impl::fetch_logits(RankState& r, size_t out0, int64_t n_out) {
+void Session::Impl::copy_logit_rows(RankState& r, const void* src, Range v, size_t out0, int64_t n_out) {
   if (n_out == 0) return;
-  const Range v = r.decoder.shard().vocab;
   float* dst = logits.data() + out0 * size_t(n_vocab) + size_t(v.begin);
   if (v.size() == n_vocab) {
-    r.device.copy_to_host(r.stream, dst, r.d_logits_buf.data(),
-                          size_t(n_out) * size_t(n_vocab) * sizeof(float));
+    r.device.copy_to_host(r.stream, dst, src, size_t(n_out) * size_t(n_vocab) * sizeof(float));
   } else {  // a tensor-split rank's vocabulary rows: one strided copy into the full rows
-    r.device.copy_2d(r.stream, dst, size_t(n_vocab) * sizeof(float), r.d_logits_buf.data(),
-                     size_t(v.size()) * sizeof(float), size_t(v.size()) * sizeof(float), size_t(n_out),
-                     CopyKind::DeviceToHost);
+    r.device.copy_2d(r.stream, dst, size_t(n_vocab) * sizeof(float), src, size_t(v.size()) * sizeof(float),
+                     size_t(v.size()) * sizeof(float), size_t(n_out), CopyKind::DeviceToHost);
   }
+}
+
+void Session::Impl::fetch_logits(RankState& r, size_t out0, int64_t n_out) {
+  copy_logit_rows(r, r.d_logits_buf.data(), r.decoder.shard().vocab, out0, n_out);
 }
 
 void Session::Impl::gather_process_logits(RankState& r, size_t out0, int64_t n_out) {
@@ -382,14 +391,9 @@ void Session::Impl::gather_process_logits(RankState& r, size_t out0, int64_t n_o
   const Tensor recv =
       Tensor::contiguous(DType::F32, {int64_t(slot * m.shards.size())}, r.d_gather_buf.data(), dev);
   m.comm->all_gather(m.process_rank, r.stream, send, recv);
-  for (size_t q = 0; q < m.shards.size(); ++q) {
-    if (int(q) == m.process_rank) continue;  // fetch_logits copied this process's rows
-    const Range v = m.shards[q].vocab;
-    r.device.copy_2d(r.stream, logits.data() + out0 * size_t(n_vocab) + size_t(v.begin),
-                     size_t(n_vocab) * sizeof(float), static_cast<const float*>(recv.data) + q * slot,
-                     size_t(v.size()) * sizeof(float), size_t(v.size()) * sizeof(float), size_t(n_out),
-                     CopyKind::DeviceToHost);
-  }
+  for (size_t q = 0; q < m.shards.size(); ++q)
+    if (int(q) != m.process_rank)  // fetch_logits copied this process's rows
+      copy_logit_rows(r, static_cast<const float*>(recv.data) + q * slot, m.shards[q].vocab, out0, n_out);
 }
 
 void Session::Impl::run_layers_over_processes(const Batch& batch, size_t r0, size_t r1, size_t out0,
@@ -404,15 +408,15 @@ void Session::Impl::run_layers_over_processes(const Batch& batch, size_t r0, siz
   // rank 0, then from rank 1, ..., then of the logits from the last rank. Rank k + 1 runs its layers on what
   // rank k sent; the other receivers' copies are overwritten before they are read.
   for (int k = 0; k < R - 1; ++k) {
-    if (k == me) r.decoder.forward(r.stream, r.ops, in, r.storage->layers(), *r.scratch);
+    if (k == me) r.forward(r.stream, in);
     m.comm->broadcast(me, r.stream, hidden, k);
   }
-  if (me == R - 1) r.decoder.forward(r.stream, r.ops, in, r.storage->layers(), *r.scratch);
+  if (me == R - 1) r.forward(r.stream, in);
   if (n_out > 0) {
-    const size_t n = size_t(n_vocab) * size_t(n_out);
-    const Tensor all = Tensor::contiguous(DType::F32, {int64_t(n)}, r.d_logits_buf.data(), r.device.id());
+    const Tensor all =
+        Tensor::contiguous(DType::F32, {n_vocab * n_out}, r.d_logits_buf.data(), r.device.id());
     m.comm->broadcast(me, r.stream, all, R - 1);
-    r.device.copy_to_host(r.stream, logits.data() + out0 * size_t(n_vocab), all.data, n * sizeof(float));
+    copy_logit_rows(r, all.data, Range{0, n_vocab}, out0, n_out);
   }
   r.stream.synchronize();
 }
@@ -455,7 +459,7 @@ void Session::Impl::run_chunk(const Batch& batch, size_t r0, size_t r1, size_t o
       RankState& r = *ranks[size_t(rank)];
       Tensor tokens, embeddings;
       ForwardInputs in = prepare(r, batch, r0, r1, max_len, false, tokens, embeddings, rank == 0);
-      r.decoder.forward(r.stream, r.ops, in, r.storage->layers(), *r.scratch);
+      r.forward(r.stream, in);
       fetch_logits(r, out0, n_out);
       r.stream.synchronize();
     });
@@ -472,14 +476,13 @@ void Session::Impl::run_chunk(const Batch& batch, size_t r0, size_t r1, size_t o
                       T <= 64 && tap_layers.empty() && !batch.tokens.empty() && m.process_rank < 0;
   static std::atomic<uint64_t> next_session_id{1};  // keys never repeat, also after a session is destroyed
   if (record && graph_session_id == 0) graph_session_id = next_session_id++;
-  const uint64_t graph_key = (graph_session_id << 32) | (uint64_t(T) << 16) | (uint64_t(n_out) << 1) |
-                             uint64_t(size_t(n_out) == size_t(T));
+  const uint64_t graph_key =
+      (graph_session_id << 32) | (uint64_t(T) << 16) | (uint64_t(n_out) << 1) | uint64_t(n_out == T);
   auto forward = [&](RankState& r, const ForwardInputs& in) {
-    auto body = [&](Stream& st) { r.decoder.forward(st, r.ops, in, r.storage->layers(), *r.scratch); };
     if (record) {
-      r.device.run_recorded(r.stream, graph_key, body);
+      r.device.run_recorded(r.stream, graph_key, [&](Stream& st) { r.forward(st, in); });
     } else {
-      body(r.stream);
+      r.forward(r.stream, in);
     }
   };
 

@@ -111,17 +111,7 @@ std::vector<int> parse_int_list(const std::string& s, const char* what) {
 
 DeviceId parse_device(const std::string& s) {
   if (s.empty()) return device_count(DeviceKind::CUDA) > 0 ? DeviceId{DeviceKind::CUDA, 0} : DeviceId{};
-  auto index_of = [&](size_t pos) {
-    if (pos >= s.size()) return 0;
-    check(s[pos] == ':', "--device: expected cpu, cpu:N, cuda or cuda:N, got '" + s + "'");
-    char* end = nullptr;
-    const long v = std::strtol(s.c_str() + pos + 1, &end, 10);
-    check(end && *end == '\0' && v >= 0 && pos + 1 < s.size(), "--device: bad device index in '" + s + "'");
-    return int(v);
-  };
-  if (s.rfind("cpu", 0) == 0) return DeviceId{DeviceKind::CPU, index_of(3)};
-  if (s.rfind("cuda", 0) == 0) return DeviceId{DeviceKind::CUDA, index_of(4)};
-  throw Error("--device: expected cpu, cpu:N, cuda or cuda:N, got '" + s + "'");
+  return parse_device_id(s, "--device");
 }
 
 // ---- hardware limits ------------------------------------------------------------------------------------------
