@@ -1,21 +1,22 @@
-// A session runs a model over batches: it owns the paged KV cache (blocks shared by all its sequences), the
-// per-step device inputs and the scratch memory, planned once at creation for the largest batch, so that
-// decoding allocates no device memory.
+// A session runs a model over batches (batch.h): it owns the paged KV cache (per KV group: the global layers
+// share one table, each sliding-window size another that keeps only its window), the per-step device inputs
+// and the scratch memory, planned once at creation for the largest batch, so that decoding allocates no device
+// memory.
 //
 //   auto model = tandem::Model::load("qwen3.gguf");
 //   tandem::Session session(model, {.n_ctx = 4096, .n_seq_max = 4});
 //   tandem::Batch batch;
 //   batch.add_sequence(prompt_ids, 0, /*seq*/ 0, /*last_logits*/ true);
-//   session.decode(batch);
-//   std::span<const float> logits = session.logits(batch.size() - 1);
+//   session.decode(batch);                                       // enqueued; returns before the device is done
+//   std::span<const float> logits = session.logits(batch.size() - 1);  // copies this one row to the host
+//
+// Outputs stay on the device of the output layer: device_logits() is the step's logits there (a tensor split
+// gathers the vocabulary slices onto the main device), sample() draws tokens there and copies only the ids
+// back, and logits(row) copies one requested row to the host on first use. Taps (set_taps) write the input of
+// chosen layers per row into a caller-owned buffer, for a drafter to read without a host round trip.
 //
 // Sequence operations (for parallel and speculative decoding): fork a sequence's prefix into another id
 // without copying KV blocks, remove a tail of positions (rejected draft tokens), clear.
-//
-// Hidden-state taps (for DFlash): set_taps({l0, l1, ...}, dst) makes every decode write the input of those
-// layers (the residual stream before layer l's attention norm; l = n_layer is the last layer's output) for
-// every row of the batch into dst: row r, tap k at dst.data + r * dst.row_stride + k * dst.tap_stride, n_embd
-// floats each.
 #pragma once
 
 #include <cstdint>
@@ -27,8 +28,11 @@
 #include "core/tensor.h"
 #include "tandem/batch.h"
 #include "tandem/model.h"
+#include "tandem/sampling.h"
 
 namespace tandem {
+
+class Event;
 
 enum class KvType { F32, F16, BF16 };
 
@@ -39,14 +43,24 @@ struct SessionParams {
   int32_t n_logits_max = 0;  // logit rows per forward pass; 0 = max(n_seq_max, 32) (capped at n_batch)
   int32_t block_size = 16;   // KV positions per block
   KvType kv_type = KvType::F16;
+  // > 0: batches may use AttentionMask::Explicit with up to this many columns (n_batch x this many floats of
+  // device memory, allocated at creation). 0: explicit masks are refused.
+  int32_t explicit_mask_cols = 0;
+  // Sliding-window layers keep every position instead of their window (for tests and debugging).
+  bool keep_full_kv = false;
 };
 
-// Where taps go: host memory now; a device buffer later (device = that device, data = its pointer).
+// Where taps go: row r, tap k at data + r * row_stride + k * tap_stride, n_embd floats (F32) each. `device`
+// is where the memory is (a CPU device: host memory). The address is fixed until the next set_taps, so
+// recorded CUDA graphs stay valid.
 struct TapDestination {
   DeviceId device{};      // DeviceKind::CPU: host memory
   void* data = nullptr;   // row 0, tap 0
   size_t row_stride = 0;  // bytes from one batch row to the next; 0 = n_taps * n_embd * 4
   size_t tap_stride = 0;  // bytes from one tap to the next within a row; 0 = n_embd * 4
+  // The consumer's "read" event (optional): a decode waits for it, on the device, before it overwrites the
+  // taps. The consumer records it after it has read them.
+  Event* read = nullptr;
 };
 
 class Session {
@@ -60,12 +74,28 @@ class Session {
   const SessionParams& params() const;
   int32_t n_vocab() const;
 
-  // Runs the batch: stores every row's K/V in its sequence and computes logits of the marked rows. Throws
-  // Error for a bad batch (token id out of range, unknown sequence, a position that does not continue its
-  // sequence) or a full cache, before changing anything.
+  // Enqueues the batch: stores the K/V of its writing rows, computes logits of the marked rows. Throws Error
+  // for a bad batch (token or embedding row out of range, unknown sequence, a position that does not continue
+  // its sequence, a mask the session cannot run) or a full cache, before changing anything. Returns before
+  // the device has finished; the accessors below wait for it.
   void decode(const Batch& batch);
-  // Logits (n_vocab floats) of row `row` of the last decoded batch; the row must have been marked.
+  // Logits (n_vocab floats) of row `row` of the last decoded batch, which must have been marked; copied to the
+  // host on first use (that row only).
   std::span<const float> logits(size_t row) const;
+  // The last batch's logits on the output device: F32 {n_vocab, n_out}, column i = the i-th marked row (see
+  // logits_index). Valid until the next decode. A batch with more marked rows than n_logits_max keeps its
+  // logits on the host only (Error here).
+  Tensor device_logits() const;
+  // The column of device_logits() holding row `row` of the last batch.
+  int32_t logits_index(size_t row) const;
+  DeviceId output_device() const;
+  // Samples one token for each of `rows` (marked rows of the last batch) with samplers[i] (its parameters and
+  // its generator: one uniform per non-greedy row, as Sampler::sample draws it) on the output device with
+  // Ops::sample_rows; only the ids cross to the host. Rows whose sampler uses penalties or a custom chain
+  // order are sampled on the host from logits(row). The samplers do not record the tokens (call accept).
+  std::vector<int32_t> sample(std::span<const size_t> rows, std::span<Sampler* const> samplers);
+  // Blocks until the last decode has finished on every device.
+  void synchronize() const;
 
   int32_t seq_len(int32_t seq) const;
   // Removes positions [p0, p1) of seq (p1 < 0: to the end); only a tail can be removed.
@@ -78,11 +108,18 @@ class Session {
   int64_t kv_free_positions() const;
   int64_t kv_capacity() const;
 
-  // Taps the input of `layers` (0 .. n_layer) on every following decode; an empty list turns taps off. dst
-  // must hold the rows of every batch decoded while taps are set.
+  // Taps the input of `layers` (ascending, each in 0 .. n_layer; n_layer = the last layer's output) on every
+  // following decode; an empty list turns taps off. dst must hold the rows of every batch decoded while taps
+  // are set. A destination on the device that runs a layer is written there by the forward; host memory or
+  // another device is written through a staging copy (the fallback).
   void set_taps(std::vector<int32_t> layers, const TapDestination& dst);
+  // Recorded after the taps of each decode are written (on the stream of the device that wrote the last tap);
+  // a consumer's stream waits on it. Null when taps are off. Taps into host memory are complete after
+  // synchronize().
+  Event* taps_written() const;
 
   struct Impl;
+  Impl& impl() const { return *impl_; }  // internals, for tests (src/runtime/session_impl.h)
 
  private:
   std::unique_ptr<Impl> impl_;

@@ -23,19 +23,31 @@ struct LayerTap {
   Tensor dst;
 };
 
+// The layers that share one KV cache table (the same sliding window) share a step's slots and attention
+// metadata: one of these per KV group.
+struct KvGroupInputs {
+  Tensor slot_mapping;       // I32 {T}: the cache slot each row's K/V is stored in (< 0: not stored)
+  AttentionBatch attention;  // positions / seq_slot / block tables / seq_lens / bounds of this group
+};
+
 // Per-step inputs, all device tensors of the compute device. T = number of batch rows.
+//   input row t = (tokens[t] >= 0 ? tok_embd[tokens[t]] * hparams().embedding_scale : 0)
+//               + (added_rows[t] >= 0 ? added[:, added_rows[t]] : 0)
 struct ForwardInputs {
   int64_t n_rows = 0;                  // T
-  const Tensor* tokens = nullptr;      // I32 {T}, or null when embeddings are given
-  const Tensor* embeddings = nullptr;  // F32 {n_embd, T}
+  const Tensor* tokens = nullptr;      // I32 {T} (kNoToken = none), or null when no row has a token
+  const Tensor* added = nullptr;       // F32 {n_embd, n_added}: embedding rows added to the input, or null
+  const Tensor* added_rows = nullptr;  // I32 {T}: row of `added` per batch row (-1 = none); with `added`
   Tensor positions;                    // I32 {T}
-  Tensor slot_mapping;                 // I32 {T}: physical KV slot each row's K/V is stored in
-  AttentionBatch attention;            // positions / seq_slot / block tables / seq_lens of this batch
-  int64_t n_out = 0;                   // rows that want logits
-  Tensor out_rows;                     // I32 {n_out}: their row indices, increasing
-  bool out_rows_all = false;           // out_rows is 0..T-1 (no gather needed)
-  Tensor logits;                       // F32 {n_vocab, n_out}
+  std::span<const KvGroupInputs> kv_groups;
+  std::span<const int32_t> layer_groups;  // per layer this rank holds: its index into kv_groups
+  int64_t n_out = 0;                      // rows that want logits
+  Tensor out_rows;                        // I32 {n_out}: their row indices, increasing
+  bool out_rows_all = false;              // out_rows is 0..T-1 (no gather needed)
+  Tensor logits;                          // F32 {n_vocab, n_out}
   std::span<const LayerTap> taps;
+
+  const KvGroupInputs& kv_group(size_t local_layer) const { return kv_groups[size_t(layer_groups[local_layer])]; }
 };
 
 // Scratch memory of an architecture, planned once for the largest batch; opaque to the session.
@@ -49,6 +61,7 @@ struct KvLayerShape {
   int64_t head_dim_k = 0;
   int64_t head_dim_v = 0;
   int64_t n_kv_head = 0;
+  int32_t sliding_window = 0;  // > 0: the layer reads only the last sliding_window positions (a sliding KV group)
 };
 
 class Comm;

@@ -1,5 +1,6 @@
 #include "model/hparams.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
@@ -22,27 +23,34 @@ float ModelHparams::attention_scale() const {
   return attn_scale != 0.0f ? attn_scale : 1.0f / std::sqrt(float(head_dim_k));
 }
 
-int64_t read_uniform_layer_int(const gguf::GgufFile& file, const std::string& key, int64_t n_layer,
-                               std::optional<int64_t> fallback) {
+bool ModelHparams::uniform_layers() const {
+  for (const LayerHparams& l : layers)
+    if (!(l == layers.front())) return false;
+  return layers.empty() || layers.front().sliding_window == 0;
+}
+
+int64_t ModelHparams::max_layer(int64_t LayerHparams::*field) const {
+  int64_t m = 0;
+  for (const LayerHparams& l : layers) m = std::max(m, l.*field);
+  return m;
+}
+
+std::vector<int64_t> read_layer_ints(const gguf::GgufFile& file, const std::string& key, int64_t n_layer,
+                                     std::optional<int64_t> fallback) {
   const gguf::Value* v = file.find(key);
   if (!v) {
     check(fallback.has_value(), "missing GGUF key " + key);
-    return *fallback;
+    return std::vector<int64_t>(size_t(n_layer), *fallback);
   }
   if (v->type() != gguf::ValueType::ARRAY) {
     check(v->is_integer(), "GGUF key " + key + " must be an integer, got " + v->type_name());
-    return v->as_int();
+    return std::vector<int64_t>(size_t(n_layer), v->as_int());
   }
-  const std::vector<int64_t> values = v->as_int_array();
+  std::vector<int64_t> values = v->as_int_array();
   check(int64_t(values.size()) == n_layer, "GGUF key " + key + " has " + std::to_string(values.size()) +
                                                " per-layer entries for " + std::to_string(n_layer) +
                                                " layers");
-  check(!values.empty(), "GGUF key " + key + " is an empty array");
-  for (int64_t x : values)
-    check(x == values[0], "GGUF key " + key +
-                              " differs between layers; per-layer values are not supported for " +
-                              file.architecture() + " models");
-  return values[0];
+  return values;
 }
 
 ModelHparams read_decoder_hparams(const gguf::GgufFile& f, const std::string& arch) {
@@ -55,15 +63,24 @@ ModelHparams read_decoder_hparams(const gguf::GgufFile& f, const std::string& ar
   hp.n_layer = positive(a + "block_count", f.get_int(a + "block_count"));
   check(hp.n_layer <= 4096,
         "GGUF key " + a + "block_count is implausibly large: " + std::to_string(hp.n_layer));
-  hp.n_ff =
-      positive(a + "feed_forward_length", read_uniform_layer_int(f, a + "feed_forward_length", hp.n_layer));
-  hp.n_head =
-      positive(a + "attention.head_count", read_uniform_layer_int(f, a + "attention.head_count", hp.n_layer));
-  hp.n_head_kv = positive(a + "attention.head_count_kv",
-                          read_uniform_layer_int(f, a + "attention.head_count_kv", hp.n_layer, hp.n_head));
-  check(hp.n_head % hp.n_head_kv == 0, "attention.head_count (" + std::to_string(hp.n_head) +
-                                           ") must be a multiple of attention.head_count_kv (" +
-                                           std::to_string(hp.n_head_kv) + ")");
+  const std::vector<int64_t> n_ff = read_layer_ints(f, a + "feed_forward_length", hp.n_layer);
+  const std::vector<int64_t> n_head = read_layer_ints(f, a + "attention.head_count", hp.n_layer);
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    positive(a + "feed_forward_length", n_ff[size_t(il)]);
+    positive(a + "attention.head_count", n_head[size_t(il)]);
+  }
+  const std::vector<int64_t> n_head_kv =
+      read_layer_ints(f, a + "attention.head_count_kv", hp.n_layer, n_head[0]);
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    positive(a + "attention.head_count_kv", n_head_kv[size_t(il)]);
+    check(n_head[size_t(il)] % n_head_kv[size_t(il)] == 0,
+          "attention.head_count (" + std::to_string(n_head[size_t(il)]) +
+              ") must be a multiple of attention.head_count_kv (" + std::to_string(n_head_kv[size_t(il)]) +
+              ")" + (hp.n_layer > 1 ? " in layer " + std::to_string(il) : std::string()));
+  }
+  hp.n_ff = n_ff[0];
+  hp.n_head = n_head[0];
+  hp.n_head_kv = n_head_kv[0];
   check(hp.n_embd % hp.n_head == 0 || f.find(a + "attention.key_length"),
         "embedding_length is not a multiple of head_count and attention.key_length is missing");
   hp.head_dim_k =
@@ -100,6 +117,45 @@ ModelHparams read_decoder_hparams(const gguf::GgufFile& f, const std::string& ar
   check(f.get_int(a + "expert_count", 0) == 0,
         "mixture-of-experts " + arch + " models (" + a + "expert_count > 0) are not supported yet");
 
+  // Sliding-window layers (gemma4's keys, read for every architecture of the family): a window, the layers
+  // that use it (a per-layer bool pattern; no pattern = every layer), and their own head dims and rope.
+  const int64_t window = f.get_int(a + "attention.sliding_window", 0);
+  check(window >= 0 && window <= (int64_t(1) << 30), "GGUF key " + a + "attention.sliding_window must be >= 0");
+  std::vector<bool> sliding(size_t(hp.n_layer), window > 0);
+  if (const gguf::Value* pat = f.find(a + "attention.sliding_window_pattern"); pat && window > 0) {
+    check(pat->type() == gguf::ValueType::ARRAY, "GGUF key " + a + "attention.sliding_window_pattern must be an array");
+    const auto& items = pat->as_array();
+    check(int64_t(items.size()) == hp.n_layer, "GGUF key " + a + "attention.sliding_window_pattern has " +
+                                                   std::to_string(items.size()) + " entries for " +
+                                                   std::to_string(hp.n_layer) + " layers");
+    for (size_t il = 0; il < items.size(); ++il) sliding[il] = items[il].as_bool();
+  }
+  const bool any_sliding = std::find(sliding.begin(), sliding.end(), true) != sliding.end();
+  const bool mixed = any_sliding && std::find(sliding.begin(), sliding.end(), false) != sliding.end();
+  hp.layers.resize(size_t(hp.n_layer));
+  for (int64_t il = 0; il < hp.n_layer; ++il) {
+    LayerHparams& L = hp.layers[size_t(il)];
+    L.n_head = n_head[size_t(il)];
+    L.n_head_kv = n_head_kv[size_t(il)];
+    L.n_ff = n_ff[size_t(il)];
+    L.head_dim_k = hp.head_dim_k;
+    L.head_dim_v = hp.head_dim_v;
+    L.n_rot = hp.n_rot;
+    L.rope_freq_base = hp.rope_freq_base;
+    if (!sliding[size_t(il)]) continue;
+    L.sliding_window = int32_t(window);
+    L.rope_freq_factors = !mixed;  // mixed models: rope_freqs belongs to the global layers (GGUF-ARCH-FACTS C.3)
+    L.head_dim_k = positive(a + "attention.key_length_swa", f.get_int(a + "attention.key_length_swa", hp.head_dim_k));
+    L.head_dim_v =
+        positive(a + "attention.value_length_swa", f.get_int(a + "attention.value_length_swa", hp.head_dim_v));
+    L.n_rot = positive(a + "rope.dimension_count_swa", f.get_int(a + "rope.dimension_count_swa", L.head_dim_k));
+    check(L.n_rot % 2 == 0 && L.n_rot <= L.head_dim_k,
+          "rope.dimension_count_swa (" + std::to_string(L.n_rot) +
+              ") must be even and at most attention.key_length_swa (" + std::to_string(L.head_dim_k) + ")");
+    L.rope_freq_base = float(f.get_float(a + "rope.freq_base_swa", hp.rope_freq_base));
+    check(std::isfinite(L.rope_freq_base) && L.rope_freq_base > 0.0f,
+          "GGUF key " + a + "rope.freq_base_swa must be positive");
+  }
   if (const gguf::Value* v = f.find(a + "vocab_size")) {
     hp.n_vocab = positive(a + "vocab_size", v->as_int());
   } else if (const gguf::Value* t = f.find("tokenizer.ggml.tokens")) {

@@ -1,6 +1,7 @@
 #include "model/transformer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "core/error.h"
@@ -25,6 +26,12 @@ Tensor cols(const Tensor& t, int64_t n) {
   v.nb[2] = v.nb[1] * size_t(n);
   v.nb[3] = v.nb[2];
   return v;
+}
+
+// A contiguous {width, n} tensor at the start of a scratch slot planned for the widest layer (layers of other
+// shapes use a prefix of the same memory; uniform models see exactly the planned slot).
+Tensor mat(const Tensor& slot, int64_t width, int64_t n) {
+  return Tensor::contiguous(DType::F32, {width, n}, slot.data, slot.device);
 }
 
 // {n_head * head_dim, T} seen as {head_dim, n_head, T}.
@@ -54,17 +61,40 @@ Transformer::Transformer(ModelHparams hp, TransformerWeights weights, std::uniqu
   n_vocab_ = shard_.vocab.size();
   check(shard_.mode != SplitMode::Tensor || shard_.n_ranks == 1 || comm_ != nullptr,
         "a tensor-split rank needs a communicator");
-  rope_.n_rot = int(hp_.n_rot);
-  rope_.mode = hp_.rope_mode;
-  rope_.freq_base = hp_.rope_freq_base;
-  rope_.freq_scale = hp_.rope_freq_scale;
-  rope_.attn_factor = hp_.rope_attn_factor;
-  rope_.freq_factors = w_.rope_freqs ? &*w_.rope_freqs : nullptr;
+  const bool tensor_split = shard_.mode == SplitMode::Tensor;
+  for (const LayerHparams& L : hp_.layers) {
+    LocalLayer d;
+    // A tensor split cuts uniform layers by the shard's ranges (Model::load refuses non-uniform ones).
+    d.n_head = tensor_split ? n_head_ : L.n_head;
+    d.n_head_kv = tensor_split ? n_head_kv_ : L.n_head_kv;
+    d.n_ff = tensor_split ? n_ff_ : L.n_ff;
+    d.head_dim_k = L.head_dim_k;
+    d.head_dim_v = L.head_dim_v;
+    d.sliding_window = L.sliding_window;
+    d.attn_scale = hp_.attn_scale != 0.0f ? hp_.attn_scale : 1.0f / std::sqrt(float(L.head_dim_k));
+    d.rope.n_rot = int(L.n_rot);
+    d.rope.mode = hp_.rope_mode;
+    d.rope.freq_base = L.rope_freq_base;
+    d.rope.freq_scale = hp_.rope_freq_scale;
+    d.rope.attn_factor = hp_.rope_attn_factor;
+    d.rope.freq_factors = w_.rope_freqs && L.rope_freq_factors ? &*w_.rope_freqs : nullptr;
+    local_.push_back(d);
+  }
 }
 
 std::vector<KvLayerShape> Transformer::kv_layer_shapes() const {
-  return std::vector<KvLayerShape>(size_t(shard_.layers.size()),
-                                   KvLayerShape{hp_.head_dim_k, hp_.head_dim_v, n_head_kv_});
+  std::vector<KvLayerShape> shapes;
+  for (int64_t il = shard_.layers.begin; il < shard_.layers.end; ++il) {
+    const LocalLayer& d = local_[size_t(il)];
+    shapes.push_back(KvLayerShape{d.head_dim_k, d.head_dim_v, d.n_head_kv, d.sliding_window});
+  }
+  return shapes;
+}
+
+int64_t Transformer::max_local(int64_t (*width)(const LocalLayer&)) const {
+  int64_t m = 0;
+  for (const LocalLayer& d : local_) m = std::max(m, width(d));
+  return m;
 }
 
 Tensor Transformer::hidden_state(ForwardScratch& scratch, int64_t n_rows) const {
@@ -75,9 +105,12 @@ std::unique_ptr<ForwardScratch> Transformer::plan_scratch(Device& device, int64_
                                                           WorkspacePlan& plan) const {
   check(max_rows >= 1 && max_out >= 0 && max_out <= max_rows, "bad scratch plan");
   auto s = std::make_unique<TransformerScratch>();
-  const int64_t hk = hp_.head_dim_k, hv = hp_.head_dim_v;
-  const int64_t widths[] = {hp_.n_embd,   hp_.n_embd, n_head_ * hk, n_head_kv_ * hk, n_head_kv_ * hv,
-                            n_head_ * hv, hp_.n_embd, n_ff_,        n_ff_,           n_ff_};
+  const int64_t q_w = max_local([](const LocalLayer& d) { return d.n_head * d.head_dim_k; });
+  const int64_t k_w = max_local([](const LocalLayer& d) { return d.n_head_kv * d.head_dim_k; });
+  const int64_t v_w = max_local([](const LocalLayer& d) { return d.n_head_kv * d.head_dim_v; });
+  const int64_t attn_w = max_local([](const LocalLayer& d) { return d.n_head * d.head_dim_v; });
+  const int64_t ff_w = max_local([](const LocalLayer& d) { return d.n_ff; });
+  const int64_t widths[] = {hp_.n_embd, hp_.n_embd, q_w, k_w, v_w, attn_w, hp_.n_embd, ff_w, ff_w, ff_w};
   Tensor* slots[] = {&s->x, &s->h, &s->q, &s->k, &s->v, &s->attn, &s->proj, &s->gate, &s->up, &s->act};
   constexpr size_t kAlign = 256;
   auto padded = [&](int64_t n_floats) {
@@ -94,9 +127,10 @@ std::unique_ptr<ForwardScratch> Transformer::plan_scratch(Device& device, int64_
   s->xo = Tensor::contiguous(DType::F32, {hp_.n_embd, std::max<int64_t>(max_out, 1)}, p, device.id());
 
   plan.max_rows = std::max(plan.max_rows, max_rows);
-  plan.max_matmul_in = std::max({plan.max_matmul_in, hp_.n_embd, n_ff_, n_head_ * hk, n_head_ * hv});
-  plan.max_head_dim = std::max({plan.max_head_dim, hk, hv});
-  plan.max_n_head = std::max(plan.max_n_head, n_head_);
+  plan.max_matmul_in = std::max({plan.max_matmul_in, hp_.n_embd, ff_w, q_w, attn_w});
+  plan.max_head_dim = std::max({plan.max_head_dim, max_local([](const LocalLayer& d) { return d.head_dim_k; }),
+                                max_local([](const LocalLayer& d) { return d.head_dim_v; })});
+  plan.max_n_head = std::max(plan.max_n_head, max_local([](const LocalLayer& d) { return d.n_head; }));
   plan.max_vocab = std::max(plan.max_vocab, n_vocab_);
   if (comm_) comm_->reserve(size_t(hp_.n_embd) * size_t(max_rows) * sizeof(float));
   return s;
@@ -111,19 +145,16 @@ void Transformer::forward(Stream& st, Ops& ops, const ForwardInputs& in, std::sp
   check(int64_t(kv.size()) == shard_.layers.size(), "KV cache has the wrong number of layers");
   const float eps = hp_.rms_eps;
   const Tensor x = cols(sc.x, T), h = cols(sc.h, T), proj = cols(sc.proj, T);
-  const Tensor q2 = cols(sc.q, T), k2 = cols(sc.k, T), v2 = cols(sc.v, T), attn2 = cols(sc.attn, T);
-  const Tensor q = heads(q2, hp_.head_dim_k), k = heads(k2, hp_.head_dim_k), v = heads(v2, hp_.head_dim_v);
-  const Tensor attn = heads(attn2, hp_.head_dim_v);
-  const Tensor gate = cols(sc.gate, T), up = cols(sc.up, T), act = cols(sc.act, T);
-  const float scale = hp_.attention_scale();
 
   if (!shard_.first) {
     // Layer split: x already holds the previous rank's output (the session copied it).
-  } else if (in.tokens) {
+  } else if (in.added == nullptr && hp_.embedding_scale == 1.0f) {
+    check(in.tokens != nullptr, "a batch needs tokens or embeddings");
     ops.get_rows(st, w_.tok_embd, *in.tokens, x);
   } else {
-    check(in.embeddings != nullptr, "a batch needs tokens or embeddings");
-    ops.copy(st, *in.embeddings, x);
+    check(in.tokens != nullptr && (in.added == nullptr || in.added_rows != nullptr),
+          "embed: the session must give token ids (kNoToken for none) and the added rows' indices");
+    ops.embed_rows(st, w_.tok_embd, *in.tokens, hp_.embedding_scale, in.added, in.added_rows, x);
   }
   auto tap = [&](int layer) {
     for (const LayerTap& t : in.taps)
@@ -137,7 +168,15 @@ void Transformer::forward(Stream& st, Ops& ops, const ForwardInputs& in, std::sp
   };
   for (int64_t il = shard_.layers.begin; il < shard_.layers.end; ++il) {
     const TransformerLayerWeights& L = w_.layers[size_t(il)];
-    const KvLayerView& kvl = kv[size_t(il - shard_.layers.begin)];
+    const LocalLayer& d = local_[size_t(il)];
+    const size_t local = size_t(il - shard_.layers.begin);
+    const KvLayerView& kvl = kv[local];
+    const KvGroupInputs& g = in.kv_group(local);
+    const Tensor q2 = mat(sc.q, d.n_head * d.head_dim_k, T), k2 = mat(sc.k, d.n_head_kv * d.head_dim_k, T);
+    const Tensor v2 = mat(sc.v, d.n_head_kv * d.head_dim_v, T), attn2 = mat(sc.attn, d.n_head * d.head_dim_v, T);
+    const Tensor q = heads(q2, d.head_dim_k), k = heads(k2, d.head_dim_k), v = heads(v2, d.head_dim_v);
+    const Tensor attn = heads(attn2, d.head_dim_v);
+    const Tensor gate = mat(sc.gate, d.n_ff, T), up = mat(sc.up, d.n_ff, T), act = mat(sc.act, d.n_ff, T);
     tap(int(il));
     // attention
     ops.rms_norm(st, x, &L.attn_norm, eps, h);
@@ -149,10 +188,10 @@ void Transformer::forward(Stream& st, Ops& ops, const ForwardInputs& in, std::sp
     if (L.bv) ops.add(st, v2, *L.bv, v2);
     if (L.q_norm) ops.rms_norm(st, q, &*L.q_norm, eps, q);
     if (L.k_norm) ops.rms_norm(st, k, &*L.k_norm, eps, k);
-    ops.rope(st, q, in.positions, rope_);
-    ops.rope(st, k, in.positions, rope_);
-    ops.kv_store(st, kvl, k, v, in.slot_mapping);
-    ops.attention(st, q, kvl, in.attention, scale, attn);
+    ops.rope(st, q, in.positions, d.rope);
+    ops.rope(st, k, in.positions, d.rope);
+    ops.kv_store(st, kvl, k, v, g.slot_mapping);
+    ops.attention(st, q, kvl, g.attention, d.attn_scale, attn);
     ops.matmul(st, L.wo, attn2, proj);
     reduce(proj);
     if (L.bo) ops.add(st, proj, *L.bo, proj);
@@ -209,30 +248,32 @@ std::unique_ptr<Transformer> load_transformer(const gguf::GgufFile& file, const 
   }
   if (variant.allow_rope_freqs) w.rope_freqs = ld.optional_vector("rope_freqs.weight", hp.n_rot / 2);
 
+  check(int64_t(hp.layers.size()) == hp.n_layer, "the per-layer hparams are not set (read_decoder_hparams)");
   for (int64_t il = 0; il < hp.n_layer; ++il) {
+    const LayerHparams& P = hp.layers[size_t(il)];
     TransformerLayerWeights L;
     L.attn_norm = ld.vector(blk(il, "attn_norm.weight"), E);
-    L.wq = ld.matrix(blk(il, "attn_q.weight"), {E, hp.n_embd_q()});
-    L.wk = ld.matrix(blk(il, "attn_k.weight"), {E, hp.n_embd_k()});
-    L.wv = ld.matrix(blk(il, "attn_v.weight"), {E, hp.n_embd_v()});
-    L.wo = ld.matrix(blk(il, "attn_output.weight"), {hp.n_head * hp.head_dim_v, E});
+    L.wq = ld.matrix(blk(il, "attn_q.weight"), {E, P.n_embd_q()});
+    L.wk = ld.matrix(blk(il, "attn_k.weight"), {E, P.n_embd_k()});
+    L.wv = ld.matrix(blk(il, "attn_v.weight"), {E, P.n_embd_v()});
+    L.wo = ld.matrix(blk(il, "attn_output.weight"), {P.n_head * P.head_dim_v, E});
     if (variant.allow_qkv_bias) {
-      L.bq = ld.optional_vector(blk(il, "attn_q.bias"), hp.n_embd_q());
-      L.bk = ld.optional_vector(blk(il, "attn_k.bias"), hp.n_embd_k());
-      L.bv = ld.optional_vector(blk(il, "attn_v.bias"), hp.n_embd_v());
+      L.bq = ld.optional_vector(blk(il, "attn_q.bias"), P.n_embd_q());
+      L.bk = ld.optional_vector(blk(il, "attn_k.bias"), P.n_embd_k());
+      L.bv = ld.optional_vector(blk(il, "attn_v.bias"), P.n_embd_v());
     }
     if (variant.qk_norm) {
-      L.q_norm = ld.vector(blk(il, "attn_q_norm.weight"), hp.head_dim_k);
-      L.k_norm = ld.vector(blk(il, "attn_k_norm.weight"), hp.head_dim_k);
+      L.q_norm = ld.vector(blk(il, "attn_q_norm.weight"), P.head_dim_k);
+      L.k_norm = ld.vector(blk(il, "attn_k_norm.weight"), P.head_dim_k);
     }
     L.ffn_norm = ld.vector(blk(il, "ffn_norm.weight"), E);
-    L.gate = ld.matrix(blk(il, "ffn_gate.weight"), {E, hp.n_ff});
-    L.up = ld.matrix(blk(il, "ffn_up.weight"), {E, hp.n_ff});
-    L.down = ld.matrix(blk(il, "ffn_down.weight"), {hp.n_ff, E});
+    L.gate = ld.matrix(blk(il, "ffn_gate.weight"), {E, P.n_ff});
+    L.up = ld.matrix(blk(il, "ffn_up.weight"), {E, P.n_ff});
+    L.down = ld.matrix(blk(il, "ffn_down.weight"), {P.n_ff, E});
     if (variant.allow_out_ffn_bias) {
       L.bo = ld.optional_vector(blk(il, "attn_output.bias"), E);
-      L.b_gate = ld.optional_vector(blk(il, "ffn_gate.bias"), hp.n_ff);
-      L.b_up = ld.optional_vector(blk(il, "ffn_up.bias"), hp.n_ff);
+      L.b_gate = ld.optional_vector(blk(il, "ffn_gate.bias"), P.n_ff);
+      L.b_up = ld.optional_vector(blk(il, "ffn_up.bias"), P.n_ff);
       L.b_down = ld.optional_vector(blk(il, "ffn_down.bias"), E);
     }
     w.layers.push_back(std::move(L));

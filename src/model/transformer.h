@@ -62,7 +62,16 @@ class Transformer : public DecoderModel {
   ModelHparams hp_;
   TransformerWeights w_;
   std::unique_ptr<WeightLoader> loader_;  // owns converted vectors the weights may point to
-  RopeParams rope_;
+  // One layer's shape on this rank (its heads / ff rows under a tensor split) and its rope.
+  struct LocalLayer {
+    int64_t n_head = 0, n_head_kv = 0, head_dim_k = 0, head_dim_v = 0, n_ff = 0;
+    int32_t sliding_window = 0;
+    float attn_scale = 1.0f;
+    RopeParams rope;
+  };
+  int64_t max_local(int64_t (*width)(const LocalLayer&)) const;
+
+  std::vector<LocalLayer> local_;  // every layer of the model
   RankShard shard_;
   Comm* comm_ = nullptr;  // tensor split: completes the row-parallel products (attention output, down)
   // This rank's widths: query / KV heads, feed-forward rows, logit rows (the whole model when unsplit).

@@ -53,6 +53,7 @@ int32_t KvCacheTable::take_block() {
 }
 
 void KvCacheTable::release_block(int32_t block) {
+  if (block < 0) return;  // evicted
   int32_t& rc = ref_count_[size_t(block)];
   if (--rc == 0) free_.push_back(block);
 }
@@ -97,15 +98,21 @@ void KvCacheTable::append(int32_t seq, int32_t n, std::vector<int32_t>& slots) {
   s.len += n;
 }
 
-void KvCacheTable::remove(int32_t seq, int32_t p0, int32_t p1) {
+void KvCacheTable::check_remove(int32_t seq, int32_t p0, int32_t p1) const {
   check_seq(seq);
-  Seq& s = seqs_[size_t(seq)];
+  const Seq& s = seqs_[size_t(seq)];
   check(p0 >= 0, "cannot remove positions from " + std::to_string(p0) + ": positions start at 0");
   if (p1 >= 0) check(p1 >= p0, "bad position range [" + std::to_string(p0) + ", " + std::to_string(p1) + ")");
   if (p0 >= s.len || p1 == p0) return;
   check(p1 < 0 || p1 >= s.len, "cannot remove positions [" + std::to_string(p0) + ", " + std::to_string(p1) +
                                    ") from the middle of sequence " + std::to_string(seq) + " (length " +
                                    std::to_string(s.len) + "): only a tail [p0, end) can be removed");
+}
+
+void KvCacheTable::remove(int32_t seq, int32_t p0, int32_t p1) {
+  check_remove(seq, p0, p1);
+  Seq& s = seqs_[size_t(seq)];
+  if (p0 >= s.len || p1 == p0) return;
   const size_t keep_blocks = size_t((p0 + block_size_ - 1) / block_size_);
   for (size_t i = keep_blocks; i < s.blocks.size(); ++i) release_block(s.blocks[i]);
   s.blocks.resize(keep_blocks);
@@ -127,7 +134,8 @@ void KvCacheTable::fork(int32_t src, int32_t dst, int32_t n_positions) {
   Seq& to = seqs_[size_t(dst)];
   const size_t n_blocks_shared = size_t((n + block_size_ - 1) / block_size_);
   to.blocks.assign(from.blocks.begin(), from.blocks.begin() + ptrdiff_t(n_blocks_shared));
-  for (int32_t b : to.blocks) ++ref_count_[size_t(b)];
+  for (int32_t b : to.blocks)
+    if (b >= 0) ++ref_count_[size_t(b)];
   to.len = n;
 }
 
@@ -142,6 +150,24 @@ void KvCacheTable::clear(int32_t seq) {
   for (int32_t b : s.blocks) release_block(b);
   s.blocks.clear();
   s.len = 0;
+}
+
+void KvCacheTable::evict_before(int32_t seq, int32_t pos) {
+  check_seq(seq);
+  Seq& s = seqs_[size_t(seq)];
+  const size_t n = std::min(s.blocks.size(), size_t(std::max(0, pos) / block_size_));
+  for (size_t i = 0; i < n; ++i) {
+    release_block(s.blocks[i]);
+    s.blocks[i] = -1;
+  }
+}
+
+int32_t KvCacheTable::first_kept(int32_t seq) const {
+  check_seq(seq);
+  const Seq& s = seqs_[size_t(seq)];
+  size_t i = 0;
+  while (i < s.blocks.size() && s.blocks[i] < 0) ++i;
+  return int32_t(i) * block_size_;
 }
 
 void KvCacheTable::clear_all() {

@@ -11,7 +11,9 @@
 // written.
 //
 // Sequences hold contiguous positions 0..len-1 (cache position == token position, which the attention mask
-// relies on); positions are removed from the end only (speculative rollback), never from the middle.
+// relies on); positions are removed from the end only (speculative rollback), never from the middle. The
+// table of a sliding-window KV group also drops whole blocks from the front of a sequence (evict_before):
+// their entries in the block table are -1.
 #pragma once
 
 #include <cstdint>
@@ -57,6 +59,8 @@ class KvCacheTable {
   // sequence (p1 >= seq_len or p1 < 0): positions can only be removed from the end. Blocks no longer used
   // return to the free list when no other sequence holds them. p0 >= seq_len is a no-op.
   void remove(int32_t seq, int32_t p0, int32_t p1 = -1);
+  // The checks of remove() alone (throws Error; changes nothing).
+  void check_remove(int32_t seq, int32_t p0, int32_t p1 = -1) const;
 
   // Makes dst hold the first n_positions positions of src (all of them when n_positions < 0) by sharing src's
   // blocks; dst's previous contents are dropped first. No data is copied now (copy on write later).
@@ -64,6 +68,12 @@ class KvCacheTable {
 
   void clear(int32_t seq);
   void clear_all();
+
+  // Sliding-window layers: frees the blocks of seq that hold only positions < pos (their block table entries
+  // become -1; the positions still count in seq_len). Forks share the evicted state.
+  void evict_before(int32_t seq, int32_t pos);
+  // The first position of seq whose block is still held (0 when nothing was evicted).
+  int32_t first_kept(int32_t seq) const;
 
   // Copies queued by append() that the storage owner has not applied yet, oldest first. The source block of a
   // pending copy keeps one extra reference until clear_pending_copies(), so it cannot be reused and

@@ -1,16 +1,16 @@
-// tandem::Session: batch validation, KV slot assignment, per-step device inputs, chunking into forward
-// passes, logits and hidden-state taps.
+// tandem::Session: creation (KV groups, per-rank device state), running a planned step over the ranks of a
+// (possibly split) model, and the outputs: device logits, host copies on request, device sampling, taps.
+// The host planning of a step (validation, slots, attention bounds) is step_plan.cpp.
 #include "tandem/session.h"
 
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <string>
 
 #include "core/error.h"
-#include "model/model_impl.h"
 #include "parallel/comm.h"
-#include "runtime/kv_cache.h"
-#include "runtime/kv_storage.h"
+#include "runtime/session_impl.h"
 
 namespace tandem {
 
@@ -28,118 +28,31 @@ DType kv_dtype(KvType t) {
   return DType::F16;
 }
 
-// A device buffer of n I32 values (or floats), with a view of its first m.
-struct DeviceArray {
-  Buffer buffer;
-  DType type = DType::I32;
-  int64_t capacity = 0;
-  void allocate(Device& dev, DType t, int64_t n) {
-    type = t;
-    capacity = std::max<int64_t>(n, 1);
-    buffer = dev.allocate(size_t(capacity) * 4);
-  }
-  Tensor view(int64_t n, DeviceId dev) const { return Tensor::contiguous(type, {n}, buffer.data(), dev); }
-};
+int32_t checked_block_size(const SessionParams& p) {
+  check(p.block_size >= 1 && p.block_size <= 1024,
+        "KV block size must be in [1, 1024], got " + std::to_string(p.block_size));
+  return p.block_size;
+}
+
+int32_t ceil_div(int64_t a, int64_t b) {
+  return int32_t((a + b - 1) / b);
+}
+
+bool same_memory_space(DeviceId a, DeviceId b) {
+  return a == b || (a.kind == DeviceKind::CPU && b.kind == DeviceKind::CPU);
+}
+
+// Penalties and custom chain orders need the host sampler (they read the logits there).
+bool needs_host_sampler(const SamplingParams& p) {
+  const bool penalties = p.penalty_last_n != 0 &&
+                         (p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f);
+  return penalties || p.order != SamplingParams::default_order();
+}
 
 }  // namespace
 
-// One rank's part of a session: its KV storage (its layers, or its KV heads), scratch, and the per-step
-// inputs on its device. A session on an unsplit model has one.
-struct RankState {
-  Device& device;
-  Ops& ops;
-  Stream& stream;
-  DecoderModel& decoder;
-  std::unique_ptr<KvStorage> storage;
-  std::unique_ptr<ForwardScratch> scratch;
-  // Per-step inputs on the device: fixed addresses, rewritten every step.
-  DeviceArray d_tokens, d_positions, d_slots, d_seq_slot, d_out_rows, d_seq_lens, d_block_tables;
-  Buffer d_logits_buf;          // {this rank's vocabulary rows, n_logits_max}
-  Buffer d_gather_buf;          // ranks in separate processes: every rank's d_logits_buf, rank after rank
-  Buffer d_embeddings_buf;      // allocated on the first embedding batch
-  std::unique_ptr<Event> done;  // layer split: the next rank's stream waits for this rank's output
-
-  RankState(const ModelRank& r)
-      : device(*r.device), ops(*r.ops), stream(r.device->default_stream()), decoder(*r.decoder) {}
-
-  // This rank's forward of one chunk, enqueued on `st`.
-  void forward(Stream& st, const ForwardInputs& in) {
-    decoder.forward(st, ops, in, storage->layers(), *scratch);
-  }
-};
-
-struct Session::Impl {
-  std::shared_ptr<Model> model;
-  SessionParams params;
-  Model::Impl& m;
-  SplitMode mode;
-  std::vector<std::unique_ptr<RankState>> ranks;
-  int64_t n_embd = 0;
-  int64_t n_vocab = 0;
-  int64_t n_layer = 0;
-
-  KvCacheTable table;
-  int32_t max_blocks_per_seq = 0;
-
-  // Host staging of the per-step inputs (shared by every rank).
-  std::vector<int32_t> h_slots, h_seq_lens, h_block_tables, h_out_rows, h_seq_slot;
-  std::vector<int32_t> seq_count, seq_base, seq_next, seq_cursor;
-  std::vector<std::vector<int32_t>> seq_slots;
-
-  // Results of the last batch.
-  std::vector<float> logits;
-  std::vector<int32_t> row_to_out;
-
-  std::vector<int32_t> tap_layers;
-  TapDestination tap_dst;
-  std::vector<LayerTap> taps;
-  uint64_t graph_session_id = 0;  // identifies this session's recorded graphs on the device
-
-  Impl(std::shared_ptr<Model> mdl, const SessionParams& p)
-      : model(std::move(mdl)),
-        params(p),
-        m(model->impl()),
-        mode(m.mesh.mode),
-        table(blocks_for(p), checked_block_size(p), checked_seqs(p)) {}
-
-  static int32_t checked_block_size(const SessionParams& p) {
-    check(p.block_size >= 1 && p.block_size <= 1024,
-          "KV block size must be in [1, 1024], got " + std::to_string(p.block_size));
-    return p.block_size;
-  }
-  static int32_t checked_seqs(const SessionParams& p) {
-    check(p.n_seq_max >= 1 && p.n_seq_max <= 65536,
-          "the number of sequences must be in [1, 65536], got " + std::to_string(p.n_seq_max));
-    return p.n_seq_max;
-  }
-  static int32_t blocks_for(const SessionParams& p) {
-    check(p.n_ctx >= 1, "the context size (--ctx) must be at least 1, got " + std::to_string(p.n_ctx));
-    const int32_t bs = checked_block_size(p);
-    return int32_t((int64_t(p.n_ctx) + bs - 1) / bs);
-  }
-
-  void decode(const Batch& batch);
-  void run_chunk(const Batch& batch, size_t r0, size_t r1, size_t out0);
-  // Uploads this chunk's inputs to rank r and fills its ForwardInputs.
-  ForwardInputs prepare(RankState& r, const Batch& batch, size_t r0, size_t r1, int32_t max_len, bool record,
-                        Tensor& tokens, Tensor& embeddings, bool with_taps);
-  // Copies n_out rows of logits holding the vocabulary rows v, {v.size(), n_out} contiguous at src on r's
-  // device, into the full host rows of logits from row out0: one (strided when v is a slice) copy.
-  void copy_logit_rows(RankState& r, const void* src, Range v, size_t out0, int64_t n_out);
-  // Copies rank r's logits (its vocabulary rows) of n_out rows into logits at row out0.
-  void fetch_logits(RankState& r, size_t out0, int64_t n_out);
-  // Ranks in separate processes: gathers the other processes' vocabulary rows into logits at row out0.
-  void gather_process_logits(RankState& r, size_t out0, int64_t n_out);
-  // A layer split over processes: this process's layers of one chunk, the hidden state and logits handed over
-  // by broadcasts.
-  void run_layers_over_processes(const Batch& batch, size_t r0, size_t r1, size_t out0, int32_t max_len);
-  // The most vocabulary rows any rank holds (the size of each rank's slot in d_gather_buf, per logit row).
-  int64_t max_vocab_rows() const {
-    int64_t n = 1;
-    for (const RankShard& sh : m.shards) n = std::max(n, sh.vocab.size());
-    return n;
-  }
-};
+Session::Impl::Impl(std::shared_ptr<Model> mdl, const SessionParams& p)
+    : model(std::move(mdl)), params(p), m(model->impl()), mode(m.mesh.mode) {}
 
 Session::Session(std::shared_ptr<Model> model, const SessionParams& params) {
   check(model != nullptr, "a session needs a model");
@@ -150,53 +63,119 @@ Session::Session(std::shared_ptr<Model> model, const SessionParams& params) {
   s.n_vocab = hp.n_vocab;
   s.n_layer = hp.n_layer;
   SessionParams& p = s.params;
+  const int32_t bs = checked_block_size(p);
+  check(p.n_ctx >= 1, "the context size (--ctx) must be at least 1, got " + std::to_string(p.n_ctx));
+  check(p.n_seq_max >= 1 && p.n_seq_max <= 65536,
+        "the number of sequences must be in [1, 65536], got " + std::to_string(p.n_seq_max));
   check(p.n_batch >= 1, "the batch size must be at least 1, got " + std::to_string(p.n_batch));
   check(p.n_logits_max >= 0, "n_logits_max must be >= 0");
+  check(p.explicit_mask_cols >= 0, "explicit_mask_cols must be >= 0");
   if (p.n_logits_max == 0) p.n_logits_max = std::max(p.n_seq_max, 32);
   p.n_logits_max = std::min(p.n_logits_max, p.n_batch);
-  s.max_blocks_per_seq = s.table.n_blocks();
+
+  // KV groups: one per distinct sliding window (0 = global layers first).
+  std::map<int32_t, size_t> group_of_window;
+  std::vector<int32_t> windows;
+  for (const LayerHparams& l : hp.layers) windows.push_back(l.sliding_window);
+  if (windows.empty()) windows.assign(size_t(hp.n_layer), 0);
+  std::vector<int32_t> sorted = windows;
+  std::sort(sorted.begin(), sorted.end());
+  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  const int32_t ctx_blocks = ceil_div(p.n_ctx, bs);
+  const int32_t reserve = ceil_div(p.n_batch, bs) + 2 * p.n_seq_max;  // non-writing rows and their copies
+  s.max_blocks_per_seq = ctx_blocks + ceil_div(p.n_batch, bs) + 2;
+  for (int32_t w : sorted) {
+    KvGroup g;
+    g.window = w;
+    g.reserve_blocks = reserve;
+    int32_t n_blocks = ctx_blocks + reserve;
+    // A sliding group keeps per sequence its window, one batch of rollback room and the chunk being written.
+    const int32_t per_seq = ceil_div(int64_t(w) + 2 * int64_t(p.n_batch), bs) + 2;
+    if (w > 0 && !p.keep_full_kv && int64_t(per_seq) * p.n_seq_max < ctx_blocks) {
+      g.evicts = true;
+      n_blocks = per_seq * p.n_seq_max + reserve;
+    }
+    g.table = std::make_unique<KvCacheTable>(n_blocks, bs, s.n_table_seqs());
+    g.h_block_tables.assign(size_t(s.max_blocks_per_seq) * size_t(s.n_table_seqs()), 0);
+    g.h_seq_lens.assign(size_t(s.n_table_seqs()), 0);
+    g.seq_slots.resize(size_t(s.n_table_seqs()));
+    group_of_window[w] = s.groups.size();
+    s.groups.push_back(std::move(g));
+  }
+  for (size_t il = 0; il < windows.size(); ++il) {
+    const size_t gi = group_of_window[windows[il]];
+    s.layer_group.push_back(int32_t(gi));
+    s.groups[gi].layers.push_back(int32_t(il));
+  }
 
   for (const ModelRank& mr : s.m.ranks) {
     auto r = std::make_unique<RankState>(mr);
+    Device& dev = r->device;
+    const RankShard& shard = r->decoder.shard();
     const std::vector<KvLayerShape> shapes = r->decoder.kv_layer_shapes();
-    r->storage = std::make_unique<KvStorage>(r->device, shapes, kv_dtype(p.kv_type), kv_dtype(p.kv_type),
-                                             s.table.n_blocks(), p.block_size);
+    // This rank's layers, grouped: one storage per group, views back in layer order.
+    r->groups.resize(s.groups.size());
+    std::vector<std::vector<KvLayerShape>> by_group(s.groups.size());
+    std::vector<std::pair<size_t, size_t>> where;  // per local layer: (group, index in the group's storage)
+    for (size_t k = 0; k < shapes.size(); ++k) {
+      const size_t gi = size_t(s.layer_group[size_t(shard.layers.begin) + k]);
+      where.emplace_back(gi, by_group[gi].size());
+      by_group[gi].push_back(shapes[k]);
+      r->layer_groups.push_back(int32_t(gi));
+    }
+    for (size_t gi = 0; gi < s.groups.size(); ++gi) {
+      RankKvGroup& rg = r->groups[gi];
+      if (!by_group[gi].empty())
+        rg.storage = std::make_unique<KvStorage>(dev, by_group[gi], kv_dtype(p.kv_type), kv_dtype(p.kv_type),
+                                                 s.groups[gi].table->n_blocks(), bs);
+      rg.d_slots.allocate(dev, DType::I32, p.n_batch);
+      rg.d_block_tables.allocate(dev, DType::I32, int64_t(s.max_blocks_per_seq) * s.n_table_seqs());
+      rg.d_seq_lens.allocate(dev, DType::I32, s.n_table_seqs());
+      rg.d_kv_begin.allocate(dev, DType::I32, p.n_batch);
+    }
+    for (const auto& [gi, idx] : where) r->kv_views.push_back(r->groups[gi].storage->layer(idx));
+
     WorkspacePlan plan;
-    r->scratch = r->decoder.plan_scratch(r->device, p.n_batch, p.n_logits_max, plan);
+    r->scratch = r->decoder.plan_scratch(dev, p.n_batch, p.n_logits_max, plan);
     plan.max_rows = std::max<int64_t>(plan.max_rows, p.n_batch);
-    plan.max_seq_len = std::max<int64_t>(plan.max_seq_len, int64_t(s.table.n_blocks()) * p.block_size);
+    plan.max_seq_len = std::max<int64_t>(plan.max_seq_len, int64_t(s.max_blocks_per_seq) * bs);
     r->ops.reserve(plan);
 
-    Device& dev = r->device;
     r->d_tokens.allocate(dev, DType::I32, p.n_batch);
     r->d_positions.allocate(dev, DType::I32, p.n_batch);
-    r->d_slots.allocate(dev, DType::I32, p.n_batch);
     r->d_seq_slot.allocate(dev, DType::I32, p.n_batch);
     r->d_out_rows.allocate(dev, DType::I32, p.n_logits_max);
-    r->d_seq_lens.allocate(dev, DType::I32, p.n_seq_max);
-    r->d_block_tables.allocate(dev, DType::I32, int64_t(s.max_blocks_per_seq) * p.n_seq_max);
+    r->d_block_end.allocate(dev, DType::I32, p.n_batch);
+    r->d_added_rows.allocate(dev, DType::I32, p.n_batch);
+    if (shard.first)
+      r->d_embeddings_buf = dev.allocate(size_t(s.n_embd) * size_t(p.n_batch) * sizeof(float));
+    if (p.explicit_mask_cols > 0)
+      r->d_mask_buf = dev.allocate(size_t(p.explicit_mask_cols) * size_t(p.n_batch) * sizeof(float));
     if (s.m.process_rank >= 0) {
       // Every process sends a slot of the same size in the all-gather of the logits (tensor split), or
       // receives the whole logits (layer split; the last rank's slot is the full vocabulary).
       const size_t slot_bytes = size_t(s.max_vocab_rows()) * size_t(p.n_logits_max) * sizeof(float);
-      r->d_logits_buf = dev.allocate(slot_bytes);
+      r->d_logits_buf = dev.allocate(std::max(slot_bytes, size_t(s.n_vocab) * size_t(p.n_logits_max) * 4));
       if (s.mode == SplitMode::Tensor) r->d_gather_buf = dev.allocate(slot_bytes * s.m.shards.size());
       s.m.comm->reserve(std::max(slot_bytes, size_t(s.n_embd) * size_t(p.n_batch) * sizeof(float)));
-    } else if (r->decoder.shard().last) {
-      r->d_logits_buf = dev.allocate(size_t(std::max<int64_t>(r->decoder.shard().vocab.size(), 1)) *
+    } else if (shard.last) {
+      r->d_logits_buf = dev.allocate(size_t(std::max<int64_t>(shard.vocab.size(), 1)) *
                                      size_t(p.n_logits_max) * sizeof(float));
     }
     r->done = dev.create_event();
     s.ranks.push_back(std::move(r));
   }
+  RankState& out = s.output_rank();
+  if ((s.mode == SplitMode::Tensor && s.ranks.size() > 1) || s.m.process_rank >= 0)
+    s.d_full_logits = out.device.allocate(size_t(s.n_vocab) * size_t(p.n_logits_max) * sizeof(float));
+  s.d_uniforms.allocate(out.device, DType::F32, p.n_logits_max);
+  s.d_sampled.allocate(out.device, DType::I32, p.n_logits_max);
+  s.tap_written = out.device.create_event();
 
-  s.h_block_tables.assign(size_t(s.max_blocks_per_seq) * size_t(p.n_seq_max), 0);
-  s.h_seq_lens.assign(size_t(p.n_seq_max), 0);
   s.seq_count.assign(size_t(p.n_seq_max), 0);
   s.seq_base.assign(size_t(p.n_seq_max), 0);
   s.seq_next.assign(size_t(p.n_seq_max), 0);
-  s.seq_cursor.assign(size_t(p.n_seq_max), 0);
-  s.seq_slots.resize(size_t(p.n_seq_max));
+  s.seq_writes.assign(size_t(p.n_seq_max), 1);
 }
 
 Session::~Session() = default;
@@ -216,80 +195,19 @@ void Session::decode(const Batch& batch) {
 }
 
 void Session::Impl::decode(const Batch& batch) {
+  validate(batch);  // throws before anything changes
   const size_t n = batch.size();
-  check(n > 0, "cannot decode an empty batch");
-  check(batch.seq_ids.size() == n && batch.logits.size() == n,
-        "batch has " + std::to_string(n) + " positions but " + std::to_string(batch.seq_ids.size()) +
-            " sequence ids and " + std::to_string(batch.logits.size()) + " logit flags");
-  const bool embed = batch.tokens.empty();
-  if (embed) {
-    check(batch.embeddings.size() == n * size_t(n_embd),
-          "batch rows need either token ids or " + std::to_string(n_embd) + " embedding values each");
-  } else {
-    check(batch.tokens.size() == n && batch.embeddings.empty(),
-          "batch has " + std::to_string(batch.tokens.size()) + " tokens for " + std::to_string(n) +
-              " positions");
-  }
+  row_to_out.assign(n, -1);
+  n_out = 0;
+  for (size_t r = 0; r < n; ++r)
+    if (batch.logits[r]) row_to_out[r] = int32_t(n_out++);
+  logits_on_device = n_out <= params.n_logits_max;
+  host_logits.resize(size_t(n_out) * size_t(n_vocab));
+  host_valid.assign(size_t(n_out), 0);
+  gathered = false;
 
-  // Validate every row before touching the cache.
-  std::fill(seq_count.begin(), seq_count.end(), 0);
-  for (int32_t s = 0; s < params.n_seq_max; ++s) seq_next[size_t(s)] = seq_base[size_t(s)] = table.seq_len(s);
-  for (size_t r = 0; r < n; ++r) {
-    const int32_t s = batch.seq_ids[r];
-    check(s >= 0 && s < params.n_seq_max, "batch row " + std::to_string(r) + ": sequence id " +
-                                              std::to_string(s) + " is out of range (this session has " +
-                                              std::to_string(params.n_seq_max) + " sequences)");
-    check(batch.positions[r] == seq_next[size_t(s)],
-          "batch row " + std::to_string(r) + ": position " + std::to_string(batch.positions[r]) +
-              " does not continue sequence " + std::to_string(s) + ", whose next position is " +
-              std::to_string(seq_next[size_t(s)]));
-    ++seq_next[size_t(s)];
-    ++seq_count[size_t(s)];
-    if (!embed) {
-      const int32_t t = batch.tokens[r];
-      check(t >= 0 && t < n_vocab, "token id " + std::to_string(t) + " is out of range: the vocabulary has " +
-                                       std::to_string(n_vocab) + " tokens (0.." +
-                                       std::to_string(n_vocab - 1) + ")");
-    }
-  }
-  int64_t needed = 0;
-  for (int32_t s = 0; s < params.n_seq_max; ++s)
-    if (seq_count[size_t(s)] > 0) needed += table.blocks_needed(s, seq_count[size_t(s)]);
-  check(needed <= table.n_free_blocks(), table.full_message(int32_t(std::min<int64_t>(needed, INT32_MAX))));
-
-  // Assign KV slots (cannot fail now) and make the copies copy-on-write asked for.
-  for (int32_t s = 0; s < params.n_seq_max; ++s) {
-    seq_slots[size_t(s)].clear();
-    seq_cursor[size_t(s)] = 0;
-    if (seq_count[size_t(s)] > 0) table.append(s, seq_count[size_t(s)], seq_slots[size_t(s)]);
-  }
   try {
-    for (auto& r : ranks) r->storage->apply_copies(r->stream, table.pending_copies());
-    table.clear_pending_copies();
-    h_slots.resize(n);
-    for (size_t r = 0; r < n; ++r) {
-      const size_t s = size_t(batch.seq_ids[r]);
-      h_slots[r] = seq_slots[s][size_t(seq_cursor[s]++)];
-    }
-    // Block tables change only through append: one upload per decode.
-    std::fill(h_block_tables.begin(), h_block_tables.end(), 0);
-    for (int32_t s = 0; s < params.n_seq_max; ++s) {
-      auto bt = table.block_table(s);
-      std::copy(bt.begin(), bt.end(), h_block_tables.begin() + ptrdiff_t(s) * max_blocks_per_seq);
-    }
-    for (auto& r : ranks)
-      r->device.copy_from_host(r->stream, r->d_block_tables.buffer.data(), h_block_tables.data(),
-                               h_block_tables.size() * sizeof(int32_t));
-
-    // Outputs.
-    row_to_out.assign(n, -1);
-    size_t n_out = 0;
-    for (size_t r = 0; r < n; ++r)
-      if (batch.logits[r]) row_to_out[r] = int32_t(n_out++);
-    logits.resize(n_out * size_t(n_vocab));
-
     // Forward passes of at most n_batch rows and n_logits_max logit rows each.
-    for (int32_t s = 0; s < params.n_seq_max; ++s) h_seq_lens[size_t(s)] = seq_base[size_t(s)];
     size_t r0 = 0, out0 = 0;
     while (r0 < n) {
       size_t r1 = r0, outs = 0;
@@ -298,111 +216,247 @@ void Session::Impl::decode(const Batch& batch) {
         outs += batch.logits[r1] ? 1 : 0;
         ++r1;
       }
+      plan_chunk(batch, r0, r1);
+      for (size_t gi = 0; gi < groups.size(); ++gi) {
+        for (auto& r : ranks)
+          if (r->groups[gi].storage) r->groups[gi].storage->apply_copies(r->stream, groups[gi].table->pending_copies());
+        groups[gi].table->clear_pending_copies();
+      }
       run_chunk(batch, r0, r1, out0);
+      finish_chunk();
       out0 += outs;
       r0 = r1;
     }
+    if (m.process_rank >= 0 && mode == SplitMode::Tensor && logits_on_device)
+      gather_process_logits(*ranks.front(), 0, n_out);
   } catch (...) {
-    // Leave the cache as it was: drop the positions this batch added.
-    table.clear_pending_copies();
-    for (int32_t s = 0; s < params.n_seq_max; ++s)
-      if (seq_count[size_t(s)] > 0) table.remove(s, seq_base[size_t(s)]);
+    rollback();  // leave the cache as it was
     row_to_out.clear();
+    n_out = 0;
     throw;
   }
 }
 
-ForwardInputs Session::Impl::prepare(RankState& r, const Batch& batch, size_t r0, size_t r1, int32_t max_len,
-                                     bool record, Tensor& tokens, Tensor& embeddings, bool with_taps) {
+ForwardInputs Session::Impl::prepare(RankState& r, const Batch& batch, size_t r0, size_t r1, size_t out0,
+                                     bool record, Tensor& tokens, Tensor& added, Tensor& added_rows,
+                                     std::vector<KvGroupInputs>& kvg, std::vector<LayerTap>& taps,
+                                     bool with_taps) {
   const int64_t T = int64_t(r1 - r0);
   const DeviceId dev = r.device.id();
   Device& device = r.device;
   Stream& stream = r.stream;
   const RankShard& shard = r.decoder.shard();
-  const int64_t n_out = int64_t(h_out_rows.size());
+  const int64_t chunk_out = int64_t(h_out_rows.size());
 
   ForwardInputs in;
   in.n_rows = T;
   in.positions = r.d_positions.view(T, dev);
-  in.slot_mapping = r.d_slots.view(T, dev);
   device.copy_from_host(stream, in.positions.data, batch.positions.data() + r0, size_t(T) * 4);
-  device.copy_from_host(stream, in.slot_mapping.data, h_slots.data() + r0, size_t(T) * 4);
-  if (shard.first) {  // only the rank that embeds needs the tokens (layer split)
-    if (!batch.tokens.empty()) {
-      tokens = r.d_tokens.view(T, dev);
-      device.copy_from_host(stream, tokens.data, batch.tokens.data() + r0, size_t(T) * 4);
-      in.tokens = &tokens;
-    } else {
-      const size_t bytes = size_t(n_embd) * size_t(params.n_batch) * sizeof(float);
-      if (!r.d_embeddings_buf) r.d_embeddings_buf = device.allocate(bytes);
-      embeddings = Tensor::contiguous(DType::F32, {n_embd, T}, r.d_embeddings_buf.data(), dev);
-      device.copy_from_host(stream, embeddings.data, batch.embeddings.data() + r0 * size_t(n_embd),
-                            size_t(T) * size_t(n_embd) * sizeof(float));
-      in.embeddings = &embeddings;
+  if (shard.first) {  // only the rank that embeds needs the inputs (layer split)
+    tokens = r.d_tokens.view(T, dev);
+    device.copy_from_host(stream, tokens.data, h_tokens.data() + r0, size_t(T) * 4);
+    in.tokens = &tokens;
+    bool any_added = false;
+    for (size_t i = r0; i < r1; ++i) any_added |= h_added_rows[i] >= 0;
+    if (any_added) {
+      const EmbeddingSource& src = batch.embedding_source;
+      const size_t row_bytes = size_t(n_embd) * sizeof(float);
+      std::vector<int32_t> rows(h_added_rows.begin() + ptrdiff_t(r0), h_added_rows.begin() + ptrdiff_t(r1));
+      if (src.data != nullptr && same_memory_space(src.device, dev)) {
+        // The source rows are read where they are: no copy.
+        added = Tensor::contiguous(DType::F32, {n_embd, src.n_rows}, const_cast<void*>(src.data), dev);
+        added.nb[1] = src.row_stride ? src.row_stride : row_bytes;
+        added.nb[2] = added.nb[3] = added.nb[1] * size_t(src.n_rows);
+      } else {
+        // Host rows, or a device source this rank cannot read in place: the rows this chunk uses, compacted.
+        for (int64_t t = 0; t < T; ++t) {
+          const int32_t e = rows[size_t(t)];
+          if (e < 0) continue;
+          char* dst = static_cast<char*>(r.d_embeddings_buf.data()) + size_t(t) * row_bytes;
+          if (src.data == nullptr) {
+            device.copy_from_host(stream, dst, batch.embeddings.data() + size_t(e) * size_t(n_embd), row_bytes);
+          } else {
+            const size_t stride = src.row_stride ? src.row_stride : row_bytes;
+            const char* from = static_cast<const char*>(src.data) + size_t(e) * stride;
+            if (src.device.kind == DeviceKind::CPU) {
+              device.copy_from_host(stream, dst, from, row_bytes);
+            } else {
+              check(false, "the batch's embedding_source on " + src.device.to_string() +
+                               " cannot be read by the session on " + dev.to_string() +
+                               "; give the rows on the model's first device or in host memory");
+            }
+          }
+          rows[size_t(t)] = int32_t(t);
+        }
+        added = Tensor::contiguous(DType::F32, {n_embd, T}, r.d_embeddings_buf.data(), dev);
+      }
+      added_rows = r.d_added_rows.view(T, dev);
+      device.copy_from_host(stream, added_rows.data, rows.data(), size_t(T) * 4);
+      in.added = &added;
+      in.added_rows = &added_rows;
     }
   }
 
-  AttentionBatch& ab = in.attention;
-  ab.mask = MaskKind::Causal;
-  ab.positions = in.positions;
-  ab.seq_slot = r.d_seq_slot.view(T, dev);
-  device.copy_from_host(stream, ab.seq_slot.data, h_seq_slot.data(), size_t(T) * 4);
-  ab.block_tables = Tensor::contiguous(DType::I32, {max_blocks_per_seq, params.n_seq_max},
-                                       r.d_block_tables.buffer.data(), dev);
-  ab.seq_lens = r.d_seq_lens.view(params.n_seq_max, dev);
-  device.copy_from_host(stream, ab.seq_lens.data, h_seq_lens.data(), h_seq_lens.size() * 4);
-  ab.max_seq_len = record ? int32_t(int64_t(table.n_blocks()) * params.block_size) : max_len;
-
-  in.n_out = shard.last ? n_out : 0;
-  in.out_rows_all = n_out == T;
-  in.out_rows = r.d_out_rows.view(std::max<int64_t>(n_out, 1), dev);
-  in.out_rows.ne[0] = n_out;
-  if (in.n_out > 0 && !in.out_rows_all)
-    device.copy_from_host(stream, in.out_rows.data, h_out_rows.data(), size_t(n_out) * 4);
-  if (shard.last) {
-    const int64_t nv = shard.vocab.size();
-    in.logits = Tensor::contiguous(DType::F32, {nv, std::max<int64_t>(n_out, 1)}, r.d_logits_buf.data(), dev);
-    in.logits.ne[1] = n_out;
+  const Tensor seq_slot = r.d_seq_slot.view(T, dev);
+  device.copy_from_host(stream, seq_slot.data, h_seq_slot.data(), size_t(T) * 4);
+  Tensor block_end{};
+  if (!h_block_end.empty()) {
+    block_end = r.d_block_end.view(T, dev);
+    device.copy_from_host(stream, block_end.data, h_block_end.data(), size_t(T) * 4);
   }
-  if (with_taps) in.taps = taps;
+  Tensor mask{};
+  const BatchMask& mk = batch.mask;
+  if (mk.kind == AttentionMask::Explicit) {
+    mask = Tensor::contiguous(DType::F32, {mk.mask_cols, T}, r.d_mask_buf.data(), dev);
+    device.copy_from_host(stream, mask.data, mk.explicit_mask.data() + r0 * size_t(mk.mask_cols),
+                          size_t(T) * size_t(mk.mask_cols) * sizeof(float));
+  }
+  int32_t max_len = 1;
+  kvg.assign(groups.size(), KvGroupInputs{});
+  for (size_t gi = 0; gi < groups.size(); ++gi) {
+    KvGroup& g = groups[gi];
+    RankKvGroup& rg = r.groups[gi];
+    KvGroupInputs& k = kvg[gi];
+    k.slot_mapping = rg.d_slots.view(T, dev);
+    device.copy_from_host(stream, k.slot_mapping.data, g.h_slots.data(), size_t(T) * 4);
+    AttentionBatch& ab = k.attention;
+    ab.positions = in.positions;
+    ab.seq_slot = seq_slot;
+    ab.block_tables = Tensor::contiguous(DType::I32, {max_blocks_per_seq, n_table_seqs()},
+                                         rg.d_block_tables.buffer.data(), dev);
+    device.copy_from_host(stream, ab.block_tables.data, g.h_block_tables.data(), g.h_block_tables.size() * 4);
+    ab.seq_lens = rg.d_seq_lens.view(n_table_seqs(), dev);
+    device.copy_from_host(stream, ab.seq_lens.data, g.h_seq_lens.data(), g.h_seq_lens.size() * 4);
+    ab.sliding_window = g.window;
+    switch (mk.kind) {
+      case AttentionMask::Causal:
+        ab.mask = MaskKind::Causal;
+        break;
+      case AttentionMask::BlockBidirectional:
+        ab.mask = MaskKind::Block;
+        ab.block_end = block_end;
+        break;
+      case AttentionMask::PrefixRegion:
+        ab.mask = MaskKind::Block;
+        ab.block_end = block_end;
+        if (g.window > 0) {  // the window is in kv_begin (canvas rows' window is not relative to them)
+          ab.sliding_window = 0;
+          ab.kv_begin = rg.d_kv_begin.view(T, dev);
+          device.copy_from_host(stream, ab.kv_begin.data, g.h_kv_begin.data(), size_t(T) * 4);
+        }
+        break;
+      case AttentionMask::Explicit:
+        ab.mask = MaskKind::Explicit;
+        ab.explicit_mask = mask;
+        break;
+    }
+    for (size_t t = 0; t < size_t(T); ++t) max_len = std::max(max_len, g.h_seq_lens[size_t(h_seq_slot[t])]);
+  }
+  for (KvGroupInputs& k : kvg)
+    k.attention.max_seq_len = record ? max_blocks_per_seq * params.block_size : max_len;
+  in.kv_groups = kvg;
+  in.layer_groups = r.layer_groups;
+
+  in.n_out = shard.last ? chunk_out : 0;
+  in.out_rows_all = chunk_out == T;
+  in.out_rows = r.d_out_rows.view(std::max<int64_t>(chunk_out, 1), dev);
+  in.out_rows.ne[0] = chunk_out;
+  if (in.n_out > 0 && !in.out_rows_all)
+    device.copy_from_host(stream, in.out_rows.data, h_out_rows.data(), size_t(chunk_out) * 4);
+  if (shard.last) {
+    const int64_t nv = m.process_rank >= 0 && mode == SplitMode::Layer ? n_vocab : shard.vocab.size();
+    const size_t col0 = logits_on_device ? out0 : 0;  // host mode: every chunk at column 0, copied at once
+    char* base = static_cast<char*>(r.d_logits_buf.data()) + col0 * size_t(nv) * sizeof(float);
+    in.logits = Tensor::contiguous(DType::F32, {nv, std::max<int64_t>(chunk_out, 1)}, base, dev);
+    in.logits.ne[1] = chunk_out;
+  }
+
+  taps.clear();
+  if (with_taps) {
+    const bool direct = same_memory_space(tap_dst.device, dev);
+    const size_t stage_row = tap_layers.size() * size_t(n_embd) * sizeof(float);
+    for (size_t k = 0; k < tap_layers.size(); ++k) {
+      const int32_t l = tap_layers[k];
+      const bool mine = shard.layers.contains(l) || (l == n_layer && shard.last);
+      if (!mine) continue;
+      LayerTap t;
+      t.layer = l;
+      if (direct) {
+        char* base = static_cast<char*>(tap_dst.data) + r0 * tap_dst.row_stride + k * tap_dst.tap_stride;
+        t.dst = Tensor::contiguous(DType::F32, {n_embd, T}, base, dev);
+        t.dst.nb[1] = tap_dst.row_stride;
+      } else {
+        char* base = static_cast<char*>(r.d_tap_stage.data()) + k * size_t(n_embd) * sizeof(float);
+        t.dst = Tensor::contiguous(DType::F32, {n_embd, T}, base, dev);
+        t.dst.nb[1] = stage_row;
+      }
+      t.dst.nb[2] = t.dst.nb[3] = t.dst.nb[1] * size_t(T);
+      taps.push_back(t);
+    }
+    if (!taps.empty() && tap_dst.read) tap_dst.read->wait(stream);  // the consumer has read the last ones
+  }
+  in.taps = taps;
   return in;
 }
 
-void Session::Impl::copy_logit_rows(RankState& r, const void* src, Range v, size_t out0, int64_t n_out) {
-  if (n_out == 0) return;
-  float* dst = logits.data() + out0 * size_t(n_vocab) + size_t(v.begin);
-  if (v.size() == n_vocab) {
-    r.device.copy_to_host(r.stream, dst, src, size_t(n_out) * size_t(n_vocab) * sizeof(float));
-  } else {  // a tensor-split rank's vocabulary rows: one strided copy into the full rows
-    r.device.copy_2d(r.stream, dst, size_t(n_vocab) * sizeof(float), src, size_t(v.size()) * sizeof(float),
-                     size_t(v.size()) * sizeof(float), size_t(n_out), CopyKind::DeviceToHost);
+namespace {
+
+// Copies the staged taps of one rank's chunk to their destination (host memory or another device).
+void flush_staged_taps(RankState& r, std::span<const LayerTap> taps, const std::vector<int32_t>& layers,
+                       const TapDestination& dst, int64_t n_embd, size_t r0, int64_t T) {
+  if (taps.empty() || same_memory_space(dst.device, r.device.id())) return;
+  const size_t row_bytes = size_t(n_embd) * sizeof(float);
+  for (const LayerTap& t : taps) {
+    const size_t k = size_t(std::find(layers.begin(), layers.end(), t.layer) - layers.begin());
+    char* to = static_cast<char*>(dst.data) + r0 * dst.row_stride + k * dst.tap_stride;
+    if (dst.device.kind == DeviceKind::CPU) {
+      r.device.copy_2d(r.stream, to, dst.row_stride, t.dst.data, t.dst.nb[1], row_bytes, size_t(T),
+                       CopyKind::DeviceToHost);
+    } else {
+      check(false, "taps into " + dst.device.to_string() + " from a layer on " + r.device.id().to_string() +
+                       " are not supported: give a destination on the layer's device or in host memory");
+    }
   }
 }
 
-void Session::Impl::fetch_logits(RankState& r, size_t out0, int64_t n_out) {
-  copy_logit_rows(r, r.d_logits_buf.data(), r.decoder.shard().vocab, out0, n_out);
+}  // namespace
+
+void Session::Impl::copy_logit_rows(RankState& r, const void* src, Range v, size_t out0, int64_t n_rows) const {
+  if (n_rows == 0) return;
+  float* dst = host_logits.data() + out0 * size_t(n_vocab) + size_t(v.begin);
+  if (v.size() == n_vocab) {
+    r.device.copy_to_host(r.stream, dst, src, size_t(n_rows) * size_t(n_vocab) * sizeof(float));
+  } else {  // a tensor-split rank's vocabulary rows: one strided copy into the full rows
+    r.device.copy_2d(r.stream, dst, size_t(n_vocab) * sizeof(float), src, size_t(v.size()) * sizeof(float),
+                     size_t(v.size()) * sizeof(float), size_t(n_rows), CopyKind::DeviceToHost);
+  }
 }
 
-void Session::Impl::gather_process_logits(RankState& r, size_t out0, int64_t n_out) {
-  if (n_out == 0) return;  // every process decodes the same batch, so all skip or all gather
-  const size_t slot = size_t(max_vocab_rows()) * size_t(n_out);  // floats per rank
+void Session::Impl::gather_process_logits(RankState& r, size_t out0, int64_t n_rows) {
+  if (n_rows == 0) return;  // every process decodes the same batch, so all skip or all gather
+  const size_t slot = size_t(max_vocab_rows()) * size_t(n_rows);  // floats per rank
   const DeviceId dev = r.device.id();
   const Tensor send = Tensor::contiguous(DType::F32, {int64_t(slot)}, r.d_logits_buf.data(), dev);
   const Tensor recv =
       Tensor::contiguous(DType::F32, {int64_t(slot * m.shards.size())}, r.d_gather_buf.data(), dev);
   m.comm->all_gather(m.process_rank, r.stream, send, recv);
-  for (size_t q = 0; q < m.shards.size(); ++q)
-    if (int(q) != m.process_rank)  // fetch_logits copied this process's rows
-      copy_logit_rows(r, static_cast<const float*>(recv.data) + q * slot, m.shards[q].vocab, out0, n_out);
+  // Full rows on this device: every rank's slice into d_full_logits (columns out0 ..).
+  for (size_t q = 0; q < m.shards.size(); ++q) {
+    const Range v = m.shards[q].vocab;
+    float* dst = static_cast<float*>(d_full_logits.data()) + out0 * size_t(n_vocab) + size_t(v.begin);
+    r.device.copy_2d(r.stream, dst, size_t(n_vocab) * 4, static_cast<const float*>(recv.data) + q * slot,
+                     size_t(v.size()) * 4, size_t(v.size()) * 4, size_t(n_rows), CopyKind::DeviceToDevice);
+  }
 }
 
-void Session::Impl::run_layers_over_processes(const Batch& batch, size_t r0, size_t r1, size_t out0,
-                                              int32_t max_len) {
+void Session::Impl::run_layers_over_processes(const Batch& batch, size_t r0, size_t r1, size_t out0) {
   RankState& r = *ranks.front();
   const int me = m.process_rank, R = int(m.shards.size());
-  const int64_t T = int64_t(r1 - r0), n_out = int64_t(h_out_rows.size());
-  Tensor tokens, embeddings;
-  ForwardInputs in = prepare(r, batch, r0, r1, max_len, false, tokens, embeddings, true);
+  const int64_t T = int64_t(r1 - r0), chunk_out = int64_t(h_out_rows.size());
+  Tensor tokens, added, added_rows;
+  std::vector<KvGroupInputs> kvg;
+  std::vector<LayerTap> taps;
+  ForwardInputs in = prepare(r, batch, r0, r1, out0, false, tokens, added, added_rows, kvg, taps, true);
   const Tensor hidden = r.decoder.hidden_state(*r.scratch, T);
   // Every process takes part in every collective, in the same order: a broadcast of the hidden state from
   // rank 0, then from rank 1, ..., then of the logits from the last rank. Rank k + 1 runs its layers on what
@@ -412,44 +466,33 @@ void Session::Impl::run_layers_over_processes(const Batch& batch, size_t r0, siz
     m.comm->broadcast(me, r.stream, hidden, k);
   }
   if (me == R - 1) r.forward(r.stream, in);
-  if (n_out > 0) {
-    const Tensor all =
-        Tensor::contiguous(DType::F32, {n_vocab * n_out}, r.d_logits_buf.data(), r.device.id());
+  flush_staged_taps(r, taps, tap_layers, tap_dst, n_embd, r0, T);
+  if (chunk_out > 0) {
+    const size_t col0 = logits_on_device ? out0 : 0;
+    const Tensor all = Tensor::contiguous(DType::F32, {n_vocab * chunk_out},
+                                          static_cast<float*>(r.d_logits_buf.data()) + col0 * size_t(n_vocab),
+                                          r.device.id());
     m.comm->broadcast(me, r.stream, all, R - 1);
-    copy_logit_rows(r, all.data, Range{0, n_vocab}, out0, n_out);
+    if (!logits_on_device) {
+      copy_logit_rows(r, all.data, Range{0, n_vocab}, out0, chunk_out);
+      r.stream.synchronize();
+      std::fill_n(host_valid.begin() + ptrdiff_t(out0), chunk_out, 1);
+    }
   }
-  r.stream.synchronize();
 }
 
 void Session::Impl::run_chunk(const Batch& batch, size_t r0, size_t r1, size_t out0) {
   const int64_t T = int64_t(r1 - r0);
-  h_out_rows.clear();
-  h_seq_slot.resize(size_t(T));
-  int32_t max_len = 1;
-  for (size_t r = r0; r < r1; ++r) {
-    const int32_t s = batch.seq_ids[r];
-    h_seq_slot[r - r0] = s;
-    if (batch.logits[r]) h_out_rows.push_back(int32_t(r - r0));
-    h_seq_lens[size_t(s)] = batch.positions[r] + 1;  // rows of a sequence come in position order
-  }
-  for (size_t r = r0; r < r1; ++r) max_len = std::max(max_len, h_seq_lens[size_t(batch.seq_ids[r])]);
-  const int64_t n_out = int64_t(h_out_rows.size());
-
-  taps.clear();
-  for (size_t k = 0; k < tap_layers.size(); ++k) {
-    LayerTap t;
-    t.layer = tap_layers[k];
-    char* base = static_cast<char*>(tap_dst.data) + r0 * tap_dst.row_stride + k * tap_dst.tap_stride;
-    t.dst = Tensor::contiguous(DType::F32, {n_embd, T}, base, tap_dst.device);
-    t.dst.nb[1] = tap_dst.row_stride;
-    t.dst.nb[2] = t.dst.nb[3] = tap_dst.row_stride * size_t(T);
-    taps.push_back(t);
-  }
+  const int64_t chunk_out = int64_t(h_out_rows.size());
 
   if (m.process_rank >= 0 && mode == SplitMode::Layer) {
-    run_layers_over_processes(batch, r0, r1, out0, max_len);
+    run_layers_over_processes(batch, r0, r1, out0);
     return;
   }
+  auto host_copy = [&](RankState& r) {  // more marked rows than fit on the device: to the host per chunk
+    if (logits_on_device || chunk_out == 0) return;
+    copy_logit_rows(r, r.d_logits_buf.data(), r.decoder.shard().vocab, out0, chunk_out);
+  };
 
   if (mode == SplitMode::Tensor && ranks.size() > 1) {
     // One host thread per rank runs the whole forward on its shard; the all-reduces inside keep the ranks in
@@ -457,27 +500,36 @@ void Session::Impl::run_chunk(const Batch& batch, size_t r0, size_t r1, size_t o
     std::lock_guard<std::mutex> lock(m.run_mutex);
     m.rank_threads->run([&](int rank) {
       RankState& r = *ranks[size_t(rank)];
-      Tensor tokens, embeddings;
-      ForwardInputs in = prepare(r, batch, r0, r1, max_len, false, tokens, embeddings, rank == 0);
+      Tensor tokens, added, added_rows;
+      std::vector<KvGroupInputs> kvg;
+      std::vector<LayerTap> taps;
+      ForwardInputs in =
+          prepare(r, batch, r0, r1, out0, false, tokens, added, added_rows, kvg, taps, rank == 0);
       r.forward(r.stream, in);
-      fetch_logits(r, out0, n_out);
+      flush_staged_taps(r, taps, tap_layers, tap_dst, n_embd, r0, T);
+      host_copy(r);
       r.stream.synchronize();
     });
+    if (!logits_on_device) std::fill_n(host_valid.begin() + ptrdiff_t(out0), chunk_out, 1);
+    if (!tap_layers.empty()) tap_written->record(ranks.front()->stream);
     return;
   }
 
-  // Decode-sized chunks of token rows run as recorded CUDA graphs (Device::run_recorded), one per (session,
-  // rows, logit rows) and rank: every pointer is fixed, and max_seq_len is the session's capacity so that the
-  // recorded attention launch covers any length. CPU devices run the forward directly; so do a row split (its
-  // matmuls span several devices' streams) and a tensor split (its collectives meet on the host).
-  // (A tensor split over processes could record NCCL's collectives too; it has not run on GPUs yet, so it
-  // does not.)
-  const bool record = ranks.front()->device.id().kind != DeviceKind::CPU && mode != SplitMode::Row &&
-                      T <= 64 && tap_layers.empty() && !batch.tokens.empty() && m.process_rank < 0;
+  // Decode-sized chunks of causal token rows run as recorded CUDA graphs (Device::run_recorded), one per
+  // (session, rows, logit rows, tap setting) and rank: every pointer is fixed, and max_seq_len is the
+  // session's capacity so that the recorded attention launch covers any length. CPU devices run the forward
+  // directly; so do a row split (its matmuls span several devices' streams), steps with other masks or added
+  // embeddings (rare, and their kernel arguments differ), and staged taps.
+  bool plain = batch.mask.kind == AttentionMask::Causal && batch.embedding_source.data == nullptr &&
+               batch.embeddings.empty() && batch.kv_write.empty();
+  bool staged_taps = false;
+  for (const auto& r : ranks) staged_taps |= !tap_layers.empty() && !same_memory_space(tap_dst.device, r->device.id());
+  const bool record = ranks.front()->device.id().kind != DeviceKind::CPU && mode != SplitMode::Row && T <= 64 &&
+                      plain && !staged_taps && m.process_rank < 0;
   static std::atomic<uint64_t> next_session_id{1};  // keys never repeat, also after a session is destroyed
   if (record && graph_session_id == 0) graph_session_id = next_session_id++;
-  const uint64_t graph_key =
-      (graph_session_id << 32) | (uint64_t(T) << 16) | (uint64_t(n_out) << 1) | uint64_t(n_out == T);
+  const uint64_t graph_key = (graph_session_id << 40) | (uint64_t(tap_generation & 0xff) << 32) |
+                             (uint64_t(T) << 16) | (uint64_t(chunk_out) << 1) | uint64_t(chunk_out == T);
   auto forward = [&](RankState& r, const ForwardInputs& in) {
     if (record) {
       r.device.run_recorded(r.stream, graph_key, [&](Stream& st) { r.forward(st, in); });
@@ -490,8 +542,10 @@ void Session::Impl::run_chunk(const Batch& batch, size_t r0, size_t r1, size_t o
     std::lock_guard<std::mutex> lock(m.run_mutex);
     for (size_t k = 0; k < ranks.size(); ++k) {
       RankState& r = *ranks[k];
-      Tensor tokens, embeddings;
-      ForwardInputs in = prepare(r, batch, r0, r1, max_len, record, tokens, embeddings, true);
+      Tensor tokens, added, added_rows;
+      std::vector<KvGroupInputs> kvg;
+      std::vector<LayerTap> taps;
+      ForwardInputs in = prepare(r, batch, r0, r1, out0, record, tokens, added, added_rows, kvg, taps, true);
       if (k > 0) {
         RankState& prev = *ranks[k - 1];
         const Tensor src = prev.decoder.hidden_state(*prev.scratch, T);
@@ -501,85 +555,281 @@ void Session::Impl::run_chunk(const Batch& batch, size_t r0, size_t r1, size_t o
         prev.done->wait(r.stream);
       }
       forward(r, in);
+      flush_staged_taps(r, taps, tap_layers, tap_dst, n_embd, r0, T);
     }
     RankState& last = *ranks.back();
-    fetch_logits(last, out0, n_out);
-    for (auto& r : ranks) r->stream.synchronize();
+    // The last rank's stream is behind every earlier rank's (the hand-overs), so this covers every tap.
+    if (!tap_layers.empty()) tap_written->record(last.stream);
+    host_copy(last);
+    if (!logits_on_device) {
+      for (auto& r : ranks) r->stream.synchronize();
+      std::fill_n(host_valid.begin() + ptrdiff_t(out0), chunk_out, 1);
+    }
     return;
   }
 
   // One rank (unsplit, split by rows, or this process's rank of a tensor split over processes).
   RankState& r = *ranks.front();
-  Tensor tokens, embeddings;
-  ForwardInputs in = prepare(r, batch, r0, r1, max_len, record, tokens, embeddings, true);
+  Tensor tokens, added, added_rows;
+  std::vector<KvGroupInputs> kvg;
+  std::vector<LayerTap> taps;
+  ForwardInputs in = prepare(r, batch, r0, r1, out0, record, tokens, added, added_rows, kvg, taps, true);
   {
     std::unique_lock<std::mutex> lock(m.run_mutex, std::defer_lock);
     if (mode == SplitMode::Row) lock.lock();  // the row slices' scratch is the model's, shared by sessions
     forward(r, in);
   }
-  fetch_logits(r, out0, n_out);
-  if (m.process_rank >= 0) gather_process_logits(r, out0, n_out);  // tensor split over processes
-  r.stream.synchronize();
+  flush_staged_taps(r, taps, tap_layers, tap_dst, n_embd, r0, T);
+  if (!taps.empty()) tap_written->record(r.stream);
+  if (!logits_on_device) {
+    if (m.process_rank >= 0) {  // tensor split over processes: every process's slice, then full host rows
+      gather_process_logits(r, 0, chunk_out);
+      r.device.copy_to_host(r.stream, host_logits.data() + out0 * size_t(n_vocab), d_full_logits.data(),
+                            size_t(chunk_out) * size_t(n_vocab) * sizeof(float));
+    } else {
+      host_copy(r);
+    }
+    r.stream.synchronize();
+    std::fill_n(host_valid.begin() + ptrdiff_t(out0), chunk_out, 1);
+  }
+}
+
+void Session::Impl::fetch_row(int32_t o) const {
+  if (host_valid[size_t(o)]) return;
+  float* dst = host_logits.data() + size_t(o) * size_t(n_vocab);
+  if (m.process_rank >= 0 && mode == SplitMode::Tensor) {
+    RankState& r = *ranks.front();
+    r.device.copy_to_host(r.stream, dst, static_cast<const float*>(d_full_logits.data()) + size_t(o) * size_t(n_vocab),
+                          size_t(n_vocab) * sizeof(float));
+    r.stream.synchronize();
+  } else if (mode == SplitMode::Tensor && ranks.size() > 1) {
+    for (const auto& r : ranks) {
+      const Range v = r->decoder.shard().vocab;
+      r->device.copy_to_host(r->stream, dst + v.begin,
+                             static_cast<const float*>(r->d_logits_buf.data()) + size_t(o) * size_t(v.size()),
+                             size_t(v.size()) * sizeof(float));
+    }
+    for (const auto& r : ranks) r->stream.synchronize();
+  } else {
+    RankState& r = output_rank();
+    r.device.copy_to_host(r.stream, dst, static_cast<const float*>(r.d_logits_buf.data()) + size_t(o) * size_t(n_vocab),
+                          size_t(n_vocab) * sizeof(float));
+    r.stream.synchronize();
+  }
+  host_valid[size_t(o)] = 1;
 }
 
 std::span<const float> Session::logits(size_t row) const {
   const Impl& s = *impl_;
-  check(row < s.row_to_out.size(), "row " + std::to_string(row) +
-                                       " is not a row of the last decoded batch (" +
+  const int32_t o = logits_index(row);
+  s.fetch_row(o);
+  return {s.host_logits.data() + size_t(o) * size_t(s.n_vocab), size_t(s.n_vocab)};
+}
+
+int32_t Session::logits_index(size_t row) const {
+  const Impl& s = *impl_;
+  check(row < s.row_to_out.size(), "row " + std::to_string(row) + " is not a row of the last decoded batch (" +
                                        std::to_string(s.row_to_out.size()) + " rows)");
   const int32_t o = s.row_to_out[row];
   check(o >= 0, "row " + std::to_string(row) + " of the last batch was not marked for logits");
-  return {s.logits.data() + size_t(o) * size_t(s.n_vocab), size_t(s.n_vocab)};
+  return o;
+}
+
+DeviceId Session::output_device() const {
+  return impl_->output_rank().device.id();
+}
+
+Tensor Session::device_logits() const {
+  Impl& s = *impl_;
+  check(s.logits_on_device, "the last batch marked " + std::to_string(s.n_out) +
+                                " rows for logits, more than n_logits_max = " +
+                                std::to_string(s.params.n_logits_max) + ": its logits were copied to the host");
+  RankState& out = s.output_rank();
+  const int64_t n = std::max<int64_t>(s.n_out, 1);
+  if (s.m.process_rank >= 0 && s.mode == SplitMode::Tensor) {
+    Tensor t = Tensor::contiguous(DType::F32, {s.n_vocab, n}, s.d_full_logits.data(), out.device.id());
+    t.ne[1] = s.n_out;
+    return t;
+  }
+  if (s.mode == SplitMode::Tensor && s.ranks.size() > 1) {
+    if (!s.gathered) {  // every rank's vocabulary slice into full rows on the main device
+      for (size_t q = 0; q < s.ranks.size(); ++q) {
+        RankState& r = *s.ranks[q];
+        const Range v = r.decoder.shard().vocab;
+        for (int64_t o = 0; o < s.n_out; ++o) {
+          float* dst = static_cast<float*>(s.d_full_logits.data()) + size_t(o) * size_t(s.n_vocab) + size_t(v.begin);
+          const float* src = static_cast<const float*>(r.d_logits_buf.data()) + size_t(o) * size_t(v.size());
+          copy_between_devices(r.device.id().kind == DeviceKind::CPU ? out.stream : r.stream, out.device, dst,
+                               r.device, src, size_t(v.size()) * sizeof(float));
+        }
+        if (q > 0) {
+          r.done->record(r.stream);
+          r.done->wait(out.stream);
+        }
+      }
+      s.gathered = true;
+    }
+    Tensor t = Tensor::contiguous(DType::F32, {s.n_vocab, n}, s.d_full_logits.data(), out.device.id());
+    t.ne[1] = s.n_out;
+    return t;
+  }
+  Tensor t = Tensor::contiguous(DType::F32, {s.n_vocab, n}, out.d_logits_buf.data(), out.device.id());
+  t.ne[1] = s.n_out;
+  return t;
+}
+
+std::vector<int32_t> Session::sample(std::span<const size_t> rows, std::span<Sampler* const> samplers) {
+  Impl& s = *impl_;
+  check(rows.size() == samplers.size(), "sample: " + std::to_string(rows.size()) + " rows but " +
+                                            std::to_string(samplers.size()) + " samplers");
+  std::vector<int32_t> ids(rows.size(), -1);
+  std::vector<size_t> on_device;
+  std::vector<float> uniforms;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    check(samplers[i] != nullptr, "sample: sampler " + std::to_string(i) + " is null");
+    Sampler& sm = *samplers[i];
+    logits_index(rows[i]);  // checks the row
+    if (!s.logits_on_device || needs_host_sampler(sm.params())) {
+      ids[i] = sm.sample(logits(rows[i]));
+      continue;
+    }
+    on_device.push_back(i);
+    uniforms.push_back(sm.params().greedy() ? 0.0f : float(sm.rng().uniform()));
+  }
+  if (on_device.empty()) return ids;
+  check(on_device.size() <= size_t(s.params.n_logits_max), "sample: more rows than n_logits_max");
+  const Tensor L = device_logits();
+  RankState& out = s.output_rank();
+  const DeviceId dev = out.device.id();
+  out.device.copy_from_host(out.stream, s.d_uniforms.buffer.data(), uniforms.data(), uniforms.size() * 4);
+  for (size_t k = 0; k < on_device.size(); ++k) {
+    const size_t i = on_device[k];
+    const SamplingParams& p = samplers[i]->params();
+    SamplerParams sp;
+    sp.temperature = p.temperature;
+    sp.top_k = p.top_k;
+    sp.top_p = p.top_p;
+    sp.min_p = p.min_p;
+    Tensor col = L;
+    col.data = static_cast<char*>(L.data) + size_t(logits_index(rows[i])) * L.nb[1];
+    col.ne[1] = 1;
+    Tensor u = s.d_uniforms.view(1, dev), o = s.d_sampled.view(1, dev);
+    u.data = static_cast<float*>(u.data) + k;
+    o.data = static_cast<int32_t*>(o.data) + k;
+    out.ops.sample_rows(out.stream, col, sp, u, o);
+  }
+  std::vector<int32_t> got(on_device.size());
+  out.device.copy_to_host(out.stream, got.data(), s.d_sampled.buffer.data(), got.size() * 4);
+  out.stream.synchronize();
+  for (size_t k = 0; k < on_device.size(); ++k) ids[on_device[k]] = got[k];
+  return ids;
+}
+
+void Session::synchronize() const {
+  for (const auto& r : impl_->ranks) r->stream.synchronize();
 }
 
 int32_t Session::seq_len(int32_t seq) const {
-  return impl_->table.seq_len(seq);
+  return impl_->groups.front().table->seq_len(seq);
 }
+
+namespace {
+
+void check_seq_id(const Session::Impl& s, int32_t seq) {
+  check(seq >= 0 && seq < s.params.n_seq_max,
+        "sequence id " + std::to_string(seq) + " is out of range: this session has " +
+            std::to_string(s.params.n_seq_max) + " sequence slots (0.." + std::to_string(s.params.n_seq_max - 1) +
+            ")");
+}
+
+// A sliding group must still hold the window that ends at position `end` of seq.
+void check_window_kept(const Session::Impl& s, int32_t seq, int32_t end, const char* what) {
+  for (const KvGroup& g : s.groups) {
+    if (!g.evicts) continue;
+    const int32_t first = g.table->first_kept(seq);
+    check(first <= std::max(0, end - g.window),
+          std::string(what) + " sequence " + std::to_string(seq) + " at position " + std::to_string(end) +
+              " needs positions from " + std::to_string(std::max(0, end - g.window)) +
+              " of its sliding-window layers (window " + std::to_string(g.window) + "), which keep only " +
+              std::to_string(first) + " on (at most --batch positions can be rolled back)");
+  }
+}
+
+}  // namespace
+
 void Session::seq_remove(int32_t seq, int32_t p0, int32_t p1) {
-  impl_->table.remove(seq, p0, p1);
+  Impl& s = *impl_;
+  check_seq_id(s, seq);
+  const KvCacheTable& t0 = *s.groups.front().table;
+  t0.check_remove(seq, p0, p1);
+  if (p0 < t0.seq_len(seq)) check_window_kept(s, seq, p0, "rolling back");
+  for (KvGroup& g : s.groups) g.table->remove(seq, p0, p1);
 }
 void Session::seq_fork(int32_t src, int32_t dst, int32_t n) {
-  impl_->table.fork(src, dst, n);
+  Impl& s = *impl_;
+  check_seq_id(s, src);
+  check_seq_id(s, dst);
+  const int32_t len = s.groups.front().table->seq_len(src);
+  check(n <= len, "cannot fork " + std::to_string(n) + " positions of sequence " + std::to_string(src) +
+                      ", which has " + std::to_string(len));
+  check_window_kept(s, src, n < 0 ? len : n, "forking");
+  for (KvGroup& g : s.groups) g.table->fork(src, dst, n);
 }
 void Session::seq_clear(int32_t seq) {
-  impl_->table.clear(seq);
+  check_seq_id(*impl_, seq);
+  for (KvGroup& g : impl_->groups) g.table->clear(seq);
 }
 void Session::clear() {
-  impl_->table.clear_all();
+  for (KvGroup& g : impl_->groups) g.table->clear_all();
 }
 int64_t Session::kv_free_positions() const {
-  return int64_t(impl_->table.n_free_blocks()) * impl_->table.block_size();
+  const KvGroup& g = impl_->groups.front();
+  return int64_t(std::max(0, g.table->n_free_blocks() - g.reserve_blocks)) * g.table->block_size();
 }
 int64_t Session::kv_capacity() const {
-  return int64_t(impl_->table.n_blocks()) * impl_->table.block_size();
+  const KvGroup& g = impl_->groups.front();
+  return int64_t(g.table->n_blocks() - g.reserve_blocks) * g.table->block_size();
 }
 
 void Session::set_taps(std::vector<int32_t> layers, const TapDestination& dst) {
   Impl& s = *impl_;
   if (layers.empty()) {
     s.tap_layers.clear();
+    ++s.tap_generation;
     return;
   }
-  for (int32_t l : layers)
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const int32_t l = layers[i];
     check(l >= 0 && l <= s.n_layer, "tap layer " + std::to_string(l) + " is out of range: the model has " +
                                         std::to_string(s.n_layer) + " layers (taps 0.." +
                                         std::to_string(s.n_layer) + ")");
+    check(i == 0 || l > layers[i - 1], "tap layers must be ascending and distinct");
+  }
   check(dst.data != nullptr, "tap destination has no memory");
-  const DeviceId dev = s.ranks.front()->device.id();
-  check(dst.device == dev || dst.device.kind == DeviceKind::CPU,
-        "tap destination on " + dst.device.to_string() + " is not supported by a session on " +
-            dev.to_string());
-  check(dev.kind == DeviceKind::CPU, "taps into host memory from a GPU session are not supported yet");
   TapDestination d = dst;
   const size_t row_bytes = size_t(s.n_embd) * sizeof(float);
   if (d.tap_stride == 0) d.tap_stride = row_bytes;
   if (d.row_stride == 0) d.row_stride = d.tap_stride * layers.size();
-  check(d.tap_stride >= row_bytes || layers.size() == 1,
-        "tap stride is smaller than one row of hidden state");
+  check(d.tap_stride >= row_bytes || layers.size() == 1, "tap stride is smaller than one row of hidden state");
   check(d.row_stride >= d.tap_stride * (layers.size() - 1) + row_bytes,
         "tap row stride is smaller than the taps of one row");
+  // A destination the ranks cannot write directly goes through a staging buffer on each rank's device
+  // (allocated here, not during a step).
+  for (auto& r : s.ranks) {
+    if (same_memory_space(d.device, r->device.id())) continue;
+    check(d.device.kind == DeviceKind::CPU,
+          "tap destination on " + d.device.to_string() + " cannot be written from a layer on " +
+              r->device.id().to_string() + "; give memory of that device or host memory");
+    const size_t bytes = layers.size() * row_bytes * size_t(s.params.n_batch);
+    if (r->d_tap_stage.size() < bytes) r->d_tap_stage = r->device.allocate(bytes);
+  }
   s.tap_layers = std::move(layers);
   s.tap_dst = d;
+  ++s.tap_generation;
+}
+
+Event* Session::taps_written() const {
+  return impl_->tap_layers.empty() ? nullptr : impl_->tap_written.get();
 }
 
 }  // namespace tandem
