@@ -1,6 +1,7 @@
 // A model loaded from a GGUF file: its hyperparameters and weights on a device (the CPU for now; the weights
 // are views into the memory-mapped file). Sessions (session.h) run it. Loading validates every tensor's name,
-// shape and type and throws tandem::Error with a message naming the problem.
+// shape and type and throws tandem::Error with a message naming the problem. The file's tokenizer is built on
+// first use (tokenizer()); a model whose tokenizer cannot be used still loads and runs on token ids.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,10 @@
 #include <vector>
 
 namespace tandem {
+
+namespace tokenizer {
+class Tokenizer;  // src/tokenizer/tokenizer.h
+}
 
 struct ModelParams {
   int32_t n_threads = 0;  // CPU threads for the compute pool; 0 = all hardware threads
@@ -54,6 +59,13 @@ class Model {
   Model& operator=(const Model&) = delete;
 
   const ModelInfo& info() const;
+
+  // The tokenizer the file carries, built once on the first call (thread-safe) and kept for the model's
+  // lifetime. Throws tandem::Error with the tokenizer's own message when the file has none or a broken one
+  // (every call, the same message).
+  const tokenizer::Tokenizer& tokenizer() const;
+  // Whether tokenizer() succeeds (builds it on the first call).
+  bool has_tokenizer() const;
 
   // Internals, for the runtime (src/model/model_impl.h).
   struct Impl;

@@ -38,6 +38,31 @@ const ModelInfo& Model::info() const {
   return impl_->info;
 }
 
+namespace {
+
+void build_tokenizer_once(Model::Impl& m) {
+  std::call_once(m.tokenizer_once, [&m] {
+    try {
+      m.tokenizer = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_gguf(*m.file));
+    } catch (const Error& e) {
+      m.tokenizer_error = e.what();
+    }
+  });
+}
+
+}  // namespace
+
+const tokenizer::Tokenizer& Model::tokenizer() const {
+  build_tokenizer_once(*impl_);
+  if (!impl_->tokenizer) throw Error(impl_->tokenizer_error);
+  return *impl_->tokenizer;
+}
+
+bool Model::has_tokenizer() const {
+  build_tokenizer_once(*impl_);
+  return impl_->tokenizer != nullptr;
+}
+
 std::shared_ptr<Model> Model::load(const std::string& path, const ModelParams& params) {
   check(params.n_threads >= 0, "the number of threads must be >= 0 (0 = all hardware threads)");
   auto impl = std::make_unique<Impl>();

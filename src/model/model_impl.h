@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -14,6 +15,7 @@
 #include "parallel/rank_threads.h"
 #include "parallel/row_split.h"
 #include "tandem/model.h"
+#include "tokenizer/tokenizer.h"
 
 namespace tandem {
 
@@ -41,6 +43,11 @@ struct Model::Impl {
   // A split model runs one forward at a time (its comm and threads serve one step); sessions take this lock.
   std::mutex run_mutex;
   ModelInfo info;
+  // The file's tokenizer, built on first use by Model::tokenizer(); when it cannot be built, tokenizer stays
+  // null and tokenizer_error keeps the reason.
+  std::once_flag tokenizer_once;
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
+  std::string tokenizer_error;
 
   // The main device (where an unsplit or row-split model runs) and the first rank's decoder (hparams).
   Device& main_device() const { return *ranks.front().device; }

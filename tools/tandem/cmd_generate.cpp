@@ -6,12 +6,14 @@
 // prompt in one batch per step: the prompt is prefilled once in sequence 0 and forked into the others (the KV
 // blocks are shared, not copied); sequence i samples with seed + i. --prompt-ids may hold several prompts
 // separated by ';' (one sequence each, prefilled together in one batch). --ids prints the generated ids,
-// space-separated, one line per sequence. Prompt and generation speed go to stderr at the end.
+// space-separated, one line per sequence. --stop STR (repeatable) ends a sequence when its text contains STR;
+// the text printed ends before it (--ids: the ids up to the token that completed it). Prompt and generation
+// speed go to stderr at the end. The loop itself is the library's tandem::Generator (tandem/generator.h).
 //
 // Hidden (for tests and the transformers parity script): --dump-logits FILE writes the logits of every prompt
 // row and of every decoded row as binary records: the header "TLOG" + uint32 n_vocab, then per row int32
 // sequence, int32 position, n_vocab float32 (little-endian).
-#include <chrono>
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -22,8 +24,8 @@
 #include "commands.h"
 #include "core/error.h"
 #include "eval/default_model.h"
-#include "model/model_impl.h"
 #include "split_options.h"
+#include "tandem/generator.h"
 #include "tandem/model.h"
 #include "tandem/sampling.h"
 #include "tandem/session.h"
@@ -55,6 +57,7 @@ struct GenerateArgs {
   bool ignore_eos = false;
   bool no_bos = false;
   bool verbose = false;
+  std::vector<std::string> stop;
   std::string dump_logits;
   SplitOptions split;
 };
@@ -118,10 +121,6 @@ class LogitsDump {
   std::ofstream out_;
 };
 
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
 void run_generate(const GenerateArgs& a) {
   check(a.n_predict >= 0,
         "-n must be >= 0 (the number of tokens to generate), got " + std::to_string(a.n_predict));
@@ -131,6 +130,7 @@ void run_generate(const GenerateArgs& a) {
   check(a.threads >= 0, "--threads must be >= 0 (0 = all cores), got " + std::to_string(a.threads));
   check(a.prompt.empty() != a.prompt_ids.empty(),
         "give the prompt either as text (-p) or as ids (--prompt-ids)");
+  for (const std::string& s : a.stop) check(!s.empty(), "--stop: the stop string is empty");
 
   ModelParams mp;
   mp.n_threads = a.threads;
@@ -145,14 +145,17 @@ void run_generate(const GenerateArgs& a) {
                  double(info.n_params) / 1e6, info.device.c_str());
   if (a.verbose && mesh.n_ranks() > 1) std::fprintf(stderr, "split: %s\n", mesh.describe().c_str());
 
-  // The tokenizer is needed for a text prompt and for text output.
-  std::unique_ptr<tokenizer::Tokenizer> tok;
-  if (!a.prompt.empty() || !a.ids) {
+  // The tokenizer is needed for a text prompt, for text output and for stop strings. Without it (--ids and
+  // --prompt-ids), the generator works on ids alone and ends generation at the file's EOS ids.
+  const bool use_tokenizer = !a.prompt.empty() || !a.ids || !a.stop.empty();
+  const tokenizer::Tokenizer* tok = nullptr;
+  if (use_tokenizer) {
     try {
-      tok = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::from_gguf(*model->impl().file));
+      tok = &model->tokenizer();
     } catch (const Error& e) {
-      throw Error(std::string("this model's tokenizer cannot be used (") + e.what() +
-                  "); give --prompt-ids and --ids to work with token ids");
+      throw Error(
+          std::string("this model's tokenizer cannot be used (") + e.what() +
+          (a.stop.empty() ? "); give --prompt-ids and --ids to work with token ids" : "); --stop needs it"));
     }
   }
 
@@ -182,7 +185,11 @@ void run_generate(const GenerateArgs& a) {
   std::unique_ptr<LogitsDump> dump;
   if (!a.dump_logits.empty()) dump = std::make_unique<LogitsDump>(a.dump_logits, info.n_vocab);
 
-  SamplingParams base;
+  GenerationParams gp;
+  gp.max_tokens = a.n_predict;
+  gp.ignore_eos = a.ignore_eos;
+  gp.stop = a.stop;
+  SamplingParams& base = gp.sampling;
   base.temperature = a.temperature;
   base.top_k = a.top_k;
   base.top_p = a.top_p;
@@ -196,102 +203,65 @@ void run_generate(const GenerateArgs& a) {
     std::random_device rd;
     seed = (uint64_t(rd()) << 32) ^ rd();
   }
-  std::vector<Sampler> samplers;
-  for (int i = 0; i < n_seq; ++i) {
-    SamplingParams p = base;
-    p.seed = seed + uint64_t(i);
-    samplers.emplace_back(p);
-    samplers.back().accept(prompts[shared_prompt ? 0 : size_t(i)]);
-  }
-  auto is_eos = [&](int32_t t) {
-    if (a.ignore_eos) return false;
-    if (tok) return tok->is_end_of_generation(t);
-    for (int32_t e : info.eos_ids)
-      if (e == t) return true;
-    return false;
-  };
+  base.seed = seed;  // sequence i: seed + i
 
-  // Prefill: the shared prompt once in sequence 0 (then forked), or every prompt in one batch.
-  const auto t_prompt = std::chrono::steady_clock::now();
-  Batch batch;
-  std::vector<size_t> logit_row(static_cast<size_t>(n_seq), 0);
-  size_t n_prompt_tokens = 0;
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    for (size_t j = 0; j < prompts[i].size(); ++j)
-      batch.add(prompts[i][j], int32_t(j), int32_t(i), dump != nullptr || j + 1 == prompts[i].size());
-    logit_row[i] = batch.size() - 1;
-    n_prompt_tokens += prompts[i].size();
+  GeneratorParams genp;
+  genp.use_tokenizer = use_tokenizer;
+  if (dump) {
+    genp.all_prompt_logits = true;
+    genp.on_logits = [&dump](std::span<const LogitsRow> rows) {
+      for (const LogitsRow& r : rows) dump->row(r.seq, r.pos, r.logits);
+    };
   }
-  if (a.n_predict > 0 || dump) session.decode(batch);
-  if (dump)
-    for (size_t r = 0; r < batch.size(); ++r)
-      dump->row(batch.seq_ids[r], batch.positions[r], session.logits(r));
-  if (shared_prompt) {
-    for (int i = 1; i < n_seq; ++i) {
-      session.seq_fork(0, i);
-      logit_row[size_t(i)] = logit_row[0];
-    }
-  }
-  const double prompt_s = seconds_since(t_prompt);
-
-  // Generation: one batch per step with one row per unfinished sequence.
-  const auto t_gen = std::chrono::steady_clock::now();
-  std::vector<std::vector<int32_t>> generated(static_cast<size_t>(n_seq));
-  std::vector<bool> done(static_cast<size_t>(n_seq), a.n_predict == 0);
-  std::unique_ptr<tokenizer::StreamingDetokenizer> stream;
+  Generator gen(session, genp);
+  // One sequence of text streams to stdout as it is produced.
   const bool stream_text = !a.ids && n_seq == 1;
-  if (stream_text) stream = std::make_unique<tokenizer::StreamingDetokenizer>(*tok);
-  size_t n_generated = 0;
-  for (;;) {
-    std::vector<int32_t> next(static_cast<size_t>(n_seq), -1);
+  StreamCallback on_token;
+  if (stream_text)
+    on_token = [](const TokenEvent& e) {
+      std::fwrite(e.text.data(), 1, e.text.size(), stdout);
+      if (e.token >= 0) std::fflush(stdout);
+    };
+  // A shared prompt is prefilled once in sequence 0 and forked; several prompts are prefilled in one batch.
+  std::vector<int> ids;
+  if (shared_prompt) {
+    ids = gen.add_shared_prompt_requests(prompts[0], n_seq, gp, on_token);
+  } else {
     for (int i = 0; i < n_seq; ++i) {
-      if (done[size_t(i)]) continue;
-      const int32_t t = samplers[size_t(i)].sample(session.logits(logit_row[size_t(i)]));
-      samplers[size_t(i)].accept(t);
-      if (is_eos(t)) {
-        done[size_t(i)] = true;
-        continue;
-      }
-      generated[size_t(i)].push_back(t);
-      ++n_generated;
-      if (stream) {
-        const std::string piece = stream->push(t);
-        std::fwrite(piece.data(), 1, piece.size(), stdout);
-        std::fflush(stdout);
-      }
-      if (int(generated[size_t(i)].size()) >= a.n_predict)
-        done[size_t(i)] = true;  // the last token needs no forward pass
-      else
-        next[size_t(i)] = t;
+      GenerationParams p = gp;
+      p.sampling.seed = seed + uint64_t(i);
+      ids.push_back(gen.add_request(prompts[size_t(i)], p, on_token));
     }
-    batch.clear();
-    for (int i = 0; i < n_seq; ++i) {
-      if (next[size_t(i)] < 0) continue;
-      logit_row[size_t(i)] = batch.size();
-      batch.add(next[size_t(i)], session.seq_len(i), i, true);
-    }
-    if (batch.empty()) break;
-    session.decode(batch);
-    if (dump)
-      for (size_t r = 0; r < batch.size(); ++r)
-        dump->row(batch.seq_ids[r], batch.positions[r], session.logits(r));
   }
-  const double gen_s = seconds_since(t_gen);
+  gen.run();
 
-  if (stream) {
-    const std::string rest = stream->flush();
-    std::fwrite(rest.data(), 1, rest.size(), stdout);
+  size_t n_prompt_tokens = 0, n_generated = 0;
+  for (const auto& p : prompts) n_prompt_tokens += p.size();
+  double prompt_s = 0, gen_s = 0;  // every prompt is decoded in the first step; generation starts after it
+  for (int id : ids) {
+    const GenerationResult& r = gen.result(id);
+    n_generated += r.tokens.size();
+    prompt_s = std::max(prompt_s, r.prompt_seconds);
+    gen_s = std::max(gen_s, r.generation_seconds);
+  }
+
+  if (stream_text) {
     std::fputc('\n', stdout);
   } else if (a.ids) {
-    for (const auto& g : generated) {
+    for (int id : ids) {
+      const std::vector<int32_t>& g = gen.result(id).tokens;
       std::string line;
       for (size_t j = 0; j < g.size(); ++j) line += (j ? " " : "") + std::to_string(g[j]);
       std::printf("%s\n", line.c_str());
     }
   } else {
     for (int i = 0; i < n_seq; ++i) {
+      const GenerationResult& r = gen.result(ids[size_t(i)]);
+      // Without stop strings, the text of the whole id sequence as the tokenizer decodes it (a SentencePiece
+      // prefix space removed); with them, the text up to the stop string.
+      const std::string text = a.stop.empty() ? tok->decode(r.tokens) : r.text;
       std::printf("=== sequence %d (seed %llu) ===\n%s\n", i, (unsigned long long)(seed + uint64_t(i)),
-                  tok->decode(generated[size_t(i)]).c_str());
+                  text.c_str());
     }
   }
   std::fflush(stdout);
@@ -329,6 +299,11 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--parallel", args->parallel, "Sequences decoded together from the same prompt");
   cmd->add_option("-b,--batch", args->batch, "Rows per forward pass during prompt processing");
   cmd->add_option("--kv-type", args->kv_type, "KV cache type: f32, f16 or bf16");
+  cmd->add_option(
+         "--stop", args->stop,
+         "Stop string (repeatable): a sequence ends when its text contains one; the text ends before it")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->allow_extra_args(false);  // one string per --stop
   add_split_options(cmd, &args->split);
   cmd->add_flag("--ids", args->ids, "Print generated token ids (one line per sequence) instead of text");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Do not stop at end-of-generation tokens");

@@ -12,7 +12,6 @@
 #include "core/error.h"
 #include "eval/default_model.h"
 #include "eval/perplexity.h"
-#include "gguf/gguf.h"
 #include "split_options.h"
 #include "tandem/model.h"
 #include "tokenizer/tokenizer.h"
@@ -60,11 +59,10 @@ void run_perplexity(const PerplexityOptions& o) {
   const std::string text = read_text_file(o.file);
 
   const auto t0 = std::chrono::steady_clock::now();
-  tokenizer::Tokenizer tok = tokenizer::Tokenizer::from_gguf(gguf::GgufFile::open(model_path));
+  std::shared_ptr<Model> model = Model::load(model_path, mp);
+  const tokenizer::Tokenizer& tok = model->tokenizer();
   // BOS in front when the vocabulary asks for it; special-token text in the file is plain text.
   const std::vector<int32_t> tokens = tok.encode(text, /*add_special=*/true, /*parse_special=*/false);
-
-  std::shared_ptr<Model> model = Model::load(model_path, mp);
 
   eval::PerplexityParams pp;
   pp.ctx = o.ctx;
