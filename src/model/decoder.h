@@ -71,6 +71,7 @@ class RowSplitWeights;
 struct DecoderLoadContext {
   DeviceId device{};
   RankShard shard;                       // what this rank holds (parallel/shard_rules.h)
+  ShardRuleTable rules;                  // the architecture's shard rules (its tensors' names)
   ShardDims dims;                        // the model's dimensions the shard refers to
   Comm* comm = nullptr;                  // tensor split: all-reduce of partial sums between the ranks
   RowSplitWeights* row_split = nullptr;  // row split: where the matrices' row slices go
@@ -111,7 +112,9 @@ std::string supported_architectures();
 // Reads the hyperparameters of file's architecture (no weights are read; n_vocab comes from the metadata or
 // token_embd's shape). Throws Error for an unknown architecture (naming the supported ones) or a bad key.
 ModelHparams read_model_hparams(const gguf::GgufFile& file);
-// The dimensions a split is planned on (head counts, widths, and the block sizes of attn_output / ffn_down).
+// The shard rules of file's architecture (each architecture declares its table next to its tensors).
+ShardRuleTable shard_rules_of(const gguf::GgufFile& file);
+// The dimensions a split is planned on (head counts, widths, and the block sizes of the column-cut matrices).
 ShardDims shard_dims(const gguf::GgufFile& file, const ModelHparams& hp);
 
 // Loads one rank's weights of file's architecture. The weights are views into file (which must outlive the

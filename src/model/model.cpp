@@ -124,6 +124,7 @@ std::shared_ptr<Model> Model::load(const std::string& path, const ModelParams& p
     enable_peer_access(devs);  // layer hand-overs, row gathers and the copy comm use peer copies
   DecoderLoadContext ctx;
   ctx.dims = dims;
+  ctx.rules = shard_rules_of(f);
   if (across_processes) {
     Device& d = *impl->devices.front();
     impl->comm = create_process_comm(d);

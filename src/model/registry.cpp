@@ -5,6 +5,7 @@
 #include "model/decoder.h"
 #include "model/llama.h"
 #include "model/qwen3.h"
+#include "model/transformer.h"
 
 namespace tandem {
 
@@ -15,11 +16,12 @@ struct ArchEntry {
   ModelHparams (*hparams)(const gguf::GgufFile&);
   std::unique_ptr<DecoderModel> (*load)(const gguf::GgufFile&, const ModelHparams&,
                                         const DecoderLoadContext&);
+  ShardRuleTable (*rules)();
 };
 
 constexpr ArchEntry kArchitectures[] = {
-    {"llama", llama_hparams, load_llama},
-    {"qwen3", qwen3_hparams, load_qwen3},
+    {"llama", llama_hparams, load_llama, transformer_shard_rules},
+    {"qwen3", qwen3_hparams, load_qwen3, transformer_shard_rules},
 };
 
 const ArchEntry& arch_of(const gguf::GgufFile& file) {
@@ -48,6 +50,10 @@ ModelHparams read_model_hparams(const gguf::GgufFile& file) {
   return hp;
 }
 
+ShardRuleTable shard_rules_of(const gguf::GgufFile& file) {
+  return arch_of(file).rules();
+}
+
 ShardDims shard_dims(const gguf::GgufFile& file, const ModelHparams& hp) {
   ShardDims d;
   d.n_layer = hp.n_layer;
@@ -58,13 +64,14 @@ ShardDims shard_dims(const gguf::GgufFile& file, const ModelHparams& hp) {
   d.n_ff = hp.n_ff;
   d.n_vocab = hp.n_vocab;
   // Column cuts must fall on block boundaries; every layer's type counts (a q4_k_m file mixes types).
+  const ShardRuleTable rules = shard_rules_of(file);
   for (const gguf::TensorInfo& t : file.tensors()) {
     int64_t layer = -1;
-    const ShardRule* rule = find_shard_rule(t.name, &layer);
-    if (!rule) continue;
+    const ShardRule* rule = find_shard_rule(rules, t.name, &layer);
+    if (!rule || rule->cut != TensorCut::InputColumns) continue;
     const int64_t blk = dtype_block_size(t.type);
-    if (rule->role == TensorRole::AttnOutput) d.attn_output_block = std::max(d.attn_output_block, blk);
-    if (rule->role == TensorRole::FfnDown) d.ffn_down_block = std::max(d.ffn_down_block, blk);
+    if (rule->unit == CutUnit::QHeadsV) d.attn_output_block = std::max(d.attn_output_block, blk);
+    if (rule->unit == CutUnit::FfRows) d.ffn_down_block = std::max(d.ffn_down_block, blk);
   }
   return d;
 }
@@ -79,6 +86,7 @@ std::unique_ptr<DecoderModel> load_decoder_model(const gguf::GgufFile& file, Dev
   DecoderLoadContext ctx;
   ctx.device = device;
   ctx.dims = shard_dims(file, hp);
+  ctx.rules = shard_rules_of(file);
   MeshSpec whole;
   whole.devices = {device};
   whole.ratios = {1.0};

@@ -227,7 +227,8 @@ void Transformer::forward(Stream& st, Ops& ops, const ForwardInputs& in, std::sp
 std::unique_ptr<Transformer> load_transformer(const gguf::GgufFile& file, const ModelHparams& hp,
                                               const TransformerVariant& variant,
                                               const DecoderLoadContext& ctx) {
-  auto loader = std::make_unique<WeightLoader>(file, ctx.device, ctx.shard, ctx.dims, ctx.row_split);
+  check(!ctx.rules.empty(), "internal: the load context has no shard rules");
+  auto loader = std::make_unique<WeightLoader>(file, ctx.device, ctx.rules, ctx.shard, ctx.dims, ctx.row_split);
   WeightLoader& ld = *loader;
   check(!ld.has("blk.0.attn_qkv.weight"),
         "tensor blk.0.attn_qkv.weight: fused QKV projections are not supported yet (convert with separate "
@@ -243,7 +244,7 @@ std::unique_ptr<Transformer> load_transformer(const gguf::GgufFile& file, const 
   if (auto out = ld.optional_matrix("output.weight", {E, V})) {
     w.output = *out;
   } else {  // tied head: token_embd read again under the output head's shard rule
-    w.output = ld.matrix("token_embd.weight", {E, V}, TensorRole::Output);
+    w.output = ld.matrix("token_embd.weight", {E, V}, "output.weight");
     w.tied_output = true;
   }
   if (variant.allow_rope_freqs) w.rope_freqs = ld.optional_vector("rope_freqs.weight", hp.n_rot / 2);

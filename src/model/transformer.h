@@ -82,6 +82,9 @@ class Transformer : public DecoderModel {
 // the caller has set; see read_model_hparams). Throws Error for a missing or mis-shaped tensor, and
 // for any tensor the variant does not use (an unsupported variant would otherwise give silently wrong
 // output).
+// The shard rules of this decoder's tensors (transformer_rules.cpp): llama and qwen3 use them.
+ShardRuleTable transformer_shard_rules();
+
 std::unique_ptr<Transformer> load_transformer(const gguf::GgufFile& file, const ModelHparams& hp,
                                               const TransformerVariant& variant,
                                               const DecoderLoadContext& ctx);

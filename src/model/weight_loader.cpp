@@ -24,21 +24,21 @@ size_t aligned(size_t bytes) {
 
 }  // namespace
 
-WeightLoader::WeightLoader(const gguf::GgufFile& file, DeviceId device, const RankShard& shard,
-                           const ShardDims& dims, RowSplitWeights* row_split)
-    : file_(file), device_(device), shard_(shard), dims_(dims), row_split_(row_split) {
+WeightLoader::WeightLoader(const gguf::GgufFile& file, DeviceId device, ShardRuleTable rules,
+                           const RankShard& shard, const ShardDims& dims, RowSplitWeights* row_split)
+    : file_(file), device_(device), rules_(rules), shard_(shard), dims_(dims), row_split_(row_split) {
   if (device.kind == DeviceKind::CPU) return;
   upload_device_ = create_device(device);
   uint64_t total = 0;
   for (const gguf::TensorInfo& t : file.tensors()) {
     int64_t layer = -1;
-    total += aligned(part_bytes(t, find_shard_rule(t.name, &layer), layer));
+    total += aligned(part_bytes(t, find_shard_rule(rules_, t.name, &layer), layer));
   }
   const bool head_cut = shard_.mode == SplitMode::Tensor || !shard_.first;
   if (shard_.last && head_cut && !row_split_ &&
       !file.find_tensor("output.weight")) {  // a tied head: token_embd again, cut as the head
     if (const gguf::TensorInfo* te = file.find_tensor("token_embd.weight"))
-      total += aligned(part_bytes(*te, &shard_rule(TensorRole::Output), -1));
+      total += aligned(part_bytes(*te, &shard_rule_named(rules_, "output.weight"), -1));
   }
   const size_t free_b = upload_device_->free_memory(), total_b = upload_device_->total_memory();
   auto gib = [](double b) { return std::to_string(b / double(1u << 30)).substr(0, 5) + " GiB"; };
@@ -107,10 +107,9 @@ void WeightLoader::check_shape(const gguf::TensorInfo& info, const std::vector<i
         "tensor " + info.name + " has shape " + shape_string(actual) + ", expected " + shape_string(expect));
 }
 
-const ShardRule* WeightLoader::rule_for(const std::string& name, std::optional<TensorRole> as,
-                                        int64_t* layer) const {
-  const ShardRule* rule = find_shard_rule(name, layer);
-  if (as) rule = &shard_rule(*as);
+const ShardRule* WeightLoader::rule_for(const std::string& name, const char* as, int64_t* layer) const {
+  const ShardRule* rule = find_shard_rule(rules_, name, layer);
+  if (as) rule = &shard_rule_named(rules_, as);
   return rule;
 }
 
@@ -143,8 +142,7 @@ Tensor WeightLoader::place(const Tensor& host, const std::string& key) {
   return to_device(host, key);
 }
 
-Tensor WeightLoader::matrix(const std::string& name, std::initializer_list<int64_t> shape,
-                            std::optional<TensorRole> as) {
+Tensor WeightLoader::matrix(const std::string& name, std::initializer_list<int64_t> shape, const char* as) {
   const gguf::TensorInfo& info = find(name);
   check_shape(info, shape);
   check(quant::is_convertible(info.type),
@@ -164,7 +162,7 @@ Tensor WeightLoader::matrix(const std::string& name, std::initializer_list<int64
   const Tensor part = cut(full, rule);
   // Uncut, a tensor read under another role (a tied head) shares the upload of its own name.
   const bool was_cut = part.data != full.data || part.ne != full.ne;
-  const std::string key = as && was_cut ? name + " as " + shard_rule(*as).name : name;
+  const std::string key = as && was_cut ? name + " as " + std::string(as) : name;
   return place(part, key);
 }
 

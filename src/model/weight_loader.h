@@ -5,7 +5,7 @@
 // Messages name the tensor and both shapes: "missing tensor blk.3.attn_k.weight",
 // "tensor blk.0.attn_q.weight has shape {64, 32}, expected {64, 64}".
 //
-// Split models: a loader serves one rank (RankShard) and applies the shard rule of each tensor's role
+// Split models: a loader serves one rank (RankShard) and applies the architecture's shard rule of each tensor
 // (parallel/shard_rules.h), so model code asks for the whole tensor by name and gets what the rank holds:
 //   - a tensor the rank does not hold (layer split) comes back with data == nullptr and its full shape;
 //   - tensor split: a slice by output rows (contiguous) or input columns (strided: rows keep the full
@@ -38,14 +38,13 @@ class WeightLoader {
   // of the file, so that a model that does not fit fails at once with the sizes; the views point there and
   // the loader keeps the memory. shard/dims: what this rank holds (default: everything). row_split: the
   // registry of a row-split model (matrices go there), else null.
-  WeightLoader(const gguf::GgufFile& file, DeviceId device, const RankShard& shard = {},
+  WeightLoader(const gguf::GgufFile& file, DeviceId device, ShardRuleTable rules, const RankShard& shard = {},
                const ShardDims& dims = {}, RowSplitWeights* row_split = nullptr);
   ~WeightLoader();
 
   // A matrix for Ops::matmul / get_rows: F32, F16, BF16 or a supported block type, of exactly `shape`. `as`
-  // applies another role's shard rule (a tied output head is token_embd cut like output.weight).
-  Tensor matrix(const std::string& name, std::initializer_list<int64_t> shape,
-                std::optional<TensorRole> as = std::nullopt);
+  // applies another tensor's shard rule (a tied output head is token_embd cut like "output.weight").
+  Tensor matrix(const std::string& name, std::initializer_list<int64_t> shape, const char* as = nullptr);
   std::optional<Tensor> optional_matrix(const std::string& name, std::initializer_list<int64_t> shape);
   // A vector of F32 values (norm weights, biases, rope factors) of exactly `shape`; F16/BF16 are converted.
   Tensor vector(const std::string& name, int64_t n);
@@ -62,7 +61,7 @@ class WeightLoader {
   const gguf::TensorInfo& find(const std::string& name);
   void check_shape(const gguf::TensorInfo& info, const std::vector<int64_t>& shape) const;
   // The rule for name (or `as`), null for names no rule knows; sets *layer.
-  const ShardRule* rule_for(const std::string& name, std::optional<TensorRole> as, int64_t* layer) const;
+  const ShardRule* rule_for(const std::string& name, const char* as, int64_t* layer) const;
   // The part of the full host tensor `t` this rank holds under `rule` (tensor split cuts), unchanged
   // otherwise.
   Tensor cut(const Tensor& t, const ShardRule* rule) const;
@@ -72,6 +71,7 @@ class WeightLoader {
 
   const gguf::GgufFile& file_;
   DeviceId device_;
+  ShardRuleTable rules_;
   RankShard shard_;
   ShardDims dims_;
   RowSplitWeights* row_split_ = nullptr;

@@ -11,39 +11,11 @@ namespace tandem {
 
 namespace {
 
-using enum TensorRole;
 using enum LayerPlacement;
 using enum TensorCut;
 using enum CutUnit;
 using enum RowPlacement;
 
-// clang-format off
-constexpr ShardRule kShardRules[] = {
-  // role            GGUF name              per layer  layer split  tensor split             row split
-  {TokenEmbd,      "token_embd.weight",     false,     FirstRank,   Mirrored,     None,      MainDevice},
-  {OutputNorm,     "output_norm.weight",    false,     LastRank,    Mirrored,     None,      MainDevice},
-  {Output,         "output.weight",         false,     LastRank,    OutputRows,   VocabRows, SplitRows},
-  {RopeFreqs,      "rope_freqs.weight",     false,     Everywhere,  Mirrored,     None,      MainDevice},
-  {AttnNorm,       "attn_norm.weight",      true,      LayerOwner,  Mirrored,     None,      MainDevice},
-  {AttnQ,          "attn_q.weight",         true,      LayerOwner,  OutputRows,   QHeads,    SplitRows},
-  {AttnK,          "attn_k.weight",         true,      LayerOwner,  OutputRows,   KvHeadsK,  SplitRows},
-  {AttnV,          "attn_v.weight",         true,      LayerOwner,  OutputRows,   KvHeadsV,  SplitRows},
-  {AttnOutput,     "attn_output.weight",    true,      LayerOwner,  InputColumns, QHeadsV,   SplitRows},
-  {AttnQBias,      "attn_q.bias",           true,      LayerOwner,  OutputRows,   QHeads,    MainDevice},
-  {AttnKBias,      "attn_k.bias",           true,      LayerOwner,  OutputRows,   KvHeadsK,  MainDevice},
-  {AttnVBias,      "attn_v.bias",           true,      LayerOwner,  OutputRows,   KvHeadsV,  MainDevice},
-  {AttnOutputBias, "attn_output.bias",      true,      LayerOwner,  Mirrored,     None,      MainDevice},
-  {AttnQNorm,      "attn_q_norm.weight",    true,      LayerOwner,  Mirrored,     None,      MainDevice},
-  {AttnKNorm,      "attn_k_norm.weight",    true,      LayerOwner,  Mirrored,     None,      MainDevice},
-  {FfnNorm,        "ffn_norm.weight",       true,      LayerOwner,  Mirrored,     None,      MainDevice},
-  {FfnGate,        "ffn_gate.weight",       true,      LayerOwner,  OutputRows,   FfRows,    SplitRows},
-  {FfnUp,          "ffn_up.weight",         true,      LayerOwner,  OutputRows,   FfRows,    SplitRows},
-  {FfnDown,        "ffn_down.weight",       true,      LayerOwner,  InputColumns, FfRows,    SplitRows},
-  {FfnGateBias,    "ffn_gate.bias",         true,      LayerOwner,  OutputRows,   FfRows,    MainDevice},
-  {FfnUpBias,      "ffn_up.bias",           true,      LayerOwner,  OutputRows,   FfRows,    MainDevice},
-  {FfnDownBias,    "ffn_down.bias",         true,      LayerOwner,  Mirrored,     None,      MainDevice},
-};
-// clang-format on
 
 std::string ratio_list(const MeshSpec& m) {
   std::string s;
@@ -63,17 +35,13 @@ bool equal_ratios(const MeshSpec& m) {
 
 }  // namespace
 
-std::span<const ShardRule> shard_rules() {
-  return kShardRules;
+const ShardRule& shard_rule_named(ShardRuleTable table, const std::string& name) {
+  for (const ShardRule& r : table)
+    if (name == r.name) return r;
+  throw Error("no shard rule for tensor name " + name);
 }
 
-const ShardRule& shard_rule(TensorRole role) {
-  for (const ShardRule& r : kShardRules)
-    if (r.role == role) return r;
-  throw Error("no shard rule for a tensor role");  // unreachable: the table has every role
-}
-
-const ShardRule* find_shard_rule(const std::string& name, int64_t* layer) {
+const ShardRule* find_shard_rule(ShardRuleTable table, const std::string& name, int64_t* layer) {
   std::string rest = name;
   int64_t il = -1;
   if (name.rfind("blk.", 0) == 0) {
@@ -84,7 +52,7 @@ const ShardRule* find_shard_rule(const std::string& name, int64_t* layer) {
     il = std::stoll(num);
     rest = name.substr(dot + 1);
   }
-  for (const ShardRule& r : kShardRules) {
+  for (const ShardRule& r : table) {
     if (r.per_layer == (il >= 0) && rest == r.name) {
       if (layer) *layer = il;
       return &r;

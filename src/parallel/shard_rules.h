@@ -1,5 +1,5 @@
-// Which part of each weight a rank holds, for every split mode: ONE table keyed by tensor role
-// (kShardRules in shard_rules.cpp), and the planner that turns a mesh and a model's dimensions into each
+// Which part of each weight a rank holds, for every split mode: the rule types (each architecture declares
+// its table of rules next to its tensors, e.g. src/model/transformer_rules.cpp), and the planner that turns a mesh and a model's dimensions into each
 // rank's ranges (layers, heads, feed-forward rows, vocabulary rows). Model code never decides a split: it
 // asks the weight loader for a tensor by name, and the loader applies the rule of the tensor's role.
 //
@@ -31,31 +31,6 @@
 
 namespace tandem {
 
-enum class TensorRole {
-  TokenEmbd,
-  OutputNorm,
-  Output,
-  RopeFreqs,
-  AttnNorm,
-  AttnQ,
-  AttnK,
-  AttnV,
-  AttnOutput,
-  AttnQBias,
-  AttnKBias,
-  AttnVBias,
-  AttnOutputBias,
-  AttnQNorm,
-  AttnKNorm,
-  FfnNorm,
-  FfnGate,
-  FfnUp,
-  FfnDown,
-  FfnGateBias,
-  FfnUpBias,
-  FfnDownBias,
-};
-
 // Layer split: which ranks hold the tensor.
 enum class LayerPlacement { Everywhere, FirstRank, LastRank, LayerOwner };
 // Tensor split: how the tensor is cut (in ggml order, rows = ne[1] = output features, columns = ne[0]).
@@ -66,8 +41,9 @@ enum class CutUnit { None, QHeads, KvHeadsK, KvHeadsV, QHeadsV, FfRows, VocabRow
 // Row split: split every matrix by rows over all devices, or keep the tensor on the main device.
 enum class RowPlacement { MainDevice, SplitRows };
 
+// One tensor's rule. Architectures declare their tables next to their tensors (src/model/); the planner and
+// the loader here only read the fields.
 struct ShardRule {
-  TensorRole role;
   const char* name;  // GGUF name; for per-layer tensors the part after "blk.N."
   bool per_layer;
   LayerPlacement layer;
@@ -76,12 +52,13 @@ struct ShardRule {
   RowPlacement row;
 };
 
-// The table, one entry per role.
-std::span<const ShardRule> shard_rules();
-const ShardRule& shard_rule(TensorRole role);
-// The rule of a GGUF tensor name ("blk.3.attn_q.weight" -> AttnQ with *layer = 3; "output.weight" -> Output
-// with *layer = -1), or null for a name no rule knows.
-const ShardRule* find_shard_rule(const std::string& name, int64_t* layer);
+// An architecture's table of rules, one entry per tensor name.
+using ShardRuleTable = std::span<const ShardRule>;
+// The rule of a GGUF tensor name ("blk.3.attn_q.weight" -> the "attn_q.weight" rule with *layer = 3;
+// "output.weight" with *layer = -1), or null for a name the table does not know.
+const ShardRule* find_shard_rule(ShardRuleTable table, const std::string& name, int64_t* layer);
+// The rule of a name the table must have (Error otherwise).
+const ShardRule& shard_rule_named(ShardRuleTable table, const std::string& name);
 
 // A half-open range [begin, end).
 struct Range {
@@ -95,8 +72,9 @@ struct Range {
 // The dimensions the planner needs.
 struct ShardDims {
   int64_t n_layer = 0, n_head = 0, n_head_kv = 0, head_dim_k = 0, head_dim_v = 0, n_ff = 0, n_vocab = 0;
-  int64_t attn_output_block = 1;  // block size (elements) of attn_output's dtype: column cuts align to it
-  int64_t ffn_down_block = 1;     // block size of ffn_down's dtype
+  // Block sizes (elements) of the dtypes of the matrices cut by input columns, by unit: the cuts align to them.
+  int64_t attn_output_block = 1;  // cut in CutUnit::QHeadsV (attention output)
+  int64_t ffn_down_block = 1;     // cut in CutUnit::FfRows (down)
 };
 
 // What one rank holds. For SplitMode::None every range is the whole dimension.

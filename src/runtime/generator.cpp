@@ -264,9 +264,21 @@ void Generator::decode_batch() {
 }
 
 void Generator::sample_batch() {
-  for (const RowRef& rr : sample_rows_) {
-    Request& req = *requests_[size_t(rr.request)];
-    accept_token(req, sample_row(req, rr.row));
+  if (params_.device_sampling && !sample_rows_.empty()) {
+    // One device draw for every row; only the ids come back (Session::sample).
+    std::vector<size_t> rows;
+    std::vector<Sampler*> samplers;
+    for (const RowRef& rr : sample_rows_) {
+      rows.push_back(rr.row);
+      samplers.push_back(&requests_[size_t(rr.request)]->sampler);
+    }
+    const std::vector<int32_t> ids = session_.sample(rows, samplers);
+    for (size_t i = 0; i < sample_rows_.size(); ++i) accept_token(*requests_[size_t(sample_rows_[i].request)], ids[i]);
+  } else {
+    for (const RowRef& rr : sample_rows_) {
+      Request& req = *requests_[size_t(rr.request)];
+      accept_token(req, sample_row(req, rr.row));
+    }
   }
   for (int id : prefilled_) {
     Request& req = *requests_[size_t(id)];

@@ -55,6 +55,7 @@ struct GenerateArgs {
   std::string kv_type = "f16";
   bool ids = false;
   bool ignore_eos = false;
+  bool device_sampling = false;
   bool no_bos = false;
   bool verbose = false;
   std::vector<std::string> stop;
@@ -206,6 +207,7 @@ void run_generate(const GenerateArgs& a) {
   base.seed = seed;  // sequence i: seed + i
 
   GeneratorParams genp;
+  genp.device_sampling = a.device_sampling;
   genp.use_tokenizer = use_tokenizer;
   if (dump) {
     genp.all_prompt_logits = true;
@@ -307,6 +309,8 @@ void add_generate_command(CLI::App& app) {
   add_split_options(cmd, &args->split);
   cmd->add_flag("--ids", args->ids, "Print generated token ids (one line per sequence) instead of text");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Do not stop at end-of-generation tokens");
+  cmd->add_flag("--device-sampling", args->device_sampling,
+                "Sample on the model's output device (only the ids cross to the host; penalties sample on the host)");
   cmd->add_flag("--no-bos", args->no_bos, "Do not add the BOS token to a text prompt");
   cmd->add_flag("-v,--verbose", args->verbose, "Describe the model on stderr before generating");
   cmd->add_option("--dump-logits", args->dump_logits, "Write every computed row of logits to FILE (tests)")
