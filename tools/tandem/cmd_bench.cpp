@@ -86,7 +86,6 @@ void run_bench(const BenchArgs& a) {
   const MeshSpec mesh = apply(a.split, mp);
   // The limits are measured on the main device, where the mode none runs and the logits land.
   const DeviceId dev_id = mesh.devices[size_t(mesh.main_device)];
-  mp.device = dev_id.to_string();  // the same device for a loader that looks at `device` alone
   check(a.kernels || !a.model.empty(),
         "tandem bench: give a model with -m (or --kernels to time kernels alone)");
 
