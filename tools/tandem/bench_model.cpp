@@ -2,8 +2,8 @@
 //
 // pp: one sequence of p prompt tokens per forward pass (logits of the last row only); tokens/s = p / time.
 // tg: b sequences decoded together, n steps of one token each from an empty cache; tokens/s = b n / time.
-// Each test runs once to warm up (CUDA graphs, plans, caches), then r times: the mean and the sample standard
-// deviation.
+// Each test runs once to warm up (CUDA graphs, plans, caches) and then r times, reported as the mean and the
+// sample standard deviation of the r runs.
 //
 // tg's fraction of the bandwidth limit = (bytes of the weights read per step + bytes of K/V read per step) /
 // step time / bandwidth, where the weights read per step are all tensors except the token embedding

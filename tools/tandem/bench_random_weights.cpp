@@ -17,8 +17,7 @@ namespace {
 
 // Fills n bytes of matrix data of dtype t with random values in the range of trained weights (|w| <~ 0.1):
 // random quant codes with fp16 scales of 1e-3 .. 2e-3 (d and dmin of every block), or random bf16/f16/f32
-// values. Matrix-vector and GEMM speed does not depend on the values, only on their being ordinary finite
-// numbers.
+// values. Matrix-vector and GEMM speed does not depend on the values, only on their being ordinary numbers.
 void fill_random_matrix(DType t, uint8_t* dst, size_t n, uint64_t seed) {
   uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
   auto next = [&x] {

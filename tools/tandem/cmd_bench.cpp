@@ -13,8 +13,7 @@
 // (bench_report.cpp) and --random-weights (bench_random_weights.cpp).
 //
 // With --devices and a split mode (split_options.h) the model runs over the mesh; the report names the mode
-// and the devices. The limits are measured on the main device (bench_limits.cpp says how a split scales
-// them).
+// and the devices. The limits are measured on the main device (bench_limits.cpp: how a split scales them).
 #include <cstdlib>
 #include <memory>
 #include <sstream>
@@ -105,8 +104,7 @@ void run_bench(const BenchArgs& a) {
   } else {
     report.shape = bench::qwen3_8b_shape();
   }
-  // What the model reports it runs on (the mesh as parsed when there is no model or the loader leaves it
-  // out).
+  // What the model reports it runs on (else the mesh as parsed: no model, or the loader leaves it out).
   report.split_mode = split_mode_name(mesh.mode);
   for (const DeviceId& d : mesh.devices) report.devices.push_back(d.to_string());
   if (model && !model->info().split_mode.empty()) report.split_mode = model->info().split_mode;
