@@ -77,8 +77,8 @@ void print_markdown(const Report& r) {
   }
   if (!r.kernel_results.empty()) {
     std::printf(
-        "\n| kernel | us | GB/s | %% of bw | TFLOP/s | %% of matmul |\n| --- | ---: | ---: | ---: | ---: | "
-        "---: |\n");
+        "\n| kernel | us | GB/s | %% of bw | TFLOP/s | %% of matmul |\n"
+        "| --- | ---: | ---: | ---: | ---: | ---: |\n");
     for (const KernelResult& k : r.kernel_results)
       std::printf("| %s | %.1f | %.0f | %.1f%% | %.1f | %.1f%% |\n", k.name.c_str(), k.seconds * 1e6,
                   k.bytes / k.seconds / 1e9, 100.0 * k.bytes / k.seconds / l.bw, k.flops / k.seconds / 1e12,

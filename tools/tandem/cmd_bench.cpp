@@ -76,9 +76,8 @@ void run_bench(const BenchArgs& a) {
   check(a.bw_gbs >= 0 && a.tflops >= 0, "--bw and --tflops must be >= 0");
   const std::vector<int> batches = parse_int_list(a.batches, "-b");
   check(a.device.empty() || a.split.devices.empty(),
-        "--device and --devices: give one of them (--devices lists every device of the mesh, --main-device "
-        "picks "
-        "the main one)");
+        "--device and --devices: give one of them (--devices lists every device of the mesh, "
+        "--main-device picks the main one)");
   ModelParams mp;
   mp.n_threads = a.threads;
   mp.device = parse_device(a.device).to_string();
