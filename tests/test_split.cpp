@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "parallel/mesh.h"
 #include "quant/quantize_model.h"
 #include "tandem/model.h"
 #include "tandem/session.h"
@@ -232,6 +233,22 @@ TEST(Split, ReplicatedKvHeadsServeMoreRanksThanKvHeads) {
   }
   // Replication cannot give 3 ranks one KV head each when 3 does not divide into the 2 heads' groups.
   EXPECT_THROW(load(f.path.string(), "tensor", 3, "", true), Error);
+}
+
+// The command line builds the mesh once (make_mesh_spec, in split_options.cpp) and hands it to Model::load in
+// ModelParams::mesh; load takes it as built and does not parse the flag strings again (one is left bad here).
+TEST(Split, AMeshBuiltBeforeLoadIsTakenAsBuilt) {
+  ModelFile f(qwen3_config(), "given_mesh");
+  const RunResult single = run(load(f.path.string()));
+  ModelParams mp;
+  mp.n_threads = 1;
+  mp.mesh =
+      std::make_shared<const MeshSpec>(make_mesh_spec("cpu:0,cpu:1", "tensor", "3,1", 0, false, DeviceId{}));
+  mp.split_mode = "not parsed";
+  auto model = Model::load(f.path.string(), mp);
+  EXPECT_EQ(model->info().split_mode, "tensor");
+  EXPECT_EQ(model->info().devices.size(), 2u);
+  EXPECT_LE(max_row_error(run(model), single), kTol);
 }
 
 TEST(Split, SplitsThatCannotBeMadeFailBeforeAnyWeightIsRead) {

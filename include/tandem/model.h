@@ -1,7 +1,8 @@
-// A model loaded from a GGUF file: its hyperparameters and weights on a device (the CPU for now; the weights
-// are views into the memory-mapped file). Sessions (session.h) run it. Loading validates every tensor's name,
-// shape and type and throws tandem::Error with a message naming the problem. The file's tokenizer is built on
-// first use (tokenizer()); a model whose tokenizer cannot be used still loads and runs on token ids.
+// A model loaded from a GGUF file: its hyperparameters and weights on one device, or split over several
+// (ModelParams). On the CPU the weights are views into the memory-mapped file; on a GPU they are copied into
+// device memory. Sessions (session.h) run it. Loading validates every tensor's name, shape and type and
+// throws tandem::Error with a message naming the problem. The file's tokenizer is built on first use
+// (tokenizer()); a model whose tokenizer cannot be used still loads and runs on token ids.
 #pragma once
 
 #include <cstdint>
@@ -14,11 +15,12 @@ namespace tandem {
 namespace tokenizer {
 class Tokenizer;  // src/tokenizer/tokenizer.h
 }
+struct MeshSpec;  // src/parallel/mesh.h
 
 struct ModelParams {
   int32_t n_threads = 0;  // CPU threads for the compute pool; 0 = all hardware threads
-  std::string device =
-      "cpu";  // where the weights live and the model runs: "cpu" or "cuda:N" ("cuda" = cuda:0)
+  // Where the weights live and the model runs without `devices`: cpu, cpu:N, cuda (= cuda:0) or cuda:N.
+  std::string device = "cpu";
 
   // Splitting one model over several devices (src/parallel/mesh.h has the rules and the messages).
   std::string devices{};       // --devices: "cuda:0,cuda:1" or "cpu:0,cpu:1"; empty = just `device`
@@ -26,6 +28,9 @@ struct ModelParams {
   std::string tensor_split{};  // --tensor-split: ratios per device, "3,1"; empty = equal
   int32_t main_device = 0;     // --main-device: index into devices (none runs there, row gathers there)
   bool replicate_kv = false;   // --replicate-kv: tensor split over more ranks than KV heads copies KV heads
+  // The mesh the fields above describe, already built and checked by make_mesh_spec (the command line builds
+  // it before it reads any file). When set, load takes it as it is and does not parse the fields again.
+  std::shared_ptr<const MeshSpec> mesh{};
 };
 
 struct ModelInfo {
@@ -51,8 +56,8 @@ struct ModelInfo {
 
 class Model {
  public:
-  // Loads and validates path. Throws tandem::Error (bad file, unknown architecture, missing or mis-shaped
-  // tensor).
+  // Loads and validates path. Throws tandem::Error (bad split flags, a split the model cannot take, bad file,
+  // unknown architecture, missing or mis-shaped tensor).
   static std::shared_ptr<Model> load(const std::string& path, const ModelParams& params = {});
   ~Model();
   Model(const Model&) = delete;

@@ -6,18 +6,15 @@
 // The chain (default order, as llama.cpp users expect):
 //   penalties -> top-k -> top-p -> min-p -> temperature -> dist
 // - penalties: over the last `penalty_last_n` accepted tokens (0 = none, -1 = all kept so far), for every
-// token
-//   t seen c > 0 times: logit /= repeat_penalty if logit > 0 else logit *= repeat_penalty; then
+//   token t seen c > 0 times: logit /= repeat_penalty if logit > 0 else logit *= repeat_penalty; then
 //   logit -= c * frequency_penalty + presence_penalty.
 // - top-k: keep the k largest logits (k <= 0: off). Ties are broken by the lower token id everywhere.
 // - top-p: softmax over the candidates (at the temperature reached so far in the chain), keep the smallest
-// set
-//   of most likely tokens whose probability sums to >= top_p (p >= 1: off).
+//   set of most likely tokens whose probability sums to >= top_p (p >= 1: off).
 // - min-p: keep tokens with p >= min_p * p_max (min_p <= 0: off).
 // - temperature: logits /= temperature.
 // - dist: softmax over the surviving candidates; with u uniform in [0, 1) from the sequence's Rng, the result
-// is
-//   the first survivor, in increasing token id order, at which the running sum of probabilities exceeds
+//   is the first survivor, in increasing token id order, at which the running sum of probabilities exceeds
 //   u * (sum of all); the same draw as the device op Ops::sample_rows.
 // temperature <= 0 means greedy: the chain's penalties still apply, then the largest logit wins (lowest id on
 // a tie), and no random number is consumed. Every stage keeps at least one token.
@@ -52,8 +49,8 @@ struct SamplingParams {
             SamplerStage::Temperature};
   }
   bool greedy() const { return temperature <= 0.0f; }
-  // Throws tandem::Error naming the first bad value (negative penalty, top_p outside [0, 1], NaN, a stage
-  // listed twice, ...).
+  // Throws tandem::Error naming the first bad value (a repeat penalty <= 0, top_p or min_p outside [0, 1], a
+  // NaN, a penalty window below -1, a stage listed twice, ...).
   void validate() const;
 };
 
@@ -73,7 +70,8 @@ class Sampler {
   // Picks a token from one row of n_vocab logits, drawing one uniform from the sampler's Rng unless greedy.
   // Does not record the token: call accept() with the token the caller keeps.
   int32_t sample(std::span<const float> logits);
-  // Same with an explicit uniform u in [0, 1) (tests, and the device path that draws u on the host).
+  // Same with an explicit uniform u in [0, 1) instead of a draw (tests, and parity with Ops::sample_rows,
+  // which takes its uniforms from the caller).
   int32_t sample_with_uniform(std::span<const float> logits, double u);
 
   // Records a token (prompt or generated) for the penalties.
@@ -84,7 +82,7 @@ class Sampler {
   // Forgets the history and restarts the generator from the seed.
   void reset();
 
-  // The survivors of the last sample() call, in no particular order, with their final logits and
+  // The survivors of the last sample() call, in increasing token id order, with their final logits and
   // probabilities (empty after a greedy pick).
   std::span<const TokenCandidate> last_candidates() const { return cand_; }
   // The accepted tokens the penalties currently look at, oldest first.

@@ -66,14 +66,12 @@ bool Model::has_tokenizer() const {
 std::shared_ptr<Model> Model::load(const std::string& path, const ModelParams& params) {
   check(params.n_threads >= 0, "the number of threads must be >= 0 (0 = all hardware threads)");
   auto impl = std::make_unique<Impl>();
-  // The mesh is checked before the file is opened, so bad flags are reported first.
-  MeshSpec mesh = make_mesh_spec(params.devices, params.split_mode, params.tensor_split, params.main_device,
-                                 params.replicate_kv, parse_device_id(params.device, "device"));
-  if (mesh.mode == SplitMode::None) {
-    mesh.devices = {mesh.devices.at(size_t(mesh.main_device))};
-    mesh.ratios = {1.0};
-    mesh.main_device = 0;
-  }
+  // The mesh is checked before the file is opened, so bad flags are reported first (the command line has
+  // built it already: params.mesh).
+  MeshSpec mesh =
+      params.mesh ? *params.mesh
+                  : make_mesh_spec(params.devices, params.split_mode, params.tensor_split, params.main_device,
+                                   params.replicate_kv, parse_device_id(params.device, "device"));
   impl->file = std::make_unique<gguf::GgufFile>(gguf::GgufFile::open(path));
   const gguf::GgufFile& f = *impl->file;
   const ModelHparams hp = read_model_hparams(f);

@@ -4,12 +4,12 @@
 // asks the weight loader for a tensor by name, and the loader applies the rule of the tensor's role.
 //
 // Tensor split (Megatron; GGUF-ARCH-FACTS F.2). A weight {in, out} is split by
-//   output rows    Q, K, V, gate, up, the output head (and the biases of these): each rank computes a slice
-//   of
-//                  the features, no communication;
+//   output rows    Q, K, V, gate, up, the output head (and the biases of these): each rank computes a
+//                  slice of the features, no communication;
 //   input columns  attention output and down: each rank multiplies its slice of the features and holds a
 //                  partial sum, which an all-reduce completes;
-//   mirrored       embeddings, norms, rope factors, biases of column-split matrices (added after the reduce).
+//   mirrored       embeddings, norms, rope factors, and the biases of attention output and down (added once,
+//                  after the reduce).
 // Q and K/V rows go by whole KV-head groups, so attention is local to a rank: rank r holds KV heads
 // [kv.begin, kv.end) and the Q heads that read them, [kv.begin * gqa, kv.end * gqa). With --replicate-kv and
 // more ranks than KV heads, Q heads are split evenly and each rank holds a copy of the one KV head its Q
@@ -18,8 +18,9 @@
 // Layer split: a layer's tensors live on the rank that owns the layer; token_embd on the first rank,
 // output_norm and output on the last, rope_freqs everywhere.
 //
-// Row split (the older mode): every matrix is split by output rows over all devices (results gathered on the
-// main device); everything else lives on the main device.
+// Row split (the older mode): every weight matrix but the token embedding (Q, K, V, attention output, gate,
+// up, down, the output head) is split by output rows over all devices (results gathered on the main device);
+// everything else lives on the main device.
 #pragma once
 
 #include <cstdint>
@@ -77,7 +78,8 @@ struct ShardDims {
   int64_t ffn_down_block = 1;     // cut in CutUnit::FfRows (down)
 };
 
-// What one rank holds. For SplitMode::None every range is the whole dimension.
+// What one rank holds. For SplitMode::None and Row, and for a mesh of one rank, every range is the whole
+// dimension.
 struct RankShard {
   SplitMode mode = SplitMode::None;
   int rank = 0;

@@ -1,6 +1,8 @@
 // The split flags of generate, perplexity and bench (split_options.h).
 #include "split_options.h"
 
+#include <memory>
+
 #include "core/error.h"
 
 namespace tandem::cli {
@@ -34,14 +36,17 @@ MeshSpec apply(const SplitOptions& o, ModelParams& mp) {
   mp.tensor_split = o.tensor_split;
   mp.main_device = o.main_device;
   mp.replicate_kv = o.replicate_kv;
-  // The default device is a one-entry device list ("cpu", "cuda:1").
-  std::vector<DeviceId> dflt;
+  // The default device is one device name ("cpu", "cuda:1").
+  DeviceId dflt;
   try {
-    dflt = parse_device_list(mp.device);
+    dflt = parse_device_id(mp.device, "device");
   } catch (const Error&) {
+    throw Error("device '" + mp.device + "': expected one device: cpu, cpu:N, cuda or cuda:N");
   }
-  check(dflt.size() == 1, "device '" + mp.device + "': expected one device: cpu, cpu:N, cuda or cuda:N");
-  return make_mesh_spec(mp.devices, mp.split_mode, mp.tensor_split, mp.main_device, mp.replicate_kv, dflt[0]);
+  auto mesh = std::make_shared<const MeshSpec>(
+      make_mesh_spec(mp.devices, mp.split_mode, mp.tensor_split, mp.main_device, mp.replicate_kv, dflt));
+  mp.mesh = mesh;
+  return *mesh;
 }
 
 }  // namespace tandem::cli

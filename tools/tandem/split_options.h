@@ -23,9 +23,9 @@ struct SplitOptions {
 // (which must outlive the parse).
 void add_split_options(CLI::App* cmd, SplitOptions* o);
 
-// Copies the flags into mp and checks them with make_mesh_spec (mp.device is the device used without
-// --devices). Throws tandem::Error naming the flag for bad values, so call it before reading any file.
-// Returns the checked mesh.
+// Copies the flags into mp and builds the mesh from them with make_mesh_spec (mp.device is the device used
+// without --devices); mp.mesh carries it to Model::load, which does not parse the flags again. Throws
+// tandem::Error naming the flag for bad values, so call it before reading any file. Returns the checked mesh.
 MeshSpec apply(const SplitOptions& o, ModelParams& mp);
 
 }  // namespace tandem::cli

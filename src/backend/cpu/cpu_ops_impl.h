@@ -1,5 +1,6 @@
-// Internals shared by the CPU op implementations: the workspace and argument checks. Each op lives in its own
-// file (matmul.cpp, attention.cpp, ...) as a free function; cpu_ops.cpp binds them to the Ops interface.
+// Internals shared by the CPU op implementations: the workspace, the argument checks (checks.cpp) and the ops
+// themselves, each a free function in the file of its kind (matmul.cpp, attention.cpp, rope.cpp, norm.cpp,
+// elementwise.cpp, sampling.cpp); CpuOps (cpu_device.h) binds them to the Ops interface.
 #pragma once
 
 #include <cstddef>
@@ -23,7 +24,7 @@ class Workspace {
     return act_.data();
   }
   // `floats` floats of private scratch for each of n_threads threads; returns thread 0's, thread t's is at
-  // t * stride (stride >= floats, a multiple of 16 floats so slices do not share cache lines).
+  // t * stride (stride >= floats, a multiple of 16 floats: slices start 64-byte multiples apart).
   float* per_thread(size_t floats, int n_threads, size_t* stride) {
     const size_t s = (floats + 15) / 16 * 16;
     if (per_thread_.size() < s * size_t(n_threads)) per_thread_.resize(s * size_t(n_threads));
@@ -47,7 +48,7 @@ class Workspace {
   std::vector<int32_t> per_thread_i32_;
 };
 
-// Scratch floats per thread each op needs, for reserve() and for the ops themselves.
+// Scratch floats per thread that attention and rope need, for reserve() and for the ops themselves.
 size_t attention_scratch_floats(int64_t n_head, int64_t head_dim);
 size_t rope_scratch_floats(int64_t head_dim);
 
@@ -78,7 +79,8 @@ inline char* row_ptr(const Tensor& t, int64_t r) {
   return static_cast<char*>(t.data) + i1 * t.nb[1] + i2 * t.nb[2] + i3 * t.nb[3];
 }
 
-// Splits n items into tasks of at least `min_per_task` items, about `tasks_per_thread` tasks per thread.
+// Items per task when n items are split into about `tasks_per_thread` tasks per thread, at least
+// `min_per_task` (and at least 1).
 int64_t items_per_task(int64_t n, int n_threads, int64_t min_per_task, int tasks_per_thread = 4);
 
 // ---- the ops ----------------------------------------------------------------------------------------------

@@ -1,0 +1,112 @@
+// `tandem bench --random-weights TYPE --to OUT.gguf` (bench.h) does not benchmark: it writes a copy of -m
+// whose matrices are random TYPE values (valid blocks with fp16 scales of 1e-3 .. 2e-3), for benchmark models
+// of any type in seconds (`tandem quantize`'s scale searches take minutes for an 8B model; speed does not
+// depend on the values).
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+
+#include "bench.h"
+#include "core/error.h"
+#include "core/half.h"
+#include "gguf/gguf.h"
+
+namespace tandem::cli::bench {
+namespace {
+
+// Fills n bytes of matrix data of dtype t with random values in the range of trained weights (|w| <~ 0.1):
+// random quant codes with fp16 scales of 1e-3 .. 2e-3 (d and dmin of every block), or random bf16/f16/f32
+// values. Matrix-vector and GEMM speed does not depend on the values, only on their being ordinary numbers.
+void fill_random_matrix(DType t, uint8_t* dst, size_t n, uint64_t seed) {
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  auto next = [&x] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  auto small = [&](uint64_t r) { return fp32_to_fp16(1e-3f + float(r & 0xffff) * (1e-3f / 65536.0f)); };
+  if (t == DType::F32 || t == DType::F16 || t == DType::BF16) {
+    const size_t elem = t == DType::F32 ? 4 : 2;
+    for (size_t i = 0; i + elem <= n; i += elem) {
+      const float v = (float(next() & 0xffffff) / float(0x1000000) - 0.5f) * 0.1f;
+      if (t == DType::F32) {
+        std::memcpy(dst + i, &v, 4);
+      } else {
+        const uint16_t h = t == DType::F16 ? fp32_to_fp16(v) : fp32_to_bf16(v);
+        std::memcpy(dst + i, &h, 2);
+      }
+    }
+    return;
+  }
+  for (size_t i = 0; i + 8 <= n; i += 8) {
+    const uint64_t r = next();
+    std::memcpy(dst + i, &r, 8);
+  }
+  for (size_t i = n / 8 * 8; i < n; ++i) dst[i] = uint8_t(next());
+  const size_t bb = dtype_block_bytes(t);
+  for (size_t b = 0; b + bb <= n; b += bb) {
+    const uint64_t r = next();
+    const uint16_t d = small(r), dmin = small(r >> 16);
+    switch (t) {
+      case DType::Q6_K:
+        std::memcpy(dst + b + 208, &d, 2);
+        break;
+      case DType::Q4_K:
+      case DType::Q5_K:
+        std::memcpy(dst + b, &d, 2);
+        std::memcpy(dst + b + 2, &dmin, 2);
+        break;
+      default:  // Q8_0, Q4_0: d first
+        std::memcpy(dst + b, &d, 2);
+        break;
+    }
+  }
+}
+
+}  // namespace
+
+void write_random_weights(const std::string& in, const std::string& type_name, const std::string& out,
+                          int threads) {
+  const auto type = dtype_from_name(type_name);
+  check(type.has_value() && (*type == DType::F32 || *type == DType::F16 || *type == DType::BF16 ||
+                             dtype_traits(*type).quantized),
+        "--random-weights: unknown weight type '" + type_name +
+            "' (f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k)");
+  check(!out.empty(), "--random-weights needs --to OUT.gguf");
+  const gguf::GgufFile f = gguf::GgufFile::open(in);
+  gguf::GgufWriter w;
+  for (const auto& [k, v] : f.metadata()) w.set(k, v);
+  w.set("general.name",
+        gguf::Value::string("random " + type_name + " weights of " + f.get_string("general.name", "")));
+  const int n_threads = threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  uint64_t seed = 1;
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    std::vector<int64_t> ne(t.ne.begin(), t.ne.begin() + std::max<uint32_t>(t.n_dims, 1));
+    const bool matrix = t.n_dims == 2 && t.ne[0] % dtype_block_size(*type) == 0;
+    if (!matrix) {
+      w.add_tensor(t.name, t.type, ne, f.tensor_data(t), t.nbytes);
+      continue;
+    }
+    const size_t row = dtype_row_bytes(*type, t.ne[0]), nbytes = row * size_t(t.ne[1]);
+    const DType dt = *type;
+    const uint64_t s0 = seed++;
+    w.add_tensor(t.name, dt, ne, nbytes, [dt, row, rows = size_t(t.ne[1]), n_threads, s0](uint8_t* dst) {
+      std::vector<std::thread> pool;
+      const size_t per = (rows + size_t(n_threads) - 1) / size_t(n_threads);
+      for (int k = 0; k < n_threads; ++k) {
+        const size_t r0 = std::min(rows, per * size_t(k)), r1 = std::min(rows, r0 + per);
+        if (r0 < r1)
+          pool.emplace_back(
+              [=] { fill_random_matrix(dt, dst + r0 * row, (r1 - r0) * row, s0 * 1000003 + uint64_t(k)); });
+      }
+      for (auto& th : pool) th.join();
+    });
+  }
+  w.write(out);
+  std::printf("wrote %s (%s matrices with random values, other tensors and all metadata from %s)\n",
+              out.c_str(), type_name.c_str(), in.c_str());
+}
+
+}  // namespace tandem::cli::bench

@@ -1,0 +1,89 @@
+// The report of `tandem bench` (bench.h): the device, the commit, the limits, the model, then one row per
+// test and per kernel with its fraction of the limit, as a markdown table or as JSON (-o json).
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "bench.h"
+
+namespace tandem::cli::bench {
+
+void print_json(const Report& r) {
+  const Limits& l = r.limits;
+  nlohmann::json j;
+  j["device"] = r.device;
+  j["commit"] = TANDEM_GIT_COMMIT;
+  j["bandwidth_gbs"] = l.bw / 1e9;
+  j["limit_devices"] = l.limit_devices;
+  j["bandwidth_source"] = l.bw_given ? "given" : "measured copy";
+  j["matmul_tflops"] = l.rate / 1e12;
+  j["matmul_source"] = l.rate_source;
+  j["split_mode"] = r.split_mode;
+  j["devices"] = r.devices;
+  j["split"] = r.mesh.describe();
+  j["model"] = {{"path", r.model_path},         {"arch", r.shape.arch},
+                {"types", r.shape.file_type},   {"shape", r.shape.describe()},
+                {"n_params", r.shape.n_params}, {"weight_bytes", r.shape.weight_bytes}};
+  nlohmann::json arr = nlohmann::json::array();
+  for (const Result& res : r.results) {
+    const Stats st = stats(res.tps);
+    arr.push_back({{"test", res.test},
+                   {"batch", res.batch},
+                   {"tokens_per_s", st.mean},
+                   {"stddev", st.sd},
+                   {"samples", res.tps},
+                   {"fraction_of_limit", res.fraction},
+                   {"limit", res.limit}});
+  }
+  j["results"] = arr;
+  nlohmann::json karr = nlohmann::json::array();
+  for (const KernelResult& k : r.kernel_results)
+    karr.push_back({{"kernel", k.name},
+                    {"us", k.seconds * 1e6},
+                    {"gbs", k.bytes / k.seconds / 1e9},
+                    {"fraction_of_bw", k.bytes / k.seconds / l.bw},
+                    {"tflops", k.flops / k.seconds / 1e12},
+                    {"fraction_of_matmul", k.flops / k.seconds / l.rate}});
+  if (r.kernels) j["kernels"] = karr;
+  std::printf("%s\n", j.dump(2).c_str());
+}
+
+void print_markdown(const Report& r) {
+  const Limits& l = r.limits;
+  std::printf("device: %s\ncommit: %s\n", r.device.c_str(), TANDEM_GIT_COMMIT);
+  std::printf("split: %s\n", r.mesh.describe().c_str());
+  if (r.devices.size() > 1) {
+    std::string list;
+    for (const std::string& d : r.devices) {
+      if (!list.empty()) list += "; ";
+      list += d;
+    }
+    std::printf("devices: %s\n", list.c_str());
+  }
+  std::string times;
+  if (l.limit_devices > 1) times = ", x" + std::to_string(l.limit_devices) + " for the GPUs of the split";
+  std::printf("limits: copy bandwidth %.1f GB/s (%s), matmul %.3g TFLOP/s (%s)%s\n", l.bw / 1e9,
+              l.bw_given ? "given" : "measured", l.rate / 1e12, l.rate_source.c_str(), times.c_str());
+  if (!r.model_path.empty())
+    std::printf("model: %s (%s), %.2f GiB, %.2f B params\nshape: %s\n", r.model_path.c_str(),
+                r.shape.file_type.c_str(), double(r.shape.weight_bytes) / double(1u << 30),
+                double(r.shape.n_params) / 1e9, r.shape.describe().c_str());
+  if (!r.results.empty()) {
+    std::printf("\n| test | batch | t/s | ± | fraction of limit |\n| --- | ---: | ---: | ---: | ---: |\n");
+    for (const Result& res : r.results) {
+      const Stats st = stats(res.tps);
+      std::printf("| %s | %d | %.2f | %.2f | %.1f%% of %s |\n", res.test.c_str(), res.batch, st.mean, st.sd,
+                  100.0 * res.fraction, res.limit == "bw" ? "bandwidth" : "matmul rate");
+    }
+  }
+  if (!r.kernel_results.empty()) {
+    std::printf(
+        "\n| kernel | us | GB/s | %% of bw | TFLOP/s | %% of matmul |\n"
+        "| --- | ---: | ---: | ---: | ---: | ---: |\n");
+    for (const KernelResult& k : r.kernel_results)
+      std::printf("| %s | %.1f | %.0f | %.1f%% | %.1f | %.1f%% |\n", k.name.c_str(), k.seconds * 1e6,
+                  k.bytes / k.seconds / 1e9, 100.0 * k.bytes / k.seconds / l.bw, k.flops / k.seconds / 1e12,
+                  100.0 * k.flops / k.seconds / l.rate);
+  }
+}
+
+}  // namespace tandem::cli::bench
