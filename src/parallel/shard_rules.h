@@ -1,7 +1,8 @@
 // Which part of each weight a rank holds, for every split mode: the rule types (each architecture declares
-// its table of rules next to its tensors, e.g. src/model/transformer_rules.cpp), and the planner that turns a mesh and a model's dimensions into each
-// rank's ranges (layers, heads, feed-forward rows, vocabulary rows). Model code never decides a split: it
-// asks the weight loader for a tensor by name, and the loader applies the rule of the tensor's role.
+// its table of rules next to its tensors, e.g. src/model/transformer_rules.cpp), and the planner that turns a
+// mesh and a model's dimensions into each rank's ranges (layers, heads, feed-forward rows, vocabulary rows).
+// Model code never decides a split: it asks the weight loader for a tensor by name, and the loader applies
+// the architecture's rule for that name.
 //
 // Tensor split (Megatron; GGUF-ARCH-FACTS F.2). A weight {in, out} is split by
 //   output rows    Q, K, V, gate, up, the output head (and the biases of these): each rank computes a
