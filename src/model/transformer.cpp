@@ -15,8 +15,9 @@ namespace {
 // step with T rows uses the first T columns (the same addresses every step, which CUDA graphs need).
 struct TransformerScratch : ForwardScratch {
   Buffer buffer;
-  Tensor x, h, q, k, v, attn, proj, gate, up, act;  // {.., max_rows}
-  Tensor xo;                                        // {n_embd, max_out}: rows gathered for the head
+  Tensor x;  // {n_embd, max_rows}: the residual stream
+  BlockScratch blocks;
+  Tensor xo;  // {n_embd, max_out}: rows gathered for the head
 };
 
 // The first n columns of a {width, max} scratch tensor.
@@ -25,20 +26,6 @@ Tensor cols(const Tensor& t, int64_t n) {
   v.ne[1] = n;
   v.nb[2] = v.nb[1] * size_t(n);
   v.nb[3] = v.nb[2];
-  return v;
-}
-
-// A contiguous {width, n} tensor at the start of a scratch slot planned for the widest layer (layers of other
-// shapes use a prefix of the same memory; uniform models see exactly the planned slot).
-Tensor mat(const Tensor& slot, int64_t width, int64_t n) {
-  return Tensor::contiguous(DType::F32, {width, n}, slot.data, slot.device);
-}
-
-// {n_head * head_dim, T} seen as {head_dim, n_head, T}.
-Tensor heads(const Tensor& t, int64_t head_dim) {
-  Tensor v = t;
-  v.ne = {head_dim, t.ne[0] / head_dim, t.ne[1], 1};
-  v.nb = {t.nb[0], t.nb[0] * size_t(head_dim), t.nb[1], t.nb[1] * size_t(t.ne[1])};
   return v;
 }
 
@@ -111,7 +98,8 @@ std::unique_ptr<ForwardScratch> Transformer::plan_scratch(Device& device, int64_
   const int64_t attn_w = max_local([](const LocalLayer& d) { return d.n_head * d.head_dim_v; });
   const int64_t ff_w = max_local([](const LocalLayer& d) { return d.n_ff; });
   const int64_t widths[] = {hp_.n_embd, hp_.n_embd, q_w, k_w, v_w, attn_w, hp_.n_embd, ff_w, ff_w, ff_w};
-  Tensor* slots[] = {&s->x, &s->h, &s->q, &s->k, &s->v, &s->attn, &s->proj, &s->gate, &s->up, &s->act};
+  BlockScratch& b = s->blocks;
+  Tensor* slots[] = {&s->x, &b.h, &b.q, &b.k, &b.v, &b.attn, &b.proj, &b.gate, &b.up, &b.act};
   constexpr size_t kAlign = 256;
   auto padded = [&](int64_t n_floats) {
     return (size_t(n_floats) * sizeof(float) + kAlign - 1) / kAlign * kAlign;
@@ -128,8 +116,9 @@ std::unique_ptr<ForwardScratch> Transformer::plan_scratch(Device& device, int64_
 
   plan.max_rows = std::max(plan.max_rows, max_rows);
   plan.max_matmul_in = std::max({plan.max_matmul_in, hp_.n_embd, ff_w, q_w, attn_w});
-  plan.max_head_dim = std::max({plan.max_head_dim, max_local([](const LocalLayer& d) { return d.head_dim_k; }),
-                                max_local([](const LocalLayer& d) { return d.head_dim_v; })});
+  plan.max_head_dim =
+      std::max({plan.max_head_dim, max_local([](const LocalLayer& d) { return d.head_dim_k; }),
+                max_local([](const LocalLayer& d) { return d.head_dim_v; })});
   plan.max_n_head = std::max(plan.max_n_head, max_local([](const LocalLayer& d) { return d.n_head; }));
   plan.max_vocab = std::max(plan.max_vocab, n_vocab_);
   if (comm_) comm_->reserve(size_t(hp_.n_embd) * size_t(max_rows) * sizeof(float));
@@ -143,92 +132,33 @@ void Transformer::forward(Stream& st, Ops& ops, const ForwardInputs& in, std::sp
   check(T >= 1 && T <= sc.x.ne[1],
         "batch of " + std::to_string(T) + " rows exceeds the planned " + std::to_string(sc.x.ne[1]));
   check(int64_t(kv.size()) == shard_.layers.size(), "KV cache has the wrong number of layers");
-  const float eps = hp_.rms_eps;
-  const Tensor x = cols(sc.x, T), h = cols(sc.h, T), proj = cols(sc.proj, T);
-
-  if (!shard_.first) {
-    // Layer split: x already holds the previous rank's output (the session copied it).
-  } else if (in.added == nullptr && hp_.embedding_scale == 1.0f) {
-    check(in.tokens != nullptr, "a batch needs tokens or embeddings");
-    ops.get_rows(st, w_.tok_embd, *in.tokens, x);
-  } else {
-    check(in.tokens != nullptr && (in.added == nullptr || in.added_rows != nullptr),
-          "embed: the session must give token ids (kNoToken for none) and the added rows' indices");
-    ops.embed_rows(st, w_.tok_embd, *in.tokens, hp_.embedding_scale, in.added, in.added_rows, x);
-  }
+  const BlockRun run{st, ops, hp_.rms_eps, comm_, shard_.rank};
+  const Tensor x = cols(sc.x, T);
+  // Layer split: a rank that is not first starts from x, the previous rank's output (the session copied it).
+  if (shard_.first) embed_block(run, w_.tok_embd, hp_.embedding_scale, in, x);
   auto tap = [&](int layer) {
     for (const LayerTap& t : in.taps)
       if (t.layer == layer) ops.copy(st, x, t.dst);
   };
-
-  // Tensor split: attention output and down hold partial sums over this rank's heads / rows until the
-  // all-reduce; their biases (mirrored) are added once, after it.
-  auto reduce = [&](const Tensor& t) {
-    if (comm_) comm_->all_reduce_sum(shard_.rank, st, t);
-  };
   for (int64_t il = shard_.layers.begin; il < shard_.layers.end; ++il) {
     const TransformerLayerWeights& L = w_.layers[size_t(il)];
-    const LocalLayer& d = local_[size_t(il)];
+    const LayerShape& d = local_[size_t(il)];
     const size_t local = size_t(il - shard_.layers.begin);
-    const KvLayerView& kvl = kv[local];
-    const KvGroupInputs& g = in.kv_group(local);
-    const Tensor q2 = mat(sc.q, d.n_head * d.head_dim_k, T), k2 = mat(sc.k, d.n_head_kv * d.head_dim_k, T);
-    const Tensor v2 = mat(sc.v, d.n_head_kv * d.head_dim_v, T), attn2 = mat(sc.attn, d.n_head * d.head_dim_v, T);
-    const Tensor q = heads(q2, d.head_dim_k), k = heads(k2, d.head_dim_k), v = heads(v2, d.head_dim_v);
-    const Tensor attn = heads(attn2, d.head_dim_v);
-    const Tensor gate = mat(sc.gate, d.n_ff, T), up = mat(sc.up, d.n_ff, T), act = mat(sc.act, d.n_ff, T);
     tap(int(il));
-    // attention
-    ops.rms_norm(st, x, &L.attn_norm, eps, h);
-    ops.matmul(st, L.wq, h, q2);
-    ops.matmul(st, L.wk, h, k2);
-    ops.matmul(st, L.wv, h, v2);
-    if (L.bq) ops.add(st, q2, *L.bq, q2);
-    if (L.bk) ops.add(st, k2, *L.bk, k2);
-    if (L.bv) ops.add(st, v2, *L.bv, v2);
-    if (L.q_norm) ops.rms_norm(st, q, &*L.q_norm, eps, q);
-    if (L.k_norm) ops.rms_norm(st, k, &*L.k_norm, eps, k);
-    ops.rope(st, q, in.positions, d.rope);
-    ops.rope(st, k, in.positions, d.rope);
-    ops.kv_store(st, kvl, k, v, g.slot_mapping);
-    ops.attention(st, q, kvl, g.attention, d.attn_scale, attn);
-    ops.matmul(st, L.wo, attn2, proj);
-    reduce(proj);
-    if (L.bo) ops.add(st, proj, *L.bo, proj);
-    ops.add(st, x, proj, x);
-    // feed-forward (SwiGLU)
-    ops.rms_norm(st, x, &L.ffn_norm, eps, h);
-    ops.matmul(st, L.gate, h, gate);
-    ops.matmul(st, L.up, h, up);
-    if (L.b_gate) ops.add(st, gate, *L.b_gate, gate);
-    if (L.b_up) ops.add(st, up, *L.b_up, up);
-    ops.silu_mul(st, gate, up, act);
-    ops.matmul(st, L.down, act, proj);
-    reduce(proj);
-    if (L.b_down) ops.add(st, proj, *L.b_down, proj);
-    ops.add(st, x, proj, x);
+    attention_block(run, L.attn, d, sc.blocks, x, in.positions, kv[local], in.kv_group(local));
+    dense_ffn_block(run, L.ffn, d.n_ff, sc.blocks, x);
   }
   if (!shard_.last) return;  // layer split: the next rank continues from x
   tap(int(hp_.n_layer));
-
-  // Head: only the rows that want logits (a long prompt never materialises T x vocab logits).
-  if (in.n_out == 0) return;
-  check(in.n_out <= sc.xo.ne[1], "more logit rows than planned");
-  const Tensor xo = cols(sc.xo, in.n_out);
-  if (in.out_rows_all) {
-    ops.rms_norm(st, x, &w_.output_norm, eps, xo);
-  } else {
-    ops.get_rows(st, x, in.out_rows, xo);
-    ops.rms_norm(st, xo, &w_.output_norm, eps, xo);
-  }
-  ops.matmul(st, w_.output, xo, in.logits);
+  output_head(run, w_.output_norm, w_.output, in, x, sc.xo);
 }
 
 std::unique_ptr<Transformer> load_transformer(const gguf::GgufFile& file, const ModelHparams& hp,
                                               const TransformerVariant& variant,
                                               const DecoderLoadContext& ctx) {
   check(!ctx.rules.empty(), "internal: the load context has no shard rules");
-  auto loader = std::make_unique<WeightLoader>(file, ctx.device, ctx.rules, ctx.shard, ctx.dims, ctx.row_split);
+  auto loader =
+      std::make_unique<WeightLoader>(file, ctx.device, ctx.rules, ctx.shard, ctx.dims, ctx.row_split);
   WeightLoader& ld = *loader;
   check(!ld.has("blk.0.attn_qkv.weight"),
         "tensor blk.0.attn_qkv.weight: fused QKV projections are not supported yet (convert with separate "
@@ -253,29 +183,29 @@ std::unique_ptr<Transformer> load_transformer(const gguf::GgufFile& file, const 
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     const LayerHparams& P = hp.layers[size_t(il)];
     TransformerLayerWeights L;
-    L.attn_norm = ld.vector(blk(il, "attn_norm.weight"), E);
-    L.wq = ld.matrix(blk(il, "attn_q.weight"), {E, P.n_embd_q()});
-    L.wk = ld.matrix(blk(il, "attn_k.weight"), {E, P.n_embd_k()});
-    L.wv = ld.matrix(blk(il, "attn_v.weight"), {E, P.n_embd_v()});
-    L.wo = ld.matrix(blk(il, "attn_output.weight"), {P.n_head * P.head_dim_v, E});
+    L.attn.norm = ld.vector(blk(il, "attn_norm.weight"), E);
+    L.attn.wq = ld.matrix(blk(il, "attn_q.weight"), {E, P.n_embd_q()});
+    L.attn.wk = ld.matrix(blk(il, "attn_k.weight"), {E, P.n_embd_k()});
+    L.attn.wv = ld.matrix(blk(il, "attn_v.weight"), {E, P.n_embd_v()});
+    L.attn.wo = ld.matrix(blk(il, "attn_output.weight"), {P.n_head * P.head_dim_v, E});
     if (variant.allow_qkv_bias) {
-      L.bq = ld.optional_vector(blk(il, "attn_q.bias"), P.n_embd_q());
-      L.bk = ld.optional_vector(blk(il, "attn_k.bias"), P.n_embd_k());
-      L.bv = ld.optional_vector(blk(il, "attn_v.bias"), P.n_embd_v());
+      L.attn.bq = ld.optional_vector(blk(il, "attn_q.bias"), P.n_embd_q());
+      L.attn.bk = ld.optional_vector(blk(il, "attn_k.bias"), P.n_embd_k());
+      L.attn.bv = ld.optional_vector(blk(il, "attn_v.bias"), P.n_embd_v());
     }
     if (variant.qk_norm) {
-      L.q_norm = ld.vector(blk(il, "attn_q_norm.weight"), P.head_dim_k);
-      L.k_norm = ld.vector(blk(il, "attn_k_norm.weight"), P.head_dim_k);
+      L.attn.q_norm = ld.vector(blk(il, "attn_q_norm.weight"), P.head_dim_k);
+      L.attn.k_norm = ld.vector(blk(il, "attn_k_norm.weight"), P.head_dim_k);
     }
-    L.ffn_norm = ld.vector(blk(il, "ffn_norm.weight"), E);
-    L.gate = ld.matrix(blk(il, "ffn_gate.weight"), {E, P.n_ff});
-    L.up = ld.matrix(blk(il, "ffn_up.weight"), {E, P.n_ff});
-    L.down = ld.matrix(blk(il, "ffn_down.weight"), {P.n_ff, E});
+    L.ffn.norm = ld.vector(blk(il, "ffn_norm.weight"), E);
+    L.ffn.gate = ld.matrix(blk(il, "ffn_gate.weight"), {E, P.n_ff});
+    L.ffn.up = ld.matrix(blk(il, "ffn_up.weight"), {E, P.n_ff});
+    L.ffn.down = ld.matrix(blk(il, "ffn_down.weight"), {P.n_ff, E});
     if (variant.allow_out_ffn_bias) {
-      L.bo = ld.optional_vector(blk(il, "attn_output.bias"), E);
-      L.b_gate = ld.optional_vector(blk(il, "ffn_gate.bias"), P.n_ff);
-      L.b_up = ld.optional_vector(blk(il, "ffn_up.bias"), P.n_ff);
-      L.b_down = ld.optional_vector(blk(il, "ffn_down.bias"), E);
+      L.attn.bo = ld.optional_vector(blk(il, "attn_output.bias"), E);
+      L.ffn.b_gate = ld.optional_vector(blk(il, "ffn_gate.bias"), P.n_ff);
+      L.ffn.b_up = ld.optional_vector(blk(il, "ffn_up.bias"), P.n_ff);
+      L.ffn.b_down = ld.optional_vector(blk(il, "ffn_down.bias"), E);
     }
     w.layers.push_back(std::move(L));
   }

@@ -1,27 +1,22 @@
-// The pre-norm decoder block shared by llama and qwen3 (GGUF-ARCH-FACTS B.3): RMS norm, Q/K/V projections
-// (+ optional biases), optional per-head Q/K RMS norm, rope, paged attention with GQA, output projection,
-// residual; RMS norm, SwiGLU feed-forward, residual. The architecture files (llama.cpp, qwen3.cpp) only
-// decide hparams, rope mode and which optional tensors exist; gemma4 and dflash will be their own
-// DecoderModels reusing the helpers here where they fit.
+// The pre-norm decoder shared by llama and qwen3 (GGUF-ARCH-FACTS B.3), assembled from the blocks of
+// blocks.h: embedding, then per layer attention_block and dense_ffn_block, then output_head. The
+// architecture files (llama.cpp, qwen3.cpp) only decide hparams, rope mode and which optional tensors exist;
+// gemma4 and dflash are their own DecoderModels assembling the same blocks.
 #pragma once
 
 #include <memory>
 #include <optional>
 #include <vector>
 
+#include "model/blocks.h"
 #include "model/decoder.h"
 #include "model/weight_loader.h"
 
 namespace tandem {
 
 struct TransformerLayerWeights {
-  Tensor attn_norm;
-  Tensor wq, wk, wv, wo;
-  std::optional<Tensor> bq, bk, bv, bo;
-  std::optional<Tensor> q_norm, k_norm;  // {head_dim_k}, qwen3
-  Tensor ffn_norm;
-  Tensor gate, up, down;
-  std::optional<Tensor> b_gate, b_up, b_down;
+  AttentionWeights attn;
+  DenseFfnWeights ffn;
 };
 
 struct TransformerWeights {
@@ -62,16 +57,10 @@ class Transformer : public DecoderModel {
   ModelHparams hp_;
   TransformerWeights w_;
   std::unique_ptr<WeightLoader> loader_;  // owns converted vectors the weights may point to
-  // One layer's shape on this rank (its heads / ff rows under a tensor split) and its rope.
-  struct LocalLayer {
-    int64_t n_head = 0, n_head_kv = 0, head_dim_k = 0, head_dim_v = 0, n_ff = 0;
-    int32_t sliding_window = 0;
-    float attn_scale = 1.0f;
-    RopeParams rope;
-  };
+  using LocalLayer = LayerShape;
   int64_t max_local(int64_t (*width)(const LocalLayer&)) const;
 
-  std::vector<LocalLayer> local_;  // every layer of the model
+  std::vector<LayerShape> local_;  // every layer of the model, at this rank's widths
   RankShard shard_;
   Comm* comm_ = nullptr;  // tensor split: completes the row-parallel products (attention output, down)
   // This rank's widths: query / KV heads, feed-forward rows, logit rows (the whole model when unsplit).

@@ -1,0 +1,106 @@
+#include "model/blocks.h"
+
+#include "core/error.h"
+#include "parallel/comm.h"
+
+namespace tandem {
+
+namespace {
+
+// A contiguous {width, n} tensor at the start of a scratch slot planned for the widest layer.
+Tensor mat(const Tensor& slot, int64_t width, int64_t n) {
+  return Tensor::contiguous(DType::F32, {width, n}, slot.data, slot.device);
+}
+
+// {n_head * head_dim, T} seen as {head_dim, n_head, T}.
+Tensor heads(const Tensor& t, int64_t head_dim) {
+  Tensor v = t;
+  v.ne = {head_dim, t.ne[0] / head_dim, t.ne[1], 1};
+  v.nb = {t.nb[0], t.nb[0] * size_t(head_dim), t.nb[1], t.nb[1] * size_t(t.ne[1])};
+  return v;
+}
+
+}  // namespace
+
+void BlockRun::reduce(const Tensor& t) const {
+  if (comm) comm->all_reduce_sum(rank, st, t);
+}
+
+void embed_block(const BlockRun& run, const Tensor& tok_embd, float scale, const ForwardInputs& in,
+                 const Tensor& x) {
+  if (in.added == nullptr && scale == 1.0f) {  // plain token rows (every row has a token: the session checks)
+    check(in.tokens != nullptr, "a batch needs tokens or embeddings");
+    run.ops.get_rows(run.st, tok_embd, *in.tokens, x);
+    return;
+  }
+  check(in.tokens != nullptr && (in.added == nullptr || in.added_rows != nullptr),
+        "embed: the session must give token ids (kNoToken for none) and the added rows' indices");
+  run.ops.embed_rows(run.st, tok_embd, *in.tokens, scale, in.added, in.added_rows, x);
+}
+
+void attention_block(const BlockRun& run, const AttentionWeights& w, const LayerShape& d,
+                     const BlockScratch& sc, const Tensor& x, const Tensor& positions, const KvLayerView& kv,
+                     const KvGroupInputs& group) {
+  Stream& st = run.st;
+  Ops& ops = run.ops;
+  const int64_t T = x.ne[1];
+  const Tensor h = mat(sc.h, x.ne[0], T), proj = mat(sc.proj, x.ne[0], T);
+  const Tensor q2 = mat(sc.q, d.n_head * d.head_dim_k, T), k2 = mat(sc.k, d.n_head_kv * d.head_dim_k, T);
+  const Tensor v2 = mat(sc.v, d.n_head_kv * d.head_dim_v, T),
+               attn2 = mat(sc.attn, d.n_head * d.head_dim_v, T);
+  const Tensor q = heads(q2, d.head_dim_k), k = heads(k2, d.head_dim_k), v = heads(v2, d.head_dim_v);
+  const Tensor attn = heads(attn2, d.head_dim_v);
+  ops.rms_norm(st, x, &w.norm, run.eps, h);
+  ops.matmul(st, w.wq, h, q2);
+  ops.matmul(st, w.wk, h, k2);
+  ops.matmul(st, w.wv, h, v2);
+  if (w.bq) ops.add(st, q2, *w.bq, q2);
+  if (w.bk) ops.add(st, k2, *w.bk, k2);
+  if (w.bv) ops.add(st, v2, *w.bv, v2);
+  if (w.q_norm) ops.rms_norm(st, q, &*w.q_norm, run.eps, q);
+  if (w.k_norm) ops.rms_norm(st, k, &*w.k_norm, run.eps, k);
+  ops.rope(st, q, positions, d.rope);
+  ops.rope(st, k, positions, d.rope);
+  ops.kv_store(st, kv, k, v, group.slot_mapping);
+  ops.attention(st, q, kv, group.attention, d.attn_scale, attn);
+  ops.matmul(st, w.wo, attn2, proj);
+  run.reduce(proj);  // tensor split: partial sums over this rank's heads; the (mirrored) bias once, after
+  if (w.bo) ops.add(st, proj, *w.bo, proj);
+  ops.add(st, x, proj, x);
+}
+
+void dense_ffn_block(const BlockRun& run, const DenseFfnWeights& w, int64_t n_ff, const BlockScratch& sc,
+                     const Tensor& x) {
+  Stream& st = run.st;
+  Ops& ops = run.ops;
+  const int64_t T = x.ne[1];
+  const Tensor h = mat(sc.h, x.ne[0], T), proj = mat(sc.proj, x.ne[0], T);
+  const Tensor gate = mat(sc.gate, n_ff, T), up = mat(sc.up, n_ff, T), act = mat(sc.act, n_ff, T);
+  ops.rms_norm(st, x, &w.norm, run.eps, h);
+  ops.matmul(st, w.gate, h, gate);
+  ops.matmul(st, w.up, h, up);
+  if (w.b_gate) ops.add(st, gate, *w.b_gate, gate);
+  if (w.b_up) ops.add(st, up, *w.b_up, up);
+  ops.silu_mul(st, gate, up, act);
+  ops.matmul(st, w.down, act, proj);
+  run.reduce(proj);
+  if (w.b_down) ops.add(st, proj, *w.b_down, proj);
+  ops.add(st, x, proj, x);
+}
+
+void output_head(const BlockRun& run, const Tensor& output_norm, const Tensor& output,
+                 const ForwardInputs& in, const Tensor& x, const Tensor& xo_slot) {
+  // Only the rows that want logits: a long prompt never materialises T x vocab logits.
+  if (in.n_out == 0) return;
+  check(in.n_out <= xo_slot.ne[1], "more logit rows than planned");
+  const Tensor xo = mat(xo_slot, x.ne[0], in.n_out);
+  if (in.out_rows_all) {
+    run.ops.rms_norm(run.st, x, &output_norm, run.eps, xo);
+  } else {
+    run.ops.get_rows(run.st, x, in.out_rows, xo);
+    run.ops.rms_norm(run.st, xo, &output_norm, run.eps, xo);
+  }
+  run.ops.matmul(run.st, output, xo, in.logits);
+}
+
+}  // namespace tandem
