@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "model/model_impl.h"
 #include "runtime/session_impl.h"
 #include "tandem/model.h"
 #include "tandem/session.h"
@@ -518,6 +519,51 @@ TEST(StepApi, PerLayerShapesAreReadAndTensorSplitRefusesThem) {
   prefill(a, prompt, 0);
   prefill(b, prompt, 0);
   EXPECT_LT(rel_err(row(b, 11), row(a, 11)), 1e-5);
+}
+
+TEST(StepApi, AModelUsesAnotherModelsEmbeddingAndHeadWithoutCopies) {
+  const TinyConfig cfg = tiny_config();
+  const TinyModel tm = testing::make_tiny(cfg);
+  auto lender = load(tm, "lender");
+  WriteOptions o;
+  o.skip_tensors = {"token_embd.weight", "output.weight"};
+  const auto path = temp_path("borrower.gguf");
+  testing::write_tiny_gguf(tm, path, o);
+  try {
+    Model::load(path.string());
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("token_embd.weight"), std::string::npos) << e.what();
+  }
+  ModelParams mp;
+  mp.n_threads = 2;
+  mp.share_weights_from = lender;
+  auto borrower = Model::load(path.string(), mp);
+  const auto* lt = lender->impl().decoder().shared_weight("token_embd.weight") ? &lender->impl().decoder() : nullptr;
+  ASSERT_NE(lt, nullptr);
+  EXPECT_EQ(borrower->impl().decoder().shared_weight("token_embd.weight")->data,
+            lender->impl().decoder().shared_weight("token_embd.weight")->data);  // the same memory
+  Session a(lender, f32_params()), b(borrower, f32_params());
+  const auto prompt = tokens(8, 96, 13);
+  prefill(a, prompt, 0);
+  prefill(b, prompt, 0);
+  EXPECT_EQ(row(a, 7), row(b, 7));
+
+  TinyConfig other = cfg;
+  other.n_embd = 32;
+  auto small = load(testing::make_tiny(other), "lender_small");
+  mp.share_weights_from = small;
+  try {
+    Model::load(path.string(), mp);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("shape"), std::string::npos) << e.what();
+  }
+  mp.share_weights_from = lender;
+  mp.devices = "cpu:0,cpu:1";
+  mp.split_mode = "layer";
+  EXPECT_THROW(Model::load(path.string(), mp), Error);
+  std::filesystem::remove(path);
 }
 
 TEST(StepApi, BadStepsAreRefusedBeforeAnythingChanges) {

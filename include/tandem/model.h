@@ -31,6 +31,9 @@ struct ModelParams {
   // The mesh the fields above describe, already built and checked by make_mesh_spec (the command line builds
   // it before it reads any file). When set, load takes it as it is and does not parse the fields again.
   std::shared_ptr<const MeshSpec> mesh{};
+  // Weights this model's file lacks are taken from another loaded model (a DFlash drafter reads its target's
+  // token_embd and output): the same tensors, not copies. Both models unsplit, on the same device.
+  std::shared_ptr<const Model> share_weights_from{};
 };
 
 struct ModelInfo {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -66,6 +67,7 @@ struct KvLayerShape {
 
 class Comm;
 class RowSplitWeights;
+class DecoderModel;
 
 // What one rank of a (possibly split) model loads and talks to. The default is the whole model on `device`.
 struct DecoderLoadContext {
@@ -75,6 +77,7 @@ struct DecoderLoadContext {
   ShardDims dims;                        // the model's dimensions the shard refers to
   Comm* comm = nullptr;                  // tensor split: all-reduce of partial sums between the ranks
   RowSplitWeights* row_split = nullptr;  // row split: where the matrices' row slices go
+  const DecoderModel* borrow = nullptr;  // weights missing from the file come from this model (shared_weight)
 };
 
 // One rank's part of a model. Unsplit, it is the whole model. Split:
@@ -104,6 +107,13 @@ class DecoderModel {
   // this rank holds. Under a split only this rank's part (see above).
   virtual void forward(Stream& stream, Ops& ops, const ForwardInputs& in, std::span<const KvLayerView> kv,
                        ForwardScratch& scratch) const = 0;
+
+  // A whole weight by GGUF name that another model on the same device may use instead of its own (token_embd,
+  // output), or nullopt when this model does not offer it.
+  virtual std::optional<Tensor> shared_weight(const std::string& name) const {
+    (void)name;
+    return std::nullopt;
+  }
 };
 
 // Architectures tandem can load, for messages: "llama, qwen3".
@@ -111,7 +121,8 @@ std::string supported_architectures();
 
 // Reads the hyperparameters of file's architecture (no weights are read; n_vocab comes from the metadata or
 // token_embd's shape). Throws Error for an unknown architecture (naming the supported ones) or a bad key.
-ModelHparams read_model_hparams(const gguf::GgufFile& file);
+// fallback_vocab: n_vocab when neither the metadata nor token_embd gives it (a file that borrows token_embd).
+ModelHparams read_model_hparams(const gguf::GgufFile& file, int64_t fallback_vocab = 0);
 // The shard rules of file's architecture (each architecture declares its table next to its tensors).
 ShardRuleTable shard_rules_of(const gguf::GgufFile& file);
 // The dimensions a split is planned on (head counts, widths, and the block sizes of the column-cut matrices).

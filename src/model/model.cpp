@@ -74,7 +74,17 @@ std::shared_ptr<Model> Model::load(const std::string& path, const ModelParams& p
                                    params.replicate_kv, parse_device_id(params.device, "device"));
   impl->file = std::make_unique<gguf::GgufFile>(gguf::GgufFile::open(path));
   const gguf::GgufFile& f = *impl->file;
-  const ModelHparams hp = read_model_hparams(f);
+  const Model* lender = params.share_weights_from.get();
+  const ModelHparams hp = read_model_hparams(f, lender ? lender->info().n_vocab : 0);
+  if (lender) {
+    const Model::Impl& li = lender->impl();
+    check(mesh.mode == SplitMode::None && li.mesh.mode == SplitMode::None,
+          "sharing weights between models needs both unsplit (--split-mode none)");
+    check(li.main_device().id() == mesh.devices.front(),
+          "weights can be shared only between models on the same device: the other model is on " +
+              li.main_device().id().to_string() + ", this one on " + mesh.devices.front().to_string());
+    impl->shared_from = params.share_weights_from;
+  }
   const ShardDims dims = shard_dims(f, hp);
   plan_shards(mesh, dims);  // every split error, before devices are created or weights read
   if (mesh.mode == SplitMode::Tensor && mesh.n_ranks() > 1) {
@@ -122,6 +132,7 @@ std::shared_ptr<Model> Model::load(const std::string& path, const ModelParams& p
     enable_peer_access(devs);  // layer hand-overs, row gathers and the copy comm use peer copies
   DecoderLoadContext ctx;
   ctx.dims = dims;
+  if (lender) ctx.borrow = &lender->impl().decoder();
   ctx.rules = shard_rules_of(f);
   if (across_processes) {
     Device& d = *impl->devices.front();

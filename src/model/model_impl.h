@@ -27,7 +27,8 @@ struct ModelRank {
 };
 
 struct Model::Impl {
-  std::unique_ptr<gguf::GgufFile> file;  // first: the weights point into its mapping
+  std::shared_ptr<const Model> shared_from;  // weights this model borrows live there (ModelParams)
+  std::unique_ptr<gguf::GgufFile> file;      // the weights point into its mapping
   MeshSpec mesh;
   std::vector<std::unique_ptr<Device>> devices;  // mesh order (one for none)
   std::unique_ptr<Comm> comm;                    // tensor split over 2+ ranks

@@ -40,12 +40,12 @@ std::string supported_architectures() {
   return s;
 }
 
-ModelHparams read_model_hparams(const gguf::GgufFile& file) {
+ModelHparams read_model_hparams(const gguf::GgufFile& file, int64_t fallback_vocab) {
   ModelHparams hp = arch_of(file).hparams(file);
   if (hp.n_vocab == 0) {
     const gguf::TensorInfo* te = file.find_tensor("token_embd.weight");
-    check(te != nullptr, "missing tensor token_embd.weight");
-    hp.n_vocab = te->ne[1];
+    check(te != nullptr || fallback_vocab > 0, "missing tensor token_embd.weight");
+    hp.n_vocab = te ? te->ne[1] : fallback_vocab;
   }
   return hp;
 }

@@ -153,6 +153,13 @@ void Transformer::forward(Stream& st, Ops& ops, const ForwardInputs& in, std::sp
   output_head(run, w_.output_norm, w_.output, in, x, sc.xo);
 }
 
+std::optional<Tensor> Transformer::shared_weight(const std::string& name) const {
+  if (shard_.mode != SplitMode::None) return std::nullopt;  // only whole tensors are shared
+  if (name == "token_embd.weight") return w_.tok_embd;
+  if (name == "output.weight") return w_.output;
+  return std::nullopt;
+}
+
 std::unique_ptr<Transformer> load_transformer(const gguf::GgufFile& file, const ModelHparams& hp,
                                               const TransformerVariant& variant,
                                               const DecoderLoadContext& ctx) {
@@ -169,10 +176,24 @@ std::unique_ptr<Transformer> load_transformer(const gguf::GgufFile& file, const 
   check(hp.n_vocab > 0, "n_vocab is not set (read the hparams with read_model_hparams)");
   const int64_t E = hp.n_embd, V = hp.n_vocab;
   TransformerWeights w;
-  w.tok_embd = ld.matrix("token_embd.weight", {E, V});
+  // A weight the file lacks may come from the model the context borrows from (same device, whole tensors).
+  auto borrowed = [&](const std::string& name) -> std::optional<Tensor> {
+    if (!ctx.borrow || ld.has(name)) return std::nullopt;
+    std::optional<Tensor> t = ctx.borrow->shared_weight(name);
+    if (!t) return std::nullopt;
+    check(t->ne[0] == E && t->ne[1] == V,
+          "the model shared from has " + name + " of shape {" + std::to_string(t->ne[0]) + ", " +
+              std::to_string(t->ne[1]) + "}, this model needs {" + std::to_string(E) + ", " + std::to_string(V) + "}");
+    check(t->device == ctx.device, "weights can be shared only between models on the same device");
+    return t;
+  };
+  const std::optional<Tensor> shared_embd = borrowed("token_embd.weight");
+  w.tok_embd = shared_embd ? *shared_embd : ld.matrix("token_embd.weight", {E, V});
   w.output_norm = ld.vector("output_norm.weight", E);
   if (auto out = ld.optional_matrix("output.weight", {E, V})) {
     w.output = *out;
+  } else if (auto shared_out = shared_embd ? borrowed("output.weight") : std::nullopt) {
+    w.output = *shared_out;  // no token_embd and no output of its own: the other model's head
   } else {  // tied head: token_embd read again under the output head's shard rule
     w.output = ld.matrix("token_embd.weight", {E, V}, "output.weight");
     w.tied_output = true;

@@ -52,6 +52,8 @@ class Transformer : public DecoderModel {
                                                WorkspacePlan& plan) const override;
   void forward(Stream& stream, Ops& ops, const ForwardInputs& in, std::span<const KvLayerView> kv,
                ForwardScratch& scratch) const override;
+  // token_embd.weight and output.weight (the tied head is token_embd), when this rank holds them whole.
+  std::optional<Tensor> shared_weight(const std::string& name) const override;
 
  private:
   ModelHparams hp_;
