@@ -241,6 +241,113 @@ TEST_P(CpuOpsTest, GetRowsForEveryTableType) {
 
 INSTANTIATE_TEST_SUITE_P(Paths, CpuOpsTest, ::testing::Bool(), simd_name);
 
+// ---- embed_rows (StepApiEmbed)
+// ------------------------------------------------------------------------------
+
+// The rows of table (of `type`, quantized from random values) as the reference dequantizer gives them.
+std::vector<float> dequantized_rows(DType type, const std::vector<uint8_t>& q, int64_t n, int64_t vocab) {
+  std::vector<float> rows(size_t(n * vocab));
+  for (int64_t v = 0; v < vocab; ++v)
+    quant::dequantize_row(type, q.data() + size_t(v) * dtype_row_bytes(type, n), rows.data() + v * n, n);
+  return rows;
+}
+
+TEST(StepApiEmbed, TokenAddedBothAndNeither) {
+  Ops& ops = test_device().ops();
+  Stream& s = test_device().default_stream();
+  const int64_t n = 64, vocab = 9, n_added = 5, added_stride = n + 12;
+  const std::vector<float> values = random_normal(size_t(n * vocab), 30);
+  // added: rows `added_stride` floats apart (a strided view), the gaps NaN (never read).
+  std::vector<float> added_storage = random_normal(size_t(added_stride * n_added), 31);
+  for (int64_t r = 0; r < n_added; ++r)
+    for (int64_t i = n; i < added_stride; ++i) added_storage[size_t(r * added_stride + i)] = NAN;
+  Tensor added = f32(added_storage, {added_stride, n_added});
+  added.ne[0] = n;
+  // token only, added only, both, neither, both (a repeat), token only
+  std::vector<int32_t> ids = {3, -1, 8, -1, 3, 0}, added_ids = {-1, 4, 0, -1, 2, -1};
+  const int64_t T = int64_t(ids.size());
+  for (DType t : {DType::F32, DType::F16, DType::Q8_0}) {
+    SCOPED_TRACE(dtype_name(t));
+    std::vector<uint8_t> q(dtype_row_bytes(t, n) * size_t(vocab));
+    quant::quantize_matrix(t, values.data(), q.data(), vocab, n);
+    const std::vector<float> rows = dequantized_rows(t, q, n, vocab);
+    const Tensor table = Tensor::contiguous(t, {n, vocab}, q.data());
+    for (float scale : {1.0f, std::sqrt(float(n)), -0.37f}) {
+      std::vector<float> out(size_t(n * T), NAN);
+      Tensor added_ids_t = i32(added_ids, {T});
+      ops.embed_rows(s, table, i32(ids, {T}), scale, &added, &added_ids_t, f32(out, {n, T}));
+      for (int64_t r = 0; r < T; ++r)
+        for (int64_t i = 0; i < n; ++i) {
+          const float tok = ids[size_t(r)] >= 0 ? rows[size_t(ids[size_t(r)] * n + i)] * scale : 0.0f;
+          const float add = added_ids[size_t(r)] >= 0
+                                ? added_storage[size_t(added_ids[size_t(r)] * added_stride + i)]
+                                : 0.0f;
+          ASSERT_EQ(out[size_t(r * n + i)], tok + add) << "row " << r << " dim " << i << " scale " << scale;
+        }
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(out[size_t(3 * n + i)], 0.0f) << "a row with neither is 0";
+    }
+  }
+}
+
+TEST(StepApiEmbed, ScaleOneEqualsGetRowsBitwise) {
+  Ops& ops = test_device().ops();
+  Stream& s = test_device().default_stream();
+  const int64_t n = 256, vocab = 7;
+  const std::vector<float> values = random_normal(size_t(n * vocab), 40);
+  std::vector<int32_t> ids = {6, 0, 2, 6, 5};
+  const int64_t T = int64_t(ids.size());
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_K}) {
+    SCOPED_TRACE(dtype_name(t));
+    std::vector<uint8_t> q(dtype_row_bytes(t, n) * size_t(vocab));
+    quant::quantize_matrix(t, values.data(), q.data(), vocab, n);
+    const Tensor table = Tensor::contiguous(t, {n, vocab}, q.data());
+    std::vector<float> got(size_t(n * T), NAN), want(size_t(n * T), NAN), scaled(size_t(n * T), NAN);
+    ops.get_rows(s, table, i32(ids, {T}), f32(want, {n, T}));
+    // No added tensor: added_ids is ignored (here a null pointer).
+    ops.embed_rows(s, table, i32(ids, {T}), 1.0f, nullptr, nullptr, f32(got, {n, T}));
+    ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
+    // scale sqrt(n_embd) (gemma's embedding scale): get_rows * scale, in f32.
+    const float scale = std::sqrt(float(n));
+    ops.embed_rows(s, table, i32(ids, {T}), scale, nullptr, nullptr, f32(scaled, {n, T}));
+    for (size_t i = 0; i < scaled.size(); ++i) ASSERT_EQ(scaled[i], want[i] * scale) << i;
+    // An added tensor whose added_ids are all -1 adds nothing.
+    std::vector<float> added = random_normal(size_t(n * 2), 41);
+    std::vector<int32_t> none(size_t(T), -1);
+    Tensor added_t = f32(added, {n, 2}), none_t = i32(none, {T});
+    std::fill(got.begin(), got.end(), NAN);
+    ops.embed_rows(s, table, i32(ids, {T}), 1.0f, &added_t, &none_t, f32(got, {n, T}));
+    ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float)));
+  }
+}
+
+TEST(StepApiEmbed, BadArgumentsAreErrors) {
+  Ops& ops = test_device().ops();
+  Stream& s = test_device().default_stream();
+  const int64_t n = 32, vocab = 4, n_added = 3;
+  std::vector<float> table = random_normal(size_t(n * vocab), 50),
+                     added = random_normal(size_t(n * n_added), 51);
+  std::vector<float> out(size_t(n * 2));
+  const Tensor tab = f32(table, {n, vocab});
+  Tensor add = f32(added, {n, n_added});
+  auto call = [&](std::vector<int32_t> ids, std::vector<int32_t> aids, bool with_added = true) {
+    Tensor aid_t = i32(aids, {2});
+    ops.embed_rows(s, tab, i32(ids, {2}), 2.0f, with_added ? &add : nullptr, &aid_t, f32(out, {n, 2}));
+  };
+  EXPECT_NO_THROW(call({3, -1}, {-1, 2}));
+  EXPECT_THROW(call({4, 0}, {0, 0}), Error);      // id >= n_vocab
+  EXPECT_THROW(call({-2, 0}, {0, 0}), Error);     // id < -1
+  EXPECT_THROW(call({0, 1}, {3, 0}), Error);      // added id >= n_added
+  EXPECT_THROW(call({0, 1}, {0, -5}), Error);     // added id < -1
+  EXPECT_NO_THROW(call({0, 1}, {7, -5}, false));  // added_ids are ignored without added
+  // added with the wrong row length; added without added_ids; out of the wrong shape.
+  Tensor narrow = f32(added, {n - 8, n_added});
+  std::vector<int32_t> ids = {0, 1}, aids = {0, 1};
+  Tensor ids_t = i32(ids, {2}), aids_t = i32(aids, {2});
+  EXPECT_THROW(ops.embed_rows(s, tab, ids_t, 1.0f, &narrow, &aids_t, f32(out, {n, 2})), Error);
+  EXPECT_THROW(ops.embed_rows(s, tab, ids_t, 1.0f, &add, nullptr, f32(out, {n, 2})), Error);
+  EXPECT_THROW(ops.embed_rows(s, tab, ids_t, 1.0f, nullptr, nullptr, f32(out, {n / 2, 4})), Error);
+}
+
 // ---- sampling reductions ----------------------------------------------------------------------------------
 
 // The SamplerParams chain of backend.h, written literally: rank everything, apply each step, draw in id

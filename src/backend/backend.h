@@ -111,8 +111,9 @@ struct DeviceOptions {
 
 // ---- attention and rope parameters ------------------------------------------------------------------------
 
-// Which cache positions a query row may see (see AttentionBatch for the exact rule).
-enum class MaskKind { Causal, Bidirectional, Block };
+// Which cache positions a query row may see (see AttentionBatch for the exact rule). Explicit is the general
+// fallback: an additive bias per (row, position) given as a tensor.
+enum class MaskKind { Causal, Bidirectional, Block, Explicit };
 
 // NORM rotates element pairs (2i, 2i+1) (llama); NEOX rotates pairs (i, i + n_rot/2) (qwen3, gemma4, dflash).
 enum class RopeMode { Norm, Neox };
@@ -154,14 +155,26 @@ struct KvLayerView {
 //   seq_lens     {n_seqs}: number of cached positions of each sequence, after this batch's kv_store.
 //   block_end    {n_rows}: Block mask only (else may be empty, data == nullptr).
 //   kv_begin     {n_rows}: optional (data == nullptr when absent): positions j < kv_begin[r] are hidden.
+//   explicit_mask F32 {mask_cols, n_rows}: Explicit mask only (else ignored; data may be null; `mask` is
+//                the kind, hence the name). Rows may be strided by nb[1] (nb[0] == 4). An ADDITIVE bias: row
+//                r's score of position j is scale * q . K_j + explicit_mask[j, r]; a bias of -INFINITY hides
+//                the position (finite values or -inf only).
 // Cache position j (0 <= j < seq_lens[s]) is visible to row r (sequence s, position p) when
 //   Causal:        j <= p
 //   Bidirectional: always (every cached position of the sequence)
 //   Block:         j < block_end[r]  (causal prefix + bidirectional trailing block: rows of the
 //                  trailing block get block_end = end of the block, prefix rows get p + 1)
+//   Explicit:      j < mask_cols, and its score gets the bias explicit_mask[j, r] (-inf hides it)
 // and, in addition, j > p - sliding_window when sliding_window > 0, and j >= kv_begin[r] when kv_begin is
 // given (for windows that are not relative to the row's own position, e.g. diffusion-gemma canvas rows on
-// sliding layers see only prompt positions >= P - n_swa + 1). A row that sees no position gets output 0.
+// sliding layers see only prompt positions >= P - n_swa + 1). So every row sees a contiguous range [lo, hi)
+// of its sequence's positions (for Explicit, minus the positions whose bias is -inf). A row that sees no
+// position, or whose every visible score is -inf, gets output 0 (never NaN).
+// Evicted blocks: a sliding-window layer may free the blocks that lie wholly before every row's window; their
+// block_tables entries are -1. An entry of a block that some row reads (one holding a position of that row's
+// [lo, hi)) must be a cache block 0..n_blocks-1; the other entries of blocks b < ceil(seq_lens[s] / bs)
+// must be a cache block or -1. The kernels read only the entries of blocks inside the visible ranges (the CPU
+// backend checks all of this and throws Error).
 struct AttentionBatch {
   MaskKind mask = MaskKind::Causal;
   Tensor positions;
@@ -170,6 +183,7 @@ struct AttentionBatch {
   Tensor seq_lens;
   Tensor block_end;
   Tensor kv_begin;
+  Tensor explicit_mask;
   int sliding_window = 0;  // 0 = none
   int max_seq_len = 0;     // upper bound of seq_lens in this batch (scratch sizing / kernel choice); > 0
 };
@@ -228,6 +242,19 @@ class Ops {
   // out F32 {n_embd, T}. ids out of [0, n_vocab) throw Error on CPU.
   virtual void get_rows(Stream& s, const Tensor& table, const Tensor& ids, const Tensor& out) = 0;
 
+  // Token embedding plus an added embedding, in one pass:
+  //   out[:, t] = (ids[t] >= 0 ? table[:, ids[t]] * scale : 0)
+  //             + (added && added_ids[t] >= 0 ? added[:, added_ids[t]] : 0)
+  // table {n_embd, n_vocab} of any weight dtype (as get_rows); ids I32 {T} contiguous (-1 = no token);
+  // added F32 {n_embd, n_added} (rows may be strided) or null; added_ids I32 {T} contiguous (-1 = nothing
+  // added; ignored when added is null); out F32 {n_embd, T}. ids >= n_vocab, ids < -1, added_ids >= n_added
+  // or < -1 throw Error on CPU. A row with neither gets zeros. With scale == 1 and no added row the result
+  // equals get_rows bit for bit. The arithmetic is the f32 product value * scale, then the f32 sum with the
+  // added value, in that order and never fused, on every backend (so CPU and CUDA agree exactly for
+  // F32/F16/BF16 tables).
+  virtual void embed_rows(Stream& s, const Tensor& table, const Tensor& ids, float scale, const Tensor* added,
+                          const Tensor* added_ids, const Tensor& out) = 0;
+
   // For every row (ne[0] values) of x: out = x / sqrt(mean(x^2) + eps) * weight. weight F32 {ne[0]} or null
   // (no weight). x, out F32 of the same shape, up to 4 dims ({head_dim, n_head, T} gives a per-head norm).
   // In place ok (out == x).
@@ -246,7 +273,8 @@ class Ops {
   // out[:, h, r] = sum_j softmax_j(scale * q[:, h, r] . K_j) * V_j over the cache positions j visible to row
   // r (AttentionBatch), reading K/V head h / (n_head / n_kv_head) (GQA, n_head a multiple of n_kv_head; K/V
   // are never repeated in memory). q F32 {hd_k, n_head, T}; out F32 {hd_v, n_head, T}; scores in f32 with an
-  // online softmax (no T x seq_len score matrix).
+  // online softmax (no T x seq_len score matrix). With MaskKind::Explicit each score also gets its bias
+  // (AttentionBatch::explicit_mask).
   virtual void attention(Stream& s, const Tensor& q, const KvLayerView& kv, const AttentionBatch& batch,
                          float scale, const Tensor& out) = 0;
 

@@ -67,6 +67,10 @@ class RowSplitOps final : public Ops {
   void get_rows(Stream& s, const Tensor& t, const Tensor& ids, const Tensor& out) override {
     main_ops().get_rows(s, t, ids, out);
   }
+  void embed_rows(Stream& s, const Tensor& t, const Tensor& ids, float scale, const Tensor* added,
+                  const Tensor* added_ids, const Tensor& out) override {
+    main_ops().embed_rows(s, t, ids, scale, added, added_ids, out);
+  }
   void rms_norm(Stream& s, const Tensor& x, const Tensor* w, float eps, const Tensor& out) override {
     main_ops().rms_norm(s, x, w, eps, out);
   }

@@ -1,14 +1,20 @@
 // CUDA kv_store + attention against the CPU ops on the same paged cache: several sequences per batch with
 // shuffled (non-contiguous) physical blocks, every mask kind, sliding window, kv_begin, a padding row, GQA
-// ratios 1 to 8, f32 / f16 / bf16 caches, and both kernels: split-K decoding (few rows, any head dims, contexts
-// spanning several 256-position splits) and the tensor-core prefill kernel (>= 64 rows, f16/bf16, equal head
-// dims), with row counts and lengths that are not multiples of its 64 x 64 tiles.
+// ratios 1 to 8, f32 / f16 / bf16 caches, and both kernels: split-K decoding (few rows, any head dims,
+// contexts spanning several 256-position splits) and the tensor-core prefill kernel (>= 64 rows, f16/bf16,
+// equal head dims), with row counts and lengths that are not multiples of its 64 x 64 tiles.
 //
-// Error bounds (relative L2 vs the CPU op, which computes in f32): decode kernel: f32 scores and sums, < 1e-5.
-// Prefill kernel: q*scale and the probabilities P are rounded to the cache's 16-bit type before the tensor-core
-// products (unit roundoff 2^-9 bf16, 2^-12 f16; out is a convex combination of V rows): < 1.5e-2 bf16,
-// < 2e-3 f16.
+// Explicit masks (an additive bias per row and position, -inf at ~30% of them, a row that is all -inf, a row
+// whose -inf span covers a whole 256-position decode split, columns fewer than the longest sequence, rows
+// strided with NaN in the gaps) go through both kernels, the decode one also in several 64-row chunks;
+// evicted blocks (block-table entries -1 before every row's sliding window) through both kernels.
+//
+// Error bounds (relative L2 vs the CPU op, which computes in f32): decode kernel: f32 scores and sums,
+// < 1e-5. Prefill kernel: q*scale and the probabilities P are rounded to the cache's 16-bit type before the
+// tensor-core products (unit roundoff 2^-9 bf16, 2^-12 f16; out is a convex combination of V rows):
+// < 1.5e-2 bf16, < 2e-3 f16.
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
 
 #include "gpu_test_util.h"
@@ -30,15 +36,19 @@ struct Case {
   bool kv_begin = false;
   bool padding_row = false;
   double tol = 1e-5;
+  int mask_cols = 0;        // Explicit: columns of the mask (0 = the longest sequence's length)
+  int all_masked_row = -1;  // Explicit: a row whose every bias is -inf (its output must be 0)
+  bool evict = false;       // block-table entries of blocks before every row's window of a sequence -> -1
 };
 
 class GpuAttention : public GpuTest {
  protected:
   void run(const Case& c, uint32_t seed) {
-    SCOPED_TRACE(std::string("mask ") + std::to_string(int(c.mask)) + " heads " + std::to_string(c.n_head) + "/" +
-                 std::to_string(c.n_kv_head) + " hd " + std::to_string(c.hd_k) + "/" + std::to_string(c.hd_v) +
-                 " cache " + dtype_name(c.cache) + " window " + std::to_string(c.sliding_window) +
-                 (c.kv_begin ? " kv_begin" : "") + (c.padding_row ? " padding" : ""));
+    SCOPED_TRACE(std::string("mask ") + std::to_string(int(c.mask)) + " heads " + std::to_string(c.n_head) +
+                 "/" + std::to_string(c.n_kv_head) + " hd " + std::to_string(c.hd_k) + "/" +
+                 std::to_string(c.hd_v) + " cache " + dtype_name(c.cache) + " window " +
+                 std::to_string(c.sliding_window) + (c.kv_begin ? " kv_begin" : "") +
+                 (c.padding_row ? " padding" : "") + (c.evict ? " evicted blocks" : ""));
     std::mt19937 rng(seed);
     const int bs = 16;
     const int n_seqs = int(c.seqs.size());
@@ -53,11 +63,13 @@ class GpuAttention : public GpuTest {
     std::vector<int32_t> perm(static_cast<size_t>(n_blocks));
     std::iota(perm.begin(), perm.end(), 0);
     std::shuffle(perm.begin(), perm.end(), rng);
-    std::vector<int32_t> tables(static_cast<size_t>(max_blocks * n_seqs), 0), lens(static_cast<size_t>(n_seqs));
+    std::vector<int32_t> tables(static_cast<size_t>(max_blocks * n_seqs), 0),
+        lens(static_cast<size_t>(n_seqs));
     int next = 0;
     for (int s = 0; s < n_seqs; ++s) {
       lens[size_t(s)] = c.seqs[size_t(s)].cached_before + c.seqs[size_t(s)].new_rows;
-      for (int b = 0; b < (lens[size_t(s)] + bs - 1) / bs; ++b) tables[size_t(s * max_blocks + b)] = perm[size_t(next++)];
+      for (int b = 0; b < (lens[size_t(s)] + bs - 1) / bs; ++b)
+        tables[size_t(s * max_blocks + b)] = perm[size_t(next++)];
     }
     auto slot_of = [&](int s, int j) { return tables[size_t(s * max_blocks + j / bs)] * bs + j % bs; };
 
@@ -66,8 +78,10 @@ class GpuAttention : public GpuTest {
     for (int s = 0; s < n_seqs; ++s)
       for (int j = 0; j < lens[size_t(s)]; ++j) all_slots.push_back(slot_of(s, j));
     const int64_t n_all = int64_t(all_slots.size());
-    Pair k_all = make_f32({c.hd_k, c.n_kv_head, n_all}, random_floats(size_t(c.hd_k * c.n_kv_head * n_all), rng));
-    Pair v_all = make_f32({c.hd_v, c.n_kv_head, n_all}, random_floats(size_t(c.hd_v * c.n_kv_head * n_all), rng));
+    Pair k_all =
+        make_f32({c.hd_k, c.n_kv_head, n_all}, random_floats(size_t(c.hd_k * c.n_kv_head * n_all), rng));
+    Pair v_all =
+        make_f32({c.hd_v, c.n_kv_head, n_all}, random_floats(size_t(c.hd_v * c.n_kv_head * n_all), rng));
     Pair slots = make_i32({n_all}, all_slots);
     Pair kc = make_out(c.cache, {c.hd_k, c.n_kv_head, bs, n_blocks});
     Pair vc = make_out(c.cache, {c.hd_v, c.n_kv_head, bs, n_blocks});
@@ -89,7 +103,8 @@ class GpuAttention : public GpuTest {
         const int p = c.seqs[size_t(s)].cached_before + i;
         pos.push_back(p);
         seq.push_back(s);
-        bend.push_back(std::min(lens[size_t(s)], (p / 8 + 1) * 8));  // causal prefix + bidirectional block of 8
+        // causal prefix + bidirectional block of 8
+        bend.push_back(std::min(lens[size_t(s)], (p / 8 + 1) * 8));
         kvb.push_back(p / 3);
       }
       if (c.padding_row && s == 0) {
@@ -100,10 +115,50 @@ class GpuAttention : public GpuTest {
       }
     }
     const int64_t T = int64_t(pos.size());
+
+    // Evicted blocks: per sequence, the blocks wholly before the lowest position any of its rows sees.
+    std::vector<int32_t> bt_tables = tables;
+    if (c.evict) {
+      int n_evicted = 0;
+      for (int s = 0; s < n_seqs; ++s) {
+        int min_lo = INT32_MAX;
+        for (int64_t r = 0; r < T; ++r) {
+          if (seq[size_t(r)] != s) continue;
+          int lo = c.sliding_window > 0 ? std::max(0, pos[size_t(r)] - c.sliding_window + 1) : 0;
+          if (c.kv_begin) lo = std::max(lo, kvb[size_t(r)]);
+          min_lo = std::min(min_lo, lo);
+        }
+        if (min_lo == INT32_MAX) continue;
+        for (int b = 0; (b + 1) * bs <= min_lo; ++b, ++n_evicted) bt_tables[size_t(s * max_blocks + b)] = -1;
+      }
+      ASSERT_GT(n_evicted, 0) << "the case evicts nothing";
+    }
+
+    // Explicit mask: {mask_cols, T} with rows `stride` floats apart, NaN in the gaps (never read).
+    const int mask_cols = c.mask_cols > 0 ? c.mask_cols : max_len;
+    const int64_t stride = mask_cols + 3;
+    std::vector<float> mask_host(size_t(stride * T), NAN);
+    // (Other cases draw no random numbers for it, so their data stay as they were.)
+    if (c.mask == MaskKind::Explicit) {
+      std::uniform_real_distribution<float> u01(0.0f, 1.0f), ub(-3.0f, 3.0f);
+      for (int64_t r = 0; r < T; ++r)
+        for (int j = 0; j < mask_cols; ++j) {
+          float b = u01(rng) < 0.3f ? -INFINITY : ub(rng);
+          if (b == 0.0f) b = 0.25f;
+          if (r == c.all_masked_row) b = -INFINITY;
+          if (r == T - 1 && j >= 256 && j < 512) b = -INFINITY;  // a whole decode split of the last row
+          mask_host[size_t(r * stride + j)] = b;
+        }
+    }
+    Pair mask = make_f32({stride, T}, mask_host);
+    Tensor mask_c = mask.cpu, mask_g = mask.dev;
+    mask_c.ne[0] = mask_g.ne[0] = mask_cols;
+
     Pair q = make_f32({c.hd_k, c.n_head, T}, random_floats(size_t(c.hd_k * c.n_head * T), rng));
     Pair out = make_out(DType::F32, {c.hd_v, c.n_head, T});
     Pair positions = make_i32({T}, pos), seq_slot = make_i32({T}, seq), block_end = make_i32({T}, bend),
-         kv_begin = make_i32({T}, kvb), bt = make_i32({max_blocks, n_seqs}, tables), sl = make_i32({n_seqs}, lens);
+         kv_begin = make_i32({T}, kvb), bt = make_i32({max_blocks, n_seqs}, bt_tables),
+         sl = make_i32({n_seqs}, lens);
     auto batch_for = [&](bool dev) {
       AttentionBatch b;
       b.mask = c.mask;
@@ -113,6 +168,7 @@ class GpuAttention : public GpuTest {
       b.seq_lens = dev ? sl.dev : sl.cpu;
       if (c.mask == MaskKind::Block) b.block_end = dev ? block_end.dev : block_end.cpu;
       if (c.kv_begin) b.kv_begin = dev ? kv_begin.dev : kv_begin.cpu;
+      if (c.mask == MaskKind::Explicit) b.explicit_mask = dev ? mask_g : mask_c;
       b.sliding_window = c.sliding_window;
       b.max_seq_len = max_len;
       return b;
@@ -124,7 +180,23 @@ class GpuAttention : public GpuTest {
     EXPECT_LT(rel_l2(g, ref), c.tol);
     if (c.padding_row) {
       const size_t r = size_t(c.seqs[0].new_rows);  // the padding row's index
-      for (int64_t i = 0; i < c.hd_v * c.n_head; ++i) ASSERT_EQ(g[r * size_t(c.hd_v * c.n_head) + size_t(i)], 0.0f);
+      for (int64_t i = 0; i < c.hd_v * c.n_head; ++i)
+        ASSERT_EQ(g[r * size_t(c.hd_v * c.n_head) + size_t(i)], 0.0f);
+    }
+    if (c.mask == MaskKind::Explicit && c.all_masked_row >= 0) {
+      const size_t r = size_t(c.all_masked_row);
+      for (int64_t i = 0; i < c.hd_v * c.n_head; ++i) {
+        ASSERT_EQ(ref[r * size_t(c.hd_v * c.n_head) + size_t(i)], 0.0f) << "CPU, all -inf row";
+        ASSERT_EQ(g[r * size_t(c.hd_v * c.n_head) + size_t(i)], 0.0f) << "GPU, all -inf row";
+      }
+    }
+    if (c.evict) {  // the same batch over the full block tables gives the same result
+      Pair bt_full = make_i32({max_blocks, n_seqs}, tables);
+      Pair out_full = make_out(DType::F32, {c.hd_v, c.n_head, T});
+      AttentionBatch b = batch_for(true);
+      b.block_tables = bt_full.dev;
+      gops().attention(gs(), q.dev, kv_g, b, scale, out_full.dev);
+      EXPECT_EQ(download_f32(out_full), g);
     }
   }
 };
@@ -165,6 +237,78 @@ TEST_F(GpuAttention, PrefillKernelTensorCores) {
   k.kv_begin = true;
   k.padding_row = true;
   k.tol = 1.5e-2;
+  run(k, seed++);
+}
+
+TEST_F(GpuAttention, ExplicitMaskDecodeSized) {
+  uint32_t seed = 500;
+  // T = 1 .. 4 rows (the split-K decode kernel), contexts up to 3 splits of 256, mask columns fewer than the
+  // longest sequence.
+  const std::vector<std::vector<Seq>> batches = {
+      {{700, 1}}, {{300, 1}, {5, 1}}, {{600, 2}, {9, 1}}, {{0, 1}, {700, 1}, {3, 1}, {290, 1}}};
+  for (DType cache : {DType::F32, DType::F16, DType::BF16})
+    for (const auto& seqs : batches)
+      for (auto [nh, nkv] : {std::pair<int, int>{4, 4}, {8, 2}}) {
+        Case c{MaskKind::Explicit, nh, nkv, 64, 40, cache, seqs};
+        c.mask_cols = 650;
+        if (seqs.size() > 1) c.all_masked_row = 0;
+        run(c, seed++);
+      }
+  Case w{MaskKind::Explicit, 8, 2, 128, 128, DType::BF16, {{300, 2}, {700, 1}}};
+  w.sliding_window = 100;
+  w.kv_begin = true;
+  w.padding_row = true;
+  w.all_masked_row = 1;
+  run(w, seed++);
+  // 170 rows on an f32 cache: the decode kernel in 64-row chunks (the mask pointer moves with the chunk).
+  Case chunks{MaskKind::Explicit, 4, 2, 64, 64, DType::F32, {{0, 100}, {30, 70}}};
+  chunks.mask_cols = 97;
+  chunks.all_masked_row = 130;
+  run(chunks, seed++);
+}
+
+TEST_F(GpuAttention, ExplicitMaskPrefillSized) {
+  uint32_t seed = 600;
+  const std::vector<Seq> seqs = {{0, 100}, {30, 70}, {5, 1}};  // 171 rows: the tensor-core kernel
+  for (DType cache : {DType::BF16, DType::F16})
+    for (int hd : {64, 128}) {
+      Case c{MaskKind::Explicit, 8, 2, hd, hd, cache, seqs};
+      c.tol = cache == DType::BF16 ? 1.5e-2 : 2e-3;
+      c.mask_cols = 90;
+      c.all_masked_row = 70;
+      run(c, seed++);
+    }
+  Case w{MaskKind::Explicit, 4, 4, 128, 128, DType::BF16, {{300, 64}, {0, 64}}};
+  w.sliding_window = 40;
+  w.padding_row = true;
+  w.all_masked_row = 3;
+  w.tol = 1.5e-2;
+  run(w, seed++);
+}
+
+TEST_F(GpuAttention, EvictedBlocksBeforeTheWindow) {
+  uint32_t seed = 700;
+  // Decode kernel: few rows far into their sequences.
+  for (MaskKind mask : {MaskKind::Causal, MaskKind::Explicit})
+    for (DType cache : {DType::F32, DType::BF16}) {
+      Case d{mask, 8, 2, 64, 40, cache, {{300, 2}, {700, 1}, {40, 1}}};
+      d.sliding_window = 100;
+      d.evict = true;
+      run(d, seed++);
+    }
+  // Prefill kernel: 144 rows whose windows start well after position 0.
+  for (MaskKind mask : {MaskKind::Causal, MaskKind::Explicit})
+    for (DType cache : {DType::BF16, DType::F16}) {
+      Case p{mask, 8, 2, 128, 128, cache, {{200, 80}, {150, 64}}};
+      p.sliding_window = 40;
+      p.evict = true;
+      p.tol = cache == DType::BF16 ? 1.5e-2 : 2e-3;
+      run(p, seed++);
+    }
+  Case k{MaskKind::Bidirectional, 4, 2, 64, 64, DType::F16, {{100, 70}}};
+  k.kv_begin = true;  // kv_begin = p / 3: the lowest row begins at 33
+  k.evict = true;
+  k.tol = 2e-3;
   run(k, seed++);
 }
 

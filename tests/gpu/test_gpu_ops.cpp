@@ -1,10 +1,11 @@
-// CUDA row and elementwise ops against the CPU ops on random data, odd shapes, strided views; outputs poisoned
-// (NaN) before each run so that an unwritten element fails the comparison.
+// CUDA row and elementwise ops against the CPU ops on random data, odd shapes, strided views; outputs
+// poisoned (NaN) before each run so that an unwritten element fails the comparison.
 //
-// Error bounds: get_rows, copy, fill, add, mul, scale are exact (the same f32 operations, or exact dequantized
-// values). rms_norm, softmax, silu/gelu, softcap, rope use library exp/tanh/sqrt/sin/cos whose CUDA and glibc
-// versions differ by a few ulp: relative L2 error < 1e-5 (rope: < 1e-5 with positions up to 4096, where an ulp
-// of theta is ~5e-4 rad... both compute theta with the same float operations, so only sin/cos differ).
+// Error bounds: get_rows, embed_rows, copy, fill, add, mul, scale are exact (the same f32 operations, or
+// exact dequantized values). rms_norm, softmax, silu/gelu, softcap, rope use library exp/tanh/sqrt/sin/cos
+// whose CUDA and glibc versions differ by a few ulp: relative L2 error < 1e-5 (rope: < 1e-5 with positions up
+// to 4096, where an ulp of theta is ~5e-4 rad... both compute theta with the same float operations, so only
+// sin/cos differ).
 #include <algorithm>
 
 #include "gpu_test_util.h"
@@ -137,7 +138,50 @@ TEST_F(GpuOps, GetRowsEveryDtype) {
     const auto got = download_f32(out);
     for (size_t r = 0; r < id.size(); ++r)
       for (int64_t i = 0; i < n; ++i)
-        ASSERT_EQ(got[r * size_t(n) + size_t(i)], values[size_t(id[r]) * size_t(n) + size_t(i)]) << r << "," << i;
+        ASSERT_EQ(got[r * size_t(n) + size_t(i)], values[size_t(id[r]) * size_t(n) + size_t(i)])
+            << r << "," << i;
+  }
+}
+
+// embed_rows against the CPU op: token only / added only / both / neither rows, a strided added tensor (NaN
+// in the gaps), scale 1 and sqrt(n_embd). Bitwise: both compute the f32 product then the f32 sum, never
+// fused, and the dequantized values are exact on both sides.
+TEST_F(GpuOps, EmbedRowsMatchesCpu) {
+  std::mt19937 rng(14);
+  for (DType t : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_K}) {
+    SCOPED_TRACE(dtype_name(t));
+    const int64_t n = dtype_block_size(t) > 32 ? 512 : 96, vocab = 50, n_added = 7, stride = n + 16;
+    std::vector<float> values;
+    const auto bytes = random_weights(t, n, vocab, rng, values);
+    Pair table = make(t, {n, vocab}, bytes.data());
+    std::vector<float> added_host = random_floats(size_t(stride * n_added), rng, -2.0f, 2.0f);
+    for (int64_t r = 0; r < n_added; ++r)
+      for (int64_t i = n; i < stride; ++i) added_host[size_t(r * stride + i)] = NAN;
+    Pair added = make_f32({stride, n_added}, added_host);
+    Tensor added_c = added.cpu, added_g = added.dev;
+    added_c.ne[0] = added_g.ne[0] = n;
+    // token only, added only, both, neither, both, token only (the last token of the table), both
+    const std::vector<int32_t> id = {3, -1, 49, -1, 0, 49, 17}, aid = {-1, 6, 0, -1, 3, -1, 6};
+    const int64_t T = int64_t(id.size());
+    Pair ids = make_i32({T}, id), aids = make_i32({T}, aid);
+    for (float scale : {1.0f, std::sqrt(float(n))}) {
+      SCOPED_TRACE(scale);
+      Pair out = make_out(DType::F32, {n, T});
+      gops().embed_rows(gs(), table.dev, ids.dev, scale, &added_g, &aids.dev, out.dev);
+      cops().embed_rows(cs(), table.cpu, ids.cpu, scale, &added_c, &aids.cpu, out.cpu);
+      const auto got = download_f32(out), want = host_f32(out);
+      for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << "element " << i;
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(got[size_t(3 * n + i)], 0.0f) << "a row with neither is 0";
+      // No added tensor: equals get_rows * scale (bit for bit at scale 1).
+      Pair plain = make_out(DType::F32, {n, T}), rows = make_out(DType::F32, {n, T});
+      std::vector<int32_t> tok = id;
+      for (auto& x : tok) x = x < 0 ? 1 : x;  // get_rows needs a token in every row
+      Pair tok_ids = make_i32({T}, tok);
+      gops().embed_rows(gs(), table.dev, tok_ids.dev, scale, nullptr, nullptr, plain.dev);
+      gops().get_rows(gs(), table.dev, tok_ids.dev, rows.dev);
+      const auto p = download_f32(plain), r = download_f32(rows);
+      for (size_t i = 0; i < p.size(); ++i) ASSERT_EQ(p[i], r[i] * scale) << "element " << i;
+    }
   }
 }
 
@@ -182,7 +226,7 @@ TEST_F(GpuOps, ArgmaxAndSampling) {
   std::vector<float> u(static_cast<size_t>(T));
   for (auto& x : u) x = std::uniform_real_distribution<float>(0.0f, 0.999f)(rng);
   Pair uni = make_f32({T}, u);
-  const SamplerParams cases[] = {{0.0f, 0, 1.0f, 0.0f}, {1.0f, 0, 1.0f, 0.0f},  {0.8f, 40, 1.0f, 0.0f},
+  const SamplerParams cases[] = {{0.0f, 0, 1.0f, 0.0f}, {1.0f, 0, 1.0f, 0.0f},    {0.8f, 40, 1.0f, 0.0f},
                                  {1.0f, 0, 0.9f, 0.0f}, {0.7f, 50, 0.95f, 0.05f}, {1.2f, 1, 1.0f, 0.0f},
                                  {1.0f, 0, 1.0f, 0.1f}};
   for (const SamplerParams& p : cases) {

@@ -5,6 +5,8 @@
 // of the tile for each of its query heads, then the running max / sum / accumulator update (flash-attention
 // style), so no T x seq_len matrix exists. A task is (row, KV head, a subset of the query heads of that KV
 // head's GQA group): each K/V row is loaded once for all the task's query heads and never copied or repeated.
+// An Explicit mask adds its bias to the scores; a tile whose scores (and all before it) are -inf is skipped,
+// so exp(-inf - -inf) never happens and a row with no finite score gets 0.
 #include <algorithm>
 #include <cmath>
 
@@ -129,6 +131,45 @@ bool is_cache_type(DType t) {
   return t == DType::F32 || t == DType::F16 || t == DType::BF16;
 }
 
+// The metadata of a batch as host pointers, and the visible range [lo, hi) of a row (backend.h,
+// AttentionBatch). hi <= lo means the row sees nothing (padding rows included).
+struct RowMeta {
+  MaskKind mask;
+  const int32_t* pos;
+  const int32_t* seq;
+  const int32_t* lens;
+  const int32_t* block_end;
+  const int32_t* kv_begin;
+  int64_t mask_cols;
+  int sliding_window;
+
+  void range(int64_t r, int64_t* lo_out, int64_t* hi_out) const {
+    int64_t lo = 0, hi = 0;
+    const int32_t s = seq[r];
+    if (s >= 0) {
+      const int64_t p = pos[r], len = lens[s];
+      switch (mask) {
+        case MaskKind::Causal:
+          hi = std::min<int64_t>(p + 1, len);
+          break;
+        case MaskKind::Bidirectional:
+          hi = len;
+          break;
+        case MaskKind::Block:
+          hi = std::min<int64_t>(block_end[r], len);
+          break;
+        case MaskKind::Explicit:
+          hi = std::min<int64_t>(mask_cols, len);
+          break;
+      }
+      if (sliding_window > 0) lo = std::max<int64_t>(lo, p - sliding_window + 1);
+      if (kv_begin) lo = std::max<int64_t>(lo, kv_begin[r]);
+    }
+    *lo_out = lo;
+    *hi_out = hi;
+  }
+};
+
 }  // namespace
 
 size_t attention_scratch_floats(int64_t n_head, int64_t head_dim) {
@@ -176,6 +217,17 @@ void attention(ThreadPool& pool, Workspace& ws, const Tensor& q, const KvLayerVi
   if (block_mask) check_i32_vector(op, "batch.block_end", batch.block_end, T);
   const bool has_begin = batch.kv_begin.data != nullptr;
   if (has_begin) check_i32_vector(op, "batch.kv_begin", batch.kv_begin, T);
+  const bool explicit_mask = batch.mask == MaskKind::Explicit;
+  if (explicit_mask) {
+    check_f32(op, "batch.explicit_mask", batch.explicit_mask);
+    TANDEM_CPU_CHECK(
+        batch.explicit_mask.ne[1] == T && batch.explicit_mask.ne[2] == 1 && batch.explicit_mask.ne[3] == 1,
+        "attention: batch.explicit_mask must have shape {mask_cols, n_rows = " + std::to_string(T) +
+            "}, got " + batch.explicit_mask.shape_string());
+  }
+  TANDEM_CPU_CHECK(
+      batch.mask == MaskKind::Causal || batch.mask == MaskKind::Bidirectional || block_mask || explicit_mask,
+      "attention: unknown mask kind " + std::to_string(int(batch.mask)));
   TANDEM_CPU_CHECK(batch.sliding_window >= 0, "attention: sliding_window must be >= 0");
 
   const int32_t* pos = batch.positions.ptr<int32_t>();
@@ -185,23 +237,43 @@ void attention(ThreadPool& pool, Workspace& ws, const Tensor& q, const KvLayerVi
   const int32_t* block_end = block_mask ? batch.block_end.ptr<int32_t>() : nullptr;
   const int32_t* kv_begin = has_begin ? batch.kv_begin.ptr<int32_t>() : nullptr;
 
-  // Validate the metadata on the host: a bad index would otherwise read outside the cache.
+  RowMeta meta;
+  meta.mask = batch.mask;
+  meta.pos = pos;
+  meta.seq = seq;
+  meta.lens = lens;
+  meta.block_end = block_end;
+  meta.kv_begin = kv_begin;
+  meta.mask_cols = explicit_mask ? batch.explicit_mask.ne[0] : 0;
+  meta.sliding_window = batch.sliding_window;
+
+  // Validate the metadata on the host: a bad index would otherwise read outside the cache. An entry may be -1
+  // (a block a sliding-window layer evicted) unless a row reads it.
   for (int64_t s = 0; s < n_seqs; ++s) {
     TANDEM_CPU_CHECK(lens[s] >= 0 && lens[s] <= max_blocks * bs,
                      "attention: seq_lens[" + std::to_string(s) + "] = " + std::to_string(lens[s]) +
                          " exceeds the block table (" + std::to_string(max_blocks * bs) + " positions)");
     for (int64_t b = 0; b < (lens[s] + bs - 1) / bs; ++b) {
       const int32_t phys = tables[s * max_blocks + b];
-      TANDEM_CPU_CHECK(phys >= 0 && phys < n_blocks, "attention: block_tables[" + std::to_string(s) + "][" +
-                                                         std::to_string(b) + "] = " + std::to_string(phys) +
-                                                         " is not a cache block (0.." +
-                                                         std::to_string(n_blocks - 1) + ")");
+      TANDEM_CPU_CHECK(phys >= -1 && phys < n_blocks,
+                       "attention: block_tables[" + std::to_string(s) + "][" + std::to_string(b) +
+                           "] = " + std::to_string(phys) + " is not a cache block (0.." +
+                           std::to_string(n_blocks - 1) + ") nor -1 (evicted)");
     }
   }
-  for (int64_t r = 0; r < T; ++r)
+  for (int64_t r = 0; r < T; ++r) {
     TANDEM_CPU_CHECK(seq[r] < n_seqs, "attention: seq_slot[" + std::to_string(r) +
                                           "] = " + std::to_string(seq[r]) +
                                           " is not a sequence of the batch (" + std::to_string(n_seqs) + ")");
+    int64_t lo = 0, hi = 0;
+    meta.range(r, &lo, &hi);
+    for (int64_t b = lo / bs; lo < hi && b <= (hi - 1) / bs; ++b)
+      TANDEM_CPU_CHECK(tables[seq[r] * max_blocks + b] >= 0,
+                       "attention: row " + std::to_string(r) + " (sequence " + std::to_string(seq[r]) +
+                           ") sees positions " + std::to_string(lo) + ".." + std::to_string(hi - 1) +
+                           ", but block_tables[" + std::to_string(seq[r]) + "][" + std::to_string(b) +
+                           "] = -1 (an evicted block)");
+  }
   if (T == 0 || n_head == 0) return;
 
   const int64_t group = n_head / n_kv;
@@ -231,25 +303,9 @@ void attention(ThreadPool& pool, Workspace& ws, const Tensor& q, const KvLayerVi
       return reinterpret_cast<const float*>(static_cast<const char*>(q.data) + h * q.nb[1] + r * q.nb[2]);
     };
 
-    // visible range [lo, hi)
     int64_t lo = 0, hi = 0;
+    meta.range(r, &lo, &hi);
     const int32_t s = seq[r];
-    if (s >= 0) {
-      const int64_t p = pos[r], len = lens[s];
-      switch (batch.mask) {
-        case MaskKind::Causal:
-          hi = std::min<int64_t>(p + 1, len);
-          break;
-        case MaskKind::Bidirectional:
-          hi = len;
-          break;
-        case MaskKind::Block:
-          hi = std::min<int64_t>(block_end[r], len);
-          break;
-      }
-      if (batch.sliding_window > 0) lo = std::max<int64_t>(lo, p - batch.sliding_window + 1);
-      if (kv_begin) lo = std::max<int64_t>(lo, kv_begin[r]);
-    }
     if (hi <= lo) {
       for (int64_t h = h0; h < h0 + nh; ++h) std::fill_n(out_row(h), hd_v, 0.0f);
       return;
@@ -269,6 +325,10 @@ void attention(ThreadPool& pool, Workspace& ws, const Tensor& q, const KvLayerVi
     const char* kbase = static_cast<const char*>(kv.k.data) + kvh * kv.k.nb[1];
     const char* vbase = static_cast<const char*>(kv.v.data) + kvh * kv.v.nb[1];
     const void* vrows[kTile];
+    const float* bias =
+        explicit_mask ? reinterpret_cast<const float*>(static_cast<const char*>(batch.explicit_mask.data) +
+                                                       r * batch.explicit_mask.nb[1])
+                      : nullptr;
 
     for (int64_t j0 = lo; j0 < hi; j0 += kTile) {
       const int n = int(std::min<int64_t>(kTile, hi - j0));
@@ -277,12 +337,18 @@ void attention(ThreadPool& pool, Workspace& ws, const Tensor& q, const KvLayerVi
         const void* krow = kbase + size_t(slot) * kv.k.nb[2];
         vrows[jj] = vbase + size_t(slot) * kv.v.nb[2];
         for (int64_t h = 0; h < nh; ++h) scores[h * kTile + jj] = scale * dot(q_row(h0 + h), krow, hd_k);
+        if (bias)
+          for (int64_t h = 0; h < nh; ++h) scores[h * kTile + jj] += bias[j0 + jj];
       }
       for (int64_t h = 0; h < nh; ++h) {
         float* sc = scores + h * kTile;
         float m = run_max[h];
         for (int jj = 0; jj < n; ++jj) m = std::max(m, sc[jj]);
-        const float correction = std::exp(run_max[h] - m);  // 0 on the first tile (exp(-inf))
+        if (m == -INFINITY) {  // every score so far is -inf (Explicit mask): this tile adds nothing
+          std::fill_n(sc, n, 0.0f);
+          continue;
+        }
+        const float correction = std::exp(run_max[h] - m);  // 0 on the first visible tile (exp(-inf))
         float sum = run_sum[h] * correction;
         float* a = acc + h * hd_v;
         if (correction != 1.0f)
@@ -298,8 +364,12 @@ void attention(ThreadPool& pool, Workspace& ws, const Tensor& q, const KvLayerVi
         for (int64_t h = 0; h < nh; ++h) axpy(acc + h * hd_v, scores[h * kTile + jj], vrows[jj], hd_v);
     }
     for (int64_t h = 0; h < nh; ++h) {
-      const float inv = 1.0f / run_sum[h];
       float* o = out_row(h0 + h);
+      if (run_sum[h] == 0.0f) {  // every visible score was -inf
+        std::fill_n(o, hd_v, 0.0f);
+        continue;
+      }
+      const float inv = 1.0f / run_sum[h];
       for (int64_t i = 0; i < hd_v; ++i) o[i] = acc[h * hd_v + i] * inv;
     }
   });

@@ -35,6 +35,10 @@ void CpuOps::matmul(Stream&, const Tensor& W, const Tensor& x, const Tensor& y) 
 void CpuOps::get_rows(Stream&, const Tensor& table, const Tensor& ids, const Tensor& out) {
   cpu::get_rows(pool_, table, ids, out);
 }
+void CpuOps::embed_rows(Stream&, const Tensor& table, const Tensor& ids, float scale, const Tensor* added,
+                        const Tensor* added_ids, const Tensor& out) {
+  cpu::embed_rows(pool_, table, ids, scale, added, added_ids, out);
+}
 void CpuOps::rms_norm(Stream&, const Tensor& x, const Tensor* weight, float eps, const Tensor& out) {
   cpu::rms_norm(pool_, x, weight, eps, out);
 }

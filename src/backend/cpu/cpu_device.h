@@ -39,6 +39,8 @@ class CpuOps final : public Ops {
 
   void matmul(Stream&, const Tensor& W, const Tensor& x, const Tensor& y) override;
   void get_rows(Stream&, const Tensor& table, const Tensor& ids, const Tensor& out) override;
+  void embed_rows(Stream&, const Tensor& table, const Tensor& ids, float scale, const Tensor* added,
+                  const Tensor* added_ids, const Tensor& out) override;
   void rms_norm(Stream&, const Tensor& x, const Tensor* weight, float eps, const Tensor& out) override;
   void rope(Stream&, const Tensor& x, const Tensor& positions, const RopeParams& p) override;
   void kv_store(Stream&, const KvLayerView& kv, const Tensor& k, const Tensor& v,

@@ -87,6 +87,8 @@ int64_t items_per_task(int64_t n, int n_threads, int64_t min_per_task, int tasks
 
 void matmul(ThreadPool& pool, Workspace& ws, const Tensor& W, const Tensor& x, const Tensor& y);
 void get_rows(ThreadPool& pool, const Tensor& table, const Tensor& ids, const Tensor& out);
+void embed_rows(ThreadPool& pool, const Tensor& table, const Tensor& ids, float scale, const Tensor* added,
+                const Tensor* added_ids, const Tensor& out);
 void rms_norm(ThreadPool& pool, const Tensor& x, const Tensor* weight, float eps, const Tensor& out);
 void rope(ThreadPool& pool, Workspace& ws, const Tensor& x, const Tensor& positions, const RopeParams& p);
 void kv_store(ThreadPool& pool, const KvLayerView& kv, const Tensor& k, const Tensor& v,

@@ -1,4 +1,5 @@
-// Elementwise and row-copy ops: activations, add/mul/scale/softcap/fill, dtype copies, get_rows, kv_store.
+// Elementwise and row-copy ops: activations, add/mul/scale/softcap/fill, dtype copies, get_rows, embed_rows,
+// kv_store.
 // These are memory-bound; plain loops (auto-vectorised at the baseline ISA) are enough. Work is split over
 // rows.
 #include <algorithm>
@@ -198,6 +199,58 @@ void get_rows(ThreadPool& pool, const Tensor& table, const Tensor& ids, const Te
                                                         std::to_string(t) + " is out of range [0, " +
                                                         std::to_string(n_vocab) + ")");
   for_rows(pool, T, n, [&](int64_t t) { load_row(table.type, table.row(id[t]), frow(out, t), n); });
+}
+
+void embed_rows(ThreadPool& pool, const Tensor& table, const Tensor& ids, float scale, const Tensor* added,
+                const Tensor* added_ids, const Tensor& out) {
+  const char* op = "embed_rows";
+  check_on_cpu(op, "table", table);
+  TANDEM_CPU_CHECK(table.ne[2] == 1 && table.ne[3] == 1,
+                   "embed_rows: table must be {n_embd, n_rows}, got " + table.shape_string());
+  TANDEM_CPU_CHECK(table.nb[0] == dtype_block_bytes(table.type),
+                   "embed_rows: table must have contiguous rows");
+  const int64_t n = table.ne[0], n_vocab = table.ne[1];
+  check_i32_vector(op, "ids", ids, ids.ne[0]);
+  const int64_t T = ids.ne[0];
+  check_f32(op, "out", out);
+  check_dims(op, "out", out, n, T);
+  int64_t n_added = 0;
+  if (added) {
+    check_f32(op, "added", *added);
+    TANDEM_CPU_CHECK(added->ne[0] == n && added->ne[2] == 1 && added->ne[3] == 1,
+                     "embed_rows: added must be {n_embd = " + std::to_string(n) + ", n_added}, got " +
+                         added->shape_string());
+    n_added = added->ne[1];
+    TANDEM_CPU_CHECK(added_ids != nullptr, "embed_rows: added is given, added_ids must be too");
+    check_i32_vector(op, "added_ids", *added_ids, T);
+  }
+  const int32_t* id = ids.ptr<int32_t>();
+  const int32_t* aid = added ? added_ids->ptr<int32_t>() : nullptr;
+  for (int64_t t = 0; t < T; ++t) {
+    TANDEM_CPU_CHECK(id[t] >= -1 && id[t] < n_vocab, "embed_rows: id " + std::to_string(id[t]) + " at row " +
+                                                         std::to_string(t) + " is out of range [0, " +
+                                                         std::to_string(n_vocab) + ") and not -1 (no token)");
+    if (aid)
+      TANDEM_CPU_CHECK(aid[t] >= -1 && aid[t] < n_added,
+                       "embed_rows: added_ids " + std::to_string(aid[t]) + " at row " + std::to_string(t) +
+                           " is out of range [0, " + std::to_string(n_added) +
+                           ") and not -1 (nothing added)");
+  }
+  for_rows(pool, T, n, [&](int64_t t) {
+    float* o = frow(out, t);
+    if (id[t] >= 0) {
+      load_row(table.type, table.row(id[t]), o, n);
+      // The product is rounded to f32 before the sum below (separate statements, no fused multiply-add).
+      if (scale != 1.0f)
+        for (int64_t i = 0; i < n; ++i) o[i] = o[i] * scale;
+    } else {
+      std::fill_n(o, n, 0.0f);
+    }
+    if (aid && aid[t] >= 0) {
+      const float* a = frow(*added, aid[t]);
+      for (int64_t i = 0; i < n; ++i) o[i] = o[i] + a[i];
+    }
+  });
 }
 
 void kv_store(ThreadPool& pool, const KvLayerView& kv, const Tensor& k, const Tensor& v,

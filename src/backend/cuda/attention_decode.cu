@@ -1,9 +1,10 @@
 // Paged flash-decoding: attention for any number of query rows, split over the cache length.
 //
 // Grid: (split, kv head, row). A block takes the cache positions [split * kDecodeSplit, +kDecodeSplit) of one
-// row that the row may see, for all query heads that share the KV head (GQA: K/V are read once per group, never
-// repeated in memory), and writes an unnormalised partial output with its running max and sum. A second kernel
-// combines the splits of each (row, head). Scores are f32; softmax is the usual max-subtracted exp.
+// row that the row may see, for all query heads that share the KV head (GQA: K/V are read once per group,
+// never repeated in memory), and writes an unnormalised partial output with its running max and sum. A second
+// kernel combines the splits of each (row, head). Scores are f32 (plus the Explicit mask's bias); softmax is
+// the usual max-subtracted exp. Block-table entries are read only for the positions [lo, hi) a row sees.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -33,9 +34,9 @@ __global__ void __launch_bounds__(kThreads)
                            DecodeShape sh, int gqa, bool k_vec, float* __restrict__ part_o,
                            float2* __restrict__ part_ml) {
   extern __shared__ int64_t smem_i64[];
-  int64_t* slot_s = smem_i64;                                  // [kDecodeSplit]
+  int64_t* slot_s = smem_i64;                                    // [kDecodeSplit]
   float* q_s = reinterpret_cast<float*>(slot_s + kDecodeSplit);  // [gqa][hd_k]
-  float* p_s = q_s + gqa * sh.hd_k;                            // [gqa][kDecodeSplit]
+  float* p_s = q_s + gqa * sh.hd_k;                              // [gqa][kDecodeSplit]
   __shared__ float red[32];
 
   const int split = blockIdx.x;
@@ -46,7 +47,8 @@ __global__ void __launch_bounds__(kThreads)
   if (rr.seq < 0) return;  // padding row: the combine kernel writes zeros
   const int j0 = max(rr.lo, split * kDecodeSplit);
   const int j1 = min(rr.hi, (split + 1) * kDecodeSplit);
-  const int64_t part_base = (r * sh.n_head + int64_t(g) * gqa) * sh.n_splits + split;  // head h adds h*n_splits
+  const int64_t part_base =
+      (r * sh.n_head + int64_t(g) * gqa) * sh.n_splits + split;  // head h adds h*n_splits
   if (j0 >= j1) {
     for (int h = tid; h < gqa; h += blockDim.x)
       part_ml[part_base + int64_t(h) * sh.n_splits] = make_float2(-INFINITY, 0.0f);
@@ -90,20 +92,22 @@ __global__ void __launch_bounds__(kThreads)
           if (h < gqa) acc[h] += q_s[h * sh.hd_k + d] * kv;
       }
     }
+    const float bias = mask_bias(meta, r, j0 + jj);  // Explicit mask (0 otherwise); -inf hides
 #pragma unroll
     for (int h = 0; h < G; ++h)
-      if (h < gqa) p_s[h * kDecodeSplit + jj] = acc[h];
+      if (h < gqa) p_s[h * kDecodeSplit + jj] = acc[h] + bias;
   }
   __syncthreads();
 
-  // Softmax pieces per head: max, exp, sum.
+  // Softmax pieces per head: max, exp, sum. A split whose scores are all -inf (Explicit mask) gets m = -inf
+  // and l = 0, which the combine kernel skips (no exp(-inf - -inf)).
   for (int h = 0; h < gqa; ++h) {
     float m = -INFINITY;
     for (int jj = tid; jj < n; jj += blockDim.x) m = fmaxf(m, p_s[h * kDecodeSplit + jj]);
     m = block_max(m, red);
     float l = 0.0f;
     for (int jj = tid; jj < n; jj += blockDim.x) {
-      const float e = expf(p_s[h * kDecodeSplit + jj] - m);
+      const float e = m == -INFINITY ? 0.0f : expf(p_s[h * kDecodeSplit + jj] - m);
       p_s[h * kDecodeSplit + jj] = e;
       l += e;
     }
@@ -126,7 +130,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 __global__ void attention_combine_kernel(const float* __restrict__ part_o, const float2* __restrict__ part_ml,
-                                         AttnMeta meta, int64_t n_head, int64_t hd_v, int n_splits, RowView out) {
+                                         AttnMeta meta, int64_t n_head, int64_t hd_v, int n_splits,
+                                         RowView out) {
   const int64_t h = blockIdx.x, r = blockIdx.y;
   float* o = out.row_as<float>(r * n_head + h);
   const int seq = meta.seq_slot[r];
@@ -138,7 +143,7 @@ __global__ void attention_combine_kernel(const float* __restrict__ part_o, const
       if (ml.y > 0.0f) M = fmaxf(M, ml.x);
     }
   }
-  if (M == -INFINITY) {  // padding row, or a row that sees no position
+  if (M == -INFINITY) {  // padding row, a row that sees no position, or whose every score is -inf
     for (int64_t d = threadIdx.x; d < hd_v; d += blockDim.x) o[d] = 0.0f;
     return;
   }
@@ -158,9 +163,13 @@ __global__ void attention_combine_kernel(const float* __restrict__ part_o, const
   }
 }
 
-int n_splits_for(int64_t max_seq_len) { return int(std::max<int64_t>(1, (max_seq_len + kDecodeSplit - 1) / kDecodeSplit)); }
+int n_splits_for(int64_t max_seq_len) {
+  return int(std::max<int64_t>(1, (max_seq_len + kDecodeSplit - 1) / kDecodeSplit));
+}
 
-size_t align256(size_t n) { return (n + 255) & ~size_t(255); }
+size_t align256(size_t n) {
+  return (n + 255) & ~size_t(255);
+}
 
 template <class KTag, class VTag, int G>
 void launch_split(const AttentionArgs& a, const DecodeShape& sh, int gqa, float* part_o, float2* part_ml,
@@ -175,10 +184,10 @@ void launch_split(const AttentionArgs& a, const DecodeShape& sh, int gqa, float*
   const dim3 grid(unsigned(sh.n_splits), unsigned(sh.n_kv_head), unsigned(a.q.ne[2]));
   const bool k_vec = sh.hd_k % 8 == 0 && (reinterpret_cast<uintptr_t>(a.kv.k.data) & 15) == 0 &&
                      a.kv.k.nb[1] % 16 == 0 && a.kv.k.nb[2] % 16 == 0;
-  attention_split_kernel<KTag, VTag, G><<<grid, kThreads, smem, stream>>>(
-      row_view(a.q), static_cast<const char*>(a.kv.k.data), a.kv.k.nb[1], a.kv.k.nb[2],
-      static_cast<const char*>(a.kv.v.data), a.kv.v.nb[1], a.kv.v.nb[2], make_meta(a), sh, gqa, k_vec, part_o,
-      part_ml);
+  attention_split_kernel<KTag, VTag, G>
+      <<<grid, kThreads, smem, stream>>>(row_view(a.q), static_cast<const char*>(a.kv.k.data), a.kv.k.nb[1],
+                                         a.kv.k.nb[2], static_cast<const char*>(a.kv.v.data), a.kv.v.nb[1],
+                                         a.kv.v.nb[2], make_meta(a), sh, gqa, k_vec, part_o, part_ml);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
@@ -215,7 +224,8 @@ size_t attention_decode_scratch_bytes(int64_t T, int64_t n_head, int64_t hd_v, i
   return align256(n * size_t(hd_v) * 4) + align256(n * sizeof(float2));
 }
 
-void launch_attention_decode(const AttentionArgs& a, void* partials, size_t partials_bytes, cudaStream_t stream) {
+void launch_attention_decode(const AttentionArgs& a, void* partials, size_t partials_bytes,
+                             cudaStream_t stream) {
   const int64_t T = a.q.ne[2];
   if (T == 0) return;
   DecodeShape sh;
@@ -232,7 +242,8 @@ void launch_attention_decode(const AttentionArgs& a, void* partials, size_t part
   check(T <= 65535, "CUDA attention: at most 65535 rows per call");
   const size_t n = size_t(T) * size_t(sh.n_head) * size_t(sh.n_splits);
   float* part_o = static_cast<float*>(partials);
-  float2* part_ml = reinterpret_cast<float2*>(static_cast<char*>(partials) + align256(n * size_t(sh.hd_v) * 4));
+  float2* part_ml =
+      reinterpret_cast<float2*>(static_cast<char*>(partials) + align256(n * size_t(sh.hd_v) * 4));
   switch (a.kv.k.type) {
     case DType::F32:
       launch_v<F32Tag>(a, sh, gqa, part_o, part_ml, stream);

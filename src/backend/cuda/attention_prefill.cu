@@ -1,11 +1,11 @@
 // Flash attention for prefill (many query rows) on tensor cores (WMMA, bf16/f16 operands, f32 accumulation).
 //
 // A block of 4 warps takes 64 consecutive query rows of one query head and walks the cache in tiles of 64
-// positions: S = Q K^T on tensor cores, an online softmax per row in f32 (running max m, sum l, rescale alpha),
-// then O += P V on tensor cores with O kept in shared memory as f32. GQA reads K/V of head h / (n_head/n_kv).
-// Rows of a tile may belong to several sequences (continuous batching): the tile is processed once per distinct
-// sequence, with the rows of other sequences masked out, so the result is exact for any row order. Visibility
-// of each (row, position) follows AttentionBatch (mask kind, sliding window, kv_begin).
+// positions: S = Q K^T on tensor cores, an online softmax per row in f32 (running max m, sum l, rescale
+// alpha), then O += P V on tensor cores with O kept in shared memory as f32. GQA reads K/V of head h /
+// (n_head/n_kv). Rows of a tile may belong to several sequences (continuous batching): the tile is processed
+// once per distinct sequence, with the rows of other sequences masked out, so the result is exact for any row
+// order. Visibility of each (row, position) follows AttentionBatch (mask kind, sliding window, kv_begin).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_pipeline.h>
@@ -36,7 +36,9 @@ struct Layout {  // element strides and byte offsets of the shared-memory region
   size_t q, k, v, s, p, o, stats, bytes;
 };
 
-__host__ __device__ inline size_t round128(size_t n) { return (n + 127) & ~size_t(127); }
+__host__ __device__ inline size_t round128(size_t n) {
+  return (n + 127) & ~size_t(127);
+}
 
 __host__ __device__ inline Layout make_layout(int hd) {
   Layout L;
@@ -146,7 +148,9 @@ __global__ void __launch_bounds__(kThreads)
     if (s_cur < 0) break;
 
     for (int j0 = kv_lo; j0 < kv_hi; j0 += kBN) {
-      // K and V tiles (zeros past the end, so that P = 0 never meets garbage).
+      // K and V tiles (zeros past the end, so that P = 0 never meets garbage). [kv_lo, kv_hi) is the union of
+      // the rows' ranges; a position in a gap between them that no row sees may lie in an evicted block
+      // (entry -1): it is loaded as zeros too.
       for (int jj = tid; jj < kBN; jj += kThreads)
         slot_s[jj] = j0 + jj < kv_hi ? cache_slot(meta, s_cur, j0 + jj) : -1;
       __syncthreads();
@@ -197,7 +201,7 @@ __global__ void __launch_bounds__(kThreads)
         for (int e = 0; e < 2; ++e) {
           const int c = lane + 32 * e, j = j0 + c;
           const bool vis = row_in && j < kv_hi && j >= lo_s[i] && j < hi_s[i];
-          sv[e] = vis ? Ss[i * L.lds + c] : -INFINITY;
+          sv[e] = vis ? Ss[i * L.lds + c] + mask_bias(meta, r0 + i, j) : -INFINITY;
         }
         const float m_old = m_s[i];
         const float m_new = fmaxf(m_old, warp_max(fmaxf(sv[0], sv[1])));
@@ -253,7 +257,8 @@ void launch_typed(const AttentionArgs& a, cudaStream_t stream) {
   const Layout L = make_layout(hd);
   static std::once_flag once;
   std::call_once(once, [] {
-    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(flash_prefill_kernel<T16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(flash_prefill_kernel<T16>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            int(make_layout(kMaxHeadDim).bytes)));
   });
   const int64_t T = a.q.ne[2], n_head = a.q.ne[1];
@@ -261,8 +266,8 @@ void launch_typed(const AttentionArgs& a, cudaStream_t stream) {
   const dim3 grid(unsigned((T + kBM - 1) / kBM), unsigned(n_head));
   flash_prefill_kernel<T16><<<grid, kThreads, L.bytes, stream>>>(
       row_view(a.q), static_cast<const char*>(a.kv.k.data), a.kv.k.nb[1], a.kv.k.nb[2],
-      static_cast<const char*>(a.kv.v.data), a.kv.v.nb[1], a.kv.v.nb[2], make_meta(a), T, n_head, gqa, hd, a.scale,
-      row_view(a.out));
+      static_cast<const char*>(a.kv.v.data), a.kv.v.nb[1], a.kv.v.nb[2], make_meta(a), T, n_head, gqa, hd,
+      a.scale, row_view(a.out));
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 

@@ -30,25 +30,30 @@ void launch_kv_store(const KvLayerView& kv, const Tensor& k, const Tensor& v, co
                      cudaStream_t stream);
 // out[:, t] = table row ids[t] as F32, for any table dtype.
 void launch_get_rows(const Tensor& table, const int32_t* ids, const Tensor& out, cudaStream_t stream);
+// Ops::embed_rows in one launch: out[:, t] = (ids[t] >= 0 ? table row ids[t] * scale : 0)
+// + (added && added_ids[t] >= 0 ? added row added_ids[t] : 0). added is F32 {n_embd, n_added} or null.
+void launch_embed_rows(const Tensor& table, const int32_t* ids, float scale, const Tensor* added,
+                       const int32_t* added_ids, const Tensor& out, cudaStream_t stream);
 
-// ---- matrix-vector products for decode (gemv_dense.cu, gemv_quant.cu) --------------------------------------
-// y[o, t] = sum_i W[i, o] x[i, t] for W F32/F16/BF16 {K, N} with row stride w_ld bytes, x F32 columns of
-// x_ld floats, y columns of y_ld floats, t < T (any T; fastest for T <= kGemvMaxCols).
+// ---- matrix-vector products for decode (gemv_dense.cu, gemv_quant.cu) -------------------------------------
+// y[o, t] = sum_i W[i, o] x[i, t] for W F32/F16/BF16 {K, N} with row stride w_ld bytes, x F32 columns of x_ld
+// floats, y columns of y_ld floats, t < T (any T; fastest for T <= kGemvMaxCols).
 constexpr int kGemvMaxCols = 8;
-void launch_gemv_dense(DType wt, const void* W, size_t w_ld, int64_t K, int64_t N, const float* x, int64_t x_ld,
-                       int64_t T, float* y, int64_t y_ld, cudaStream_t stream);
+void launch_gemv_dense(DType wt, const void* W, size_t w_ld, int64_t K, int64_t N, const float* x,
+                       int64_t x_ld, int64_t T, float* y, int64_t y_ld, cudaStream_t stream);
 
 // 8-bit activations for the integer dot products: per 32 values of a column, int8 q and (d, d * sum q) with
 // x ~= d * q. xq is T columns of K bytes, xds T columns of K/32 float2. K must be a multiple of 32.
 size_t q8_activation_bytes(int64_t K, int64_t T);  // bytes of xq + xds (each part 256-byte aligned)
-void launch_quantize_q8(const float* x, int64_t x_ld, int64_t K, int64_t T, void* scratch, cudaStream_t stream);
-// y = W x for a block-quantized W (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) against the activations quantize_q8 wrote into
-// scratch. Throws Error if a row of W is too large for the shared-memory staging (K > ~40000 for Q8_0).
+void launch_quantize_q8(const float* x, int64_t x_ld, int64_t K, int64_t T, void* scratch,
+                        cudaStream_t stream);
+// y = W x for a block-quantized W (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) against the activations quantize_q8 wrote
+// into scratch. Throws Error if a row of W is too large for the shared-memory staging (K > ~40000 for Q8_0).
 void launch_gemv_quant(DType wt, const void* W, size_t w_ld, int64_t K, int64_t N, const void* scratch,
                        int64_t T, float* y, int64_t y_ld, cudaStream_t stream);
 bool gemv_quant_supports(DType wt, int64_t K);
 
-// ---- dequantization and conversion for the tensor-core path (dequant.cu) ------------------------------------
+// ---- dequantization and conversion for the tensor-core path (dequant.cu) ----------------------------------
 // n_rows rows of K values of W (any weight dtype, row stride w_ld bytes) -> bf16 (or f16 when to_f16), dense
 // with row stride K elements.
 void launch_dequantize_rows_16(DType wt, const void* W, size_t w_ld, int64_t K, int64_t n_rows, void* out,
@@ -57,7 +62,7 @@ void launch_dequantize_rows_16(DType wt, const void* W, size_t w_ld, int64_t K, 
 void launch_f32_to_16(const float* x, int64_t x_ld, int64_t K, int64_t T, void* out, bool to_f16,
                       cudaStream_t stream);
 
-// ---- attention (attention_decode.cu, attention_prefill.cu) -------------------------------------------------
+// ---- attention (attention_decode.cu, attention_prefill.cu) ------------------------------------------------
 struct AttentionArgs {
   Tensor q;    // F32 {hd_k, n_head, T}
   Tensor out;  // F32 {hd_v, n_head, T}
@@ -70,24 +75,29 @@ struct AttentionArgs {
   const int32_t* seq_lens = nullptr;
   const int32_t* block_end = nullptr;
   const int32_t* kv_begin = nullptr;
+  const float* explicit_mask = nullptr;  // Explicit only: row r's biases at explicit_mask + r * mask_stride
+  int64_t mask_stride = 0;               // floats between rows of explicit_mask
+  int mask_cols = 0;
   int sliding_window = 0;
   int max_seq_len = 0;
   float scale = 1.0f;
 };
-// Split-K flash decoding: any T, any head dims; partial results go to `partials` (attention_decode_scratch_bytes).
+// Split-K flash decoding: any T, any head dims; partial results go to `partials`
+// (attention_decode_scratch_bytes).
 constexpr int kDecodeSplit = 256;  // cache positions per split
 size_t attention_decode_scratch_bytes(int64_t T, int64_t n_head, int64_t hd_v, int64_t max_seq_len);
-void launch_attention_decode(const AttentionArgs& a, void* partials, size_t partials_bytes, cudaStream_t stream);
-// Tensor-core flash attention for many rows (prefill); needs F16/BF16 K and V with equal head dims, a multiple
-// of 16 and <= 256. attention_prefill_supported says whether it applies.
+void launch_attention_decode(const AttentionArgs& a, void* partials, size_t partials_bytes,
+                             cudaStream_t stream);
+// Tensor-core flash attention for many rows (prefill); needs F16/BF16 K and V with equal head dims, a
+// multiple of 16 and <= 256. attention_prefill_supported says whether it applies.
 bool attention_prefill_supported(const AttentionArgs& a);
 void launch_attention_prefill(const AttentionArgs& a, cudaStream_t stream);
 
-// ---- sampling (sampling.cu) -----------------------------------------------------------------------------------
+// ---- sampling (sampling.cu) -------------------------------------------------------------------------------
 void launch_argmax_rows(const Tensor& logits, int32_t* out, cudaStream_t stream);
 void launch_sample_rows(const Tensor& logits, const SamplerParams& p, const float* uniforms, int32_t* out,
                         cudaStream_t stream);
-void launch_diffusion_sample_rows(const Tensor& logits, float inv_temp, const float* uniforms, int32_t* argmax,
-                                  float* entropy, int32_t* sampled, cudaStream_t stream);
+void launch_diffusion_sample_rows(const Tensor& logits, float inv_temp, const float* uniforms,
+                                  int32_t* argmax, float* entropy, int32_t* sampled, cudaStream_t stream);
 
 }  // namespace tandem::cuda

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
@@ -13,12 +14,14 @@ namespace tandem::cuda {
 namespace {
 
 // ---- argument checks (the CPU backend's rules, for tensors on this CUDA device) ---------------------------
-std::string where(const char* op, const char* name) { return std::string(op) + ": " + name; }
+std::string where(const char* op, const char* name) {
+  return std::string(op) + ": " + name;
+}
 
 void check_on_device(const char* op, const char* name, const Tensor& t, int index) {
   check(t.device == DeviceId{DeviceKind::CUDA, index},
-        where(op, name) + " lives on " + t.device.to_string() + ", but this op runs on cuda:" +
-            std::to_string(index) + " (copy it there first)");
+        where(op, name) + " lives on " + t.device.to_string() +
+            ", but this op runs on cuda:" + std::to_string(index) + " (copy it there first)");
   check(t.data != nullptr || t.nelements() == 0, where(op, name) + " has no data (null pointer)");
   for (int i = 0; i < 4; ++i) check(t.ne[i] >= 0, where(op, name) + " has a negative dimension");
 }
@@ -29,7 +32,8 @@ void check_f32(const char* op, const char* name, const Tensor& t, int index) {
   check_on_device(op, name, t, index);
   check_type(op, name, t, DType::F32);
   check(t.nb[0] == sizeof(float), where(op, name) + " must have contiguous rows (nb[0] == 4)");
-  for (int i = 1; i < 4; ++i) check(t.nb[i] % 4 == 0, where(op, name) + " must have 4-byte aligned row strides");
+  for (int i = 1; i < 4; ++i)
+    check(t.nb[i] % 4 == 0, where(op, name) + " must have 4-byte aligned row strides");
 }
 void check_i32_vector(const char* op, const char* name, const Tensor& t, int64_t n, int index) {
   check_on_device(op, name, t, index);
@@ -38,7 +42,8 @@ void check_i32_vector(const char* op, const char* name, const Tensor& t, int64_t
         where(op, name) + " must have shape {" + std::to_string(n) + "}, got " + t.shape_string());
   check(t.nb[0] == sizeof(int32_t), where(op, name) + " must be contiguous");
 }
-void check_same_shape(const char* op, const char* a_name, const Tensor& a, const char* b_name, const Tensor& b) {
+void check_same_shape(const char* op, const char* a_name, const Tensor& a, const char* b_name,
+                      const Tensor& b) {
   check(a.ne == b.ne, std::string(op) + ": " + a_name + " " + a.shape_string() + " and " + b_name + " " +
                           b.shape_string() + " must have the same shape");
 }
@@ -49,15 +54,19 @@ void check_dims(const char* op, const char* name, const Tensor& t, int64_t ne0, 
   want.ne = {ne0, ne1, ne2, ne3};
   throw Error(where(op, name) + " must have shape " + want.shape_string() + ", got " + t.shape_string());
 }
-bool is_float_type(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+bool is_float_type(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16;
+}
 void check_cache(const char* op, const KvLayerView& kv, int index) {
   check_on_device(op, "kv.k", kv.k, index);
   check_on_device(op, "kv.v", kv.v, index);
-  check(is_float_type(kv.k.type) && is_float_type(kv.v.type), std::string(op) + ": the cache must be f32, f16 or bf16");
-  check(kv.k.is_contiguous() && kv.v.is_contiguous(), std::string(op) + ": the cache tensors must be contiguous");
-  check(kv.block_size == kv.k.ne[2] && kv.block_size > 0,
-        std::string(op) + ": kv.block_size " + std::to_string(kv.block_size) + " does not match kv.k " +
-            kv.k.shape_string());
+  check(is_float_type(kv.k.type) && is_float_type(kv.v.type),
+        std::string(op) + ": the cache must be f32, f16 or bf16");
+  check(kv.k.is_contiguous() && kv.v.is_contiguous(),
+        std::string(op) + ": the cache tensors must be contiguous");
+  check(kv.block_size == kv.k.ne[2] && kv.block_size > 0, std::string(op) + ": kv.block_size " +
+                                                              std::to_string(kv.block_size) +
+                                                              " does not match kv.k " + kv.k.shape_string());
   check_dims(op, "kv.v", kv.v, kv.v.ne[0], kv.k.ne[1], kv.k.ne[2], kv.k.ne[3]);
 }
 
@@ -81,8 +90,8 @@ CudaOps::~CudaOps() {
 }
 
 void CudaOps::need(size_t have, size_t want, const char* what) const {
-  check(want <= have, std::string("CUDA ops: the workspace has ") + std::to_string(have) + " bytes for " + what +
-                          ", this call needs " + std::to_string(want) +
+  check(want <= have, std::string("CUDA ops: the workspace has ") + std::to_string(have) + " bytes for " +
+                          what + ", this call needs " + std::to_string(want) +
                           "; call Ops::reserve() with bounds covering it before the step");
 }
 
@@ -102,12 +111,14 @@ void CudaOps::reserve(const WorkspacePlan& p) {
   const int64_t rows = std::max<int64_t>(m.max_rows, 1);
   const int64_t k_in = (m.max_matmul_in + 255) / 256 * 256;
   Regions r;
-  r.act_bytes = al(std::max(q8_activation_bytes(k_in, std::min(rows, kQuantGemvMaxRows)), size_t(k_in * rows) * 2));
+  r.act_bytes =
+      al(std::max(q8_activation_bytes(k_in, std::min(rows, kQuantGemvMaxRows)), size_t(k_in * rows) * 2));
   r.dequant_bytes = m.max_matmul_in > 0 && rows > kQuantGemvMaxRows ? kDequantChunkElems * 2 : 0;
   r.lt_bytes = rows > kDenseGemvMaxRows ? kLtWorkspaceBytes : 0;
-  r.attn_bytes = m.max_n_head > 0 ? al(attention_decode_scratch_bytes(std::min(rows, kDecodeRowChunk), m.max_n_head,
-                                                                      m.max_head_dim, std::max<int64_t>(m.max_seq_len, 1)))
-                                  : 0;
+  r.attn_bytes = m.max_n_head > 0
+                     ? al(attention_decode_scratch_bytes(std::min(rows, kDecodeRowChunk), m.max_n_head,
+                                                         m.max_head_dim, std::max<int64_t>(m.max_seq_len, 1)))
+                     : 0;
   r.act = 0;
   r.dequant = r.act + r.act_bytes;
   r.lt = r.dequant + r.dequant_bytes;
@@ -143,7 +154,8 @@ void CudaOps::matmul(Stream& s, const Tensor& W, const Tensor& x, const Tensor& 
   check(W.nb[0] == dtype_block_bytes(W.type), "matmul: W must have contiguous rows");
   const int64_t K = W.ne[0], N = W.ne[1];
   check(K % dtype_block_size(W.type) == 0, "matmul: W's row length " + std::to_string(K) +
-                                               " is not a multiple of the block size of " + dtype_name(W.type));
+                                               " is not a multiple of the block size of " +
+                                               dtype_name(W.type));
   check_f32(op, "x", x, index_);
   check_f32(op, "y", y, index_);
   check(x.ne[0] == K && x.ne[2] == 1 && x.ne[3] == 1,
@@ -164,9 +176,9 @@ void CudaOps::matmul(Stream& s, const Tensor& W, const Tensor& x, const Tensor& 
   }
   // Every other path uses the workspace: the call must lie within the reserved bounds.
   check(T <= plan_.max_rows && K <= plan_.max_matmul_in,
-        "matmul: x {" + std::to_string(K) + ", " + std::to_string(T) + "} exceeds the reserved workspace bounds (" +
-            std::to_string(plan_.max_matmul_in) + " inputs, " + std::to_string(plan_.max_rows) +
-            " rows); call Ops::reserve() with larger bounds first");
+        "matmul: x {" + std::to_string(K) + ", " + std::to_string(T) +
+            "} exceeds the reserved workspace bounds (" + std::to_string(plan_.max_matmul_in) + " inputs, " +
+            std::to_string(plan_.max_rows) + " rows); call Ops::reserve() with larger bounds first");
   if (!dense && T <= kQuantGemvMaxRows && gemv_quant_supports(W.type, K)) {
     need(regions_.act_bytes, q8_activation_bytes(K, T), "8-bit activations");
     void* act = region(regions_.act);
@@ -193,8 +205,8 @@ void CudaOps::matmul(Stream& s, const Tensor& W, const Tensor& x, const Tensor& 
   void* wq = region(regions_.dequant);
   for (int64_t r0 = 0; r0 < N; r0 += chunk) {
     const int64_t n = std::min(chunk, N - r0);
-    launch_dequantize_rows_16(W.type, static_cast<const char*>(W.data) + r0 * int64_t(W.nb[1]), W.nb[1], K, n, wq,
-                              false, st);
+    launch_dequantize_rows_16(W.type, static_cast<const char*>(W.data) + r0 * int64_t(W.nb[1]), W.nb[1], K, n,
+                              wq, false, st);
     gemm_.matmul(GemmType::BF16, wq, K, x16, K, yp + r0, y_ld, n, T, K, st);
   }
 }
@@ -204,15 +216,46 @@ void CudaOps::get_rows(Stream& s, const Tensor& table, const Tensor& ids, const 
   check_on_device(op, "table", table, index_);
   check(quant::is_convertible(table.type),
         std::string("get_rows: unsupported table dtype ") + dtype_name(table.type));
-  check(table.ne[2] == 1 && table.ne[3] == 1, "get_rows: table must be {n_embd, n_rows}, got " + table.shape_string());
+  check(table.ne[2] == 1 && table.ne[3] == 1,
+        "get_rows: table must be {n_embd, n_rows}, got " + table.shape_string());
   check(table.nb[0] == dtype_block_bytes(table.type), "get_rows: table must have contiguous rows");
   const int64_t T = ids.ne[0];
   check_i32_vector(op, "ids", ids, T, index_);
   check_f32(op, "out", out, index_);
   check_dims(op, "out", out, table.ne[0], T);
-  if (!is_float_type(table.type)) check(table.ne[0] % 8 == 0, "get_rows: quantized rows must have a multiple of 8 values");
+  if (!is_float_type(table.type))
+    check(table.ne[0] % 8 == 0, "get_rows: quantized rows must have a multiple of 8 values");
   DeviceGuard g(index_);
   launch_get_rows(table, static_cast<const int32_t*>(ids.data), out, stream_of(s, index_));
+}
+
+void CudaOps::embed_rows(Stream& s, const Tensor& table, const Tensor& ids, float scale, const Tensor* added,
+                         const Tensor* added_ids, const Tensor& out) {
+  const char* op = "embed_rows";
+  check_on_device(op, "table", table, index_);
+  check(quant::is_convertible(table.type),
+        std::string("embed_rows: unsupported table dtype ") + dtype_name(table.type));
+  check(table.ne[2] == 1 && table.ne[3] == 1,
+        "embed_rows: table must be {n_embd, n_rows}, got " + table.shape_string());
+  check(table.nb[0] == dtype_block_bytes(table.type), "embed_rows: table must have contiguous rows");
+  const int64_t n = table.ne[0], T = ids.ne[0];
+  check_i32_vector(op, "ids", ids, T, index_);
+  check_f32(op, "out", out, index_);
+  check_dims(op, "out", out, n, T);
+  if (!is_float_type(table.type))
+    check(n % 8 == 0, "embed_rows: quantized rows must have a multiple of 8 values");
+  if (added) {
+    check_f32(op, "added", *added, index_);
+    check(added->ne[0] == n && added->ne[2] == 1 && added->ne[3] == 1,
+          "embed_rows: added must be {n_embd = " + std::to_string(n) + ", n_added}, got " +
+              added->shape_string());
+    check(added_ids != nullptr, "embed_rows: added is given, added_ids must be too");
+    check_i32_vector(op, "added_ids", *added_ids, T, index_);
+  }
+  DeviceGuard g(index_);
+  launch_embed_rows(table, static_cast<const int32_t*>(ids.data), scale, added,
+                    added ? static_cast<const int32_t*>(added_ids->data) : nullptr, out,
+                    stream_of(s, index_));
 }
 
 void CudaOps::rms_norm(Stream& s, const Tensor& x, const Tensor* weight, float eps, const Tensor& out) {
@@ -227,7 +270,8 @@ void CudaOps::rms_norm(Stream& s, const Tensor& x, const Tensor* weight, float e
           "rms_norm: weight must be {" + std::to_string(x.ne[0]) + "}, got " + weight->shape_string());
   }
   DeviceGuard g(index_);
-  launch_rms_norm(x, weight ? static_cast<const float*>(weight->data) : nullptr, eps, out, stream_of(s, index_));
+  launch_rms_norm(x, weight ? static_cast<const float*>(weight->data) : nullptr, eps, out,
+                  stream_of(s, index_));
 }
 
 void CudaOps::rope(Stream& s, const Tensor& x, const Tensor& positions, const RopeParams& p) {
@@ -243,7 +287,8 @@ void CudaOps::rope(Stream& s, const Tensor& x, const Tensor& positions, const Ro
   if (p.freq_factors) {
     check_f32(op, "freq_factors", *p.freq_factors, index_);
     check(p.freq_factors->ne[0] == p.n_rot / 2 && p.freq_factors->nrows() == 1,
-          "rope: freq_factors must be {" + std::to_string(p.n_rot / 2) + "}, got " + p.freq_factors->shape_string());
+          "rope: freq_factors must be {" + std::to_string(p.n_rot / 2) + "}, got " +
+              p.freq_factors->shape_string());
     ff = static_cast<const float*>(p.freq_factors->data);
   }
   DeviceGuard g(index_);
@@ -265,8 +310,8 @@ void CudaOps::kv_store(Stream& s, const KvLayerView& kv, const Tensor& k, const 
   launch_kv_store(kv, k, v, static_cast<const int32_t*>(slot_mapping.data), stream_of(s, index_));
 }
 
-void CudaOps::attention(Stream& s, const Tensor& q, const KvLayerView& kv, const AttentionBatch& batch, float scale,
-                        const Tensor& out) {
+void CudaOps::attention(Stream& s, const Tensor& q, const KvLayerView& kv, const AttentionBatch& batch,
+                        float scale, const Tensor& out) {
   const char* op = "attention";
   check_f32(op, "q", q, index_);
   check_f32(op, "out", out, index_);
@@ -291,6 +336,17 @@ void CudaOps::attention(Stream& s, const Tensor& q, const KvLayerView& kv, const
   if (block_mask) check_i32_vector(op, "batch.block_end", batch.block_end, T, index_);
   const bool has_begin = batch.kv_begin.data != nullptr;
   if (has_begin) check_i32_vector(op, "batch.kv_begin", batch.kv_begin, T, index_);
+  const bool explicit_mask = batch.mask == MaskKind::Explicit;
+  if (explicit_mask) {
+    check_f32(op, "batch.explicit_mask", batch.explicit_mask, index_);
+    check(batch.explicit_mask.ne[1] == T && batch.explicit_mask.ne[2] == 1 && batch.explicit_mask.ne[3] == 1,
+          "attention: batch.explicit_mask must have shape {mask_cols, n_rows = " + std::to_string(T) +
+              "}, got " + batch.explicit_mask.shape_string());
+    check(batch.explicit_mask.ne[0] <= INT32_MAX, "attention: batch.explicit_mask has too many columns");
+  }
+  check(
+      batch.mask == MaskKind::Causal || batch.mask == MaskKind::Bidirectional || block_mask || explicit_mask,
+      "attention: unknown mask kind " + std::to_string(int(batch.mask)));
   check(batch.sliding_window >= 0, "attention: sliding_window must be >= 0");
   check(batch.max_seq_len > 0, "attention: batch.max_seq_len must be > 0 (an upper bound of seq_lens)");
   if (T == 0) return;
@@ -309,6 +365,11 @@ void CudaOps::attention(Stream& s, const Tensor& q, const KvLayerView& kv, const
   a.seq_lens = static_cast<const int32_t*>(batch.seq_lens.data);
   a.block_end = block_mask ? static_cast<const int32_t*>(batch.block_end.data) : nullptr;
   a.kv_begin = has_begin ? static_cast<const int32_t*>(batch.kv_begin.data) : nullptr;
+  if (explicit_mask) {
+    a.explicit_mask = static_cast<const float*>(batch.explicit_mask.data);
+    a.mask_stride = int64_t(batch.explicit_mask.nb[1] / sizeof(float));
+    a.mask_cols = int(batch.explicit_mask.ne[0]);
+  }
   a.sliding_window = batch.sliding_window;
   a.max_seq_len = batch.max_seq_len;
   a.scale = scale;
@@ -320,7 +381,8 @@ void CudaOps::attention(Stream& s, const Tensor& q, const KvLayerView& kv, const
   }
   // Split-K decoding, in chunks of rows that fit the reserved partials.
   int64_t chunk = std::min<int64_t>(T, kDecodeRowChunk);
-  while (chunk > 1 && attention_decode_scratch_bytes(chunk, n_head, hd_v, a.max_seq_len) > regions_.attn_bytes)
+  while (chunk > 1 &&
+         attention_decode_scratch_bytes(chunk, n_head, hd_v, a.max_seq_len) > regions_.attn_bytes)
     chunk /= 2;
   need(regions_.attn_bytes, attention_decode_scratch_bytes(chunk, n_head, hd_v, a.max_seq_len),
        "attention partials");
@@ -333,6 +395,7 @@ void CudaOps::attention(Stream& s, const Tensor& q, const KvLayerView& kv, const
     c.seq_slot = a.seq_slot + r0;
     if (c.block_end) c.block_end = a.block_end + r0;
     if (c.kv_begin) c.kv_begin = a.kv_begin + r0;
+    if (c.explicit_mask) c.explicit_mask = a.explicit_mask + r0 * a.mask_stride;
     launch_attention_decode(c, region(regions_.attn), regions_.attn_bytes, st);
   }
 }
@@ -444,8 +507,8 @@ void CudaOps::argmax_rows(Stream& s, const Tensor& logits, const Tensor& out) {
   launch_argmax_rows(logits, static_cast<int32_t*>(out.data), stream_of(s, index_));
 }
 
-void CudaOps::sample_rows(Stream& s, const Tensor& logits, const SamplerParams& params, const Tensor& uniforms,
-                          const Tensor& out) {
+void CudaOps::sample_rows(Stream& s, const Tensor& logits, const SamplerParams& params,
+                          const Tensor& uniforms, const Tensor& out) {
   const char* op = "sample_rows";
   check_logits(op, logits, index_);
   const int64_t T = logits.ne[1];
@@ -457,8 +520,8 @@ void CudaOps::sample_rows(Stream& s, const Tensor& logits, const SamplerParams& 
   check(params.top_p > 0.0f && params.top_p <= 1.0f, "sample_rows: top_p must be in (0, 1]");
   check(params.min_p >= 0.0f && params.min_p <= 1.0f, "sample_rows: min_p must be in [0, 1]");
   DeviceGuard g(index_);
-  launch_sample_rows(logits, params, static_cast<const float*>(uniforms.data), static_cast<int32_t*>(out.data),
-                     stream_of(s, index_));
+  launch_sample_rows(logits, params, static_cast<const float*>(uniforms.data),
+                     static_cast<int32_t*>(out.data), stream_of(s, index_));
 }
 
 void CudaOps::diffusion_sample_rows(Stream& s, const Tensor& logits, float inv_temp, const Tensor& uniforms,
@@ -472,7 +535,8 @@ void CudaOps::diffusion_sample_rows(Stream& s, const Tensor& logits, float inv_t
   check_i32_vector(op, "sampled", sampled, T, index_);
   check_f32(op, "entropy", entropy, index_);
   check(entropy.ne[0] == T && entropy.nrows() == 1, "diffusion_sample_rows: entropy must be {T}");
-  check(inv_temp > 0.0f && std::isfinite(inv_temp), "diffusion_sample_rows: inv_temp must be a finite value > 0");
+  check(inv_temp > 0.0f && std::isfinite(inv_temp),
+        "diffusion_sample_rows: inv_temp must be a finite value > 0");
   DeviceGuard g(index_);
   launch_diffusion_sample_rows(logits, inv_temp, static_cast<const float*>(uniforms.data),
                                static_cast<int32_t*>(argmax.data), static_cast<float*>(entropy.data),

@@ -1,5 +1,5 @@
-// CudaOps: the Ops table on one CUDA device. Checks every argument on the host (same rules and messages as the
-// CPU backend), then enqueues the kernels of src/backend/cuda on the op's stream. Scratch memory is one
+// CudaOps: the Ops table on one CUDA device. Checks every argument on the host (same rules and messages as
+// the CPU backend), then enqueues the kernels of src/backend/cuda on the op's stream. Scratch memory is one
 // workspace sized by reserve(); no op allocates, so a decode step can be captured in a CUDA graph.
 //
 // matmul picks its path by the number of rows T of x (thresholds measured on an H100, bench/NOTES-cuda.md):
@@ -44,9 +44,12 @@ class CudaOps final : public Ops {
 
   void matmul(Stream&, const Tensor& W, const Tensor& x, const Tensor& y) override;
   void get_rows(Stream&, const Tensor& table, const Tensor& ids, const Tensor& out) override;
+  void embed_rows(Stream&, const Tensor& table, const Tensor& ids, float scale, const Tensor* added,
+                  const Tensor* added_ids, const Tensor& out) override;
   void rms_norm(Stream&, const Tensor& x, const Tensor* weight, float eps, const Tensor& out) override;
   void rope(Stream&, const Tensor& x, const Tensor& positions, const RopeParams& p) override;
-  void kv_store(Stream&, const KvLayerView& kv, const Tensor& k, const Tensor& v, const Tensor& slot_mapping) override;
+  void kv_store(Stream&, const KvLayerView& kv, const Tensor& k, const Tensor& v,
+                const Tensor& slot_mapping) override;
   void attention(Stream&, const Tensor& q, const KvLayerView& kv, const AttentionBatch& batch, float scale,
                  const Tensor& out) override;
   void silu_mul(Stream&, const Tensor& gate, const Tensor& up, const Tensor& out) override;
@@ -65,8 +68,8 @@ class CudaOps final : public Ops {
                              const Tensor& argmax, const Tensor& entropy, const Tensor& sampled) override;
 
  private:
-  struct Regions {  // byte offsets into the workspace
-    size_t act = 0, act_bytes = 0;        // q8 or 16-bit activations of a matmul
+  struct Regions {                  // byte offsets into the workspace
+    size_t act = 0, act_bytes = 0;  // q8 or 16-bit activations of a matmul
     size_t dequant = 0, dequant_bytes = 0;
     size_t lt = 0, lt_bytes = 0;
     size_t attn = 0, attn_bytes = 0;

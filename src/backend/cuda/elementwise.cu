@@ -1,6 +1,6 @@
 // Row-wise and elementwise kernels: rms_norm, rope, SwiGLU/GeGLU, add/mul, scale/softcap/fill, softmax,
-// dtype copies, kv_store and get_rows. Each is memory-bound and small next to the matmuls; they are written for
-// clarity, with one block (or warp) per row and coalesced accesses along ne[0].
+// dtype copies, kv_store, get_rows and embed_rows. Each is memory-bound and small next to the matmuls; they
+// are written for clarity, with one block (or warp) per row and coalesced accesses along ne[0].
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -17,7 +17,9 @@ namespace {
 
 constexpr int kRowThreads = 256;
 
-int threads_for_row(int64_t ne0) { return int(std::min<int64_t>(kRowThreads, ((ne0 + 31) / 32) * 32)); }
+int threads_for_row(int64_t ne0) {
+  return int(std::min<int64_t>(kRowThreads, ((ne0 + 31) / 32) * 32));
+}
 
 // ---- rms_norm: one warp per row --------------------------------------------------------------------------
 __global__ void rms_norm_kernel(RowView x, const float* __restrict__ weight, float eps, RowView out) {
@@ -33,7 +35,7 @@ __global__ void rms_norm_kernel(RowView x, const float* __restrict__ weight, flo
   for (int64_t i = lane; i < x.ne0; i += kWarpSize) yr[i] = weight ? xr[i] * inv * weight[i] : xr[i] * inv;
 }
 
-// ---- rope: one thread per rotated pair ----------------------------------------------------------------------
+// ---- rope: one thread per rotated pair --------------------------------------------------------------------
 __global__ void rope_kernel(RowView x, int64_t n_head, const int32_t* __restrict__ positions, int n_rot,
                             bool neox, float theta_scale, float freq_scale, float attn_factor,
                             const float* __restrict__ freq_factors, int64_t total) {
@@ -57,7 +59,7 @@ __global__ void rope_kernel(RowView x, int64_t n_head, const int32_t* __restrict
   xr[i1] = x0 * s + x1 * c;
 }
 
-// ---- gated activations ------------------------------------------------------------------------------------------
+// ---- gated activations ------------------------------------------------------------------------------------
 template <GluKind K>
 __global__ void glu_kernel(RowView gate, RowView up, RowView out) {
   const int64_t r = blockIdx.x;
@@ -109,7 +111,7 @@ __global__ void unary_kernel(RowView x, float value, RowView out) {
   }
 }
 
-// ---- softmax: one block per row ----------------------------------------------------------------------------
+// ---- softmax: one block per row ---------------------------------------------------------------------------
 __global__ void softmax_kernel(RowView x, RowView out) {
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x;
@@ -126,7 +128,7 @@ __global__ void softmax_kernel(RowView x, RowView out) {
   for (int64_t i = threadIdx.x; i < x.ne0; i += blockDim.x) po[i] = expf(px[i] - m) * inv;
 }
 
-// ---- copies ------------------------------------------------------------------------------------------------
+// ---- copies -----------------------------------------------------------------------------------------------
 template <class Src, class Dst>
 __global__ void convert_kernel(RowView src, RowView dst) {
   const int64_t r = blockIdx.x;
@@ -164,10 +166,10 @@ void launch_convert_from(const Tensor& src, const Tensor& dst, cudaStream_t stre
   }
 }
 
-// ---- kv_store: one block per (row t, kv head g) --------------------------------------------------------------
+// ---- kv_store: one block per (row t, kv head g) -----------------------------------------------------------
 template <class Dst>
-__global__ void kv_store_kernel(RowView src, const int32_t* __restrict__ slot_mapping, char* cache, size_t nb1,
-                                size_t nb2, size_t nb3, int block_size) {
+__global__ void kv_store_kernel(RowView src, const int32_t* __restrict__ slot_mapping, char* cache,
+                                size_t nb1, size_t nb2, size_t nb3, int block_size) {
   const int64_t r = blockIdx.x;  // r = g + n_kv_head * t
   const int64_t t = r / src.ne1, g = r % src.ne1;
   const int32_t slot = slot_mapping[t];
@@ -178,7 +180,8 @@ __global__ void kv_store_kernel(RowView src, const int32_t* __restrict__ slot_ma
   for (int64_t i = threadIdx.x; i < src.ne0; i += blockDim.x) Dst::store(pd + i, ps[i]);
 }
 
-void store_one(const Tensor& cache, int block_size, const Tensor& src, const int32_t* slots, cudaStream_t stream) {
+void store_one(const Tensor& cache, int block_size, const Tensor& src, const int32_t* slots,
+               cudaStream_t stream) {
   const RowView s = row_view(src);
   if (s.n_rows() == 0) return;
   char* base = static_cast<char*>(cache.data);
@@ -186,16 +189,16 @@ void store_one(const Tensor& cache, int block_size, const Tensor& src, const int
   const int threads = threads_for_row(s.ne0);
   switch (cache.type) {
     case DType::F32:
-      kv_store_kernel<F32Tag><<<grid, threads, 0, stream>>>(s, slots, base, cache.nb[1], cache.nb[2], cache.nb[3],
-                                                            block_size);
+      kv_store_kernel<F32Tag>
+          <<<grid, threads, 0, stream>>>(s, slots, base, cache.nb[1], cache.nb[2], cache.nb[3], block_size);
       break;
     case DType::F16:
-      kv_store_kernel<F16Tag><<<grid, threads, 0, stream>>>(s, slots, base, cache.nb[1], cache.nb[2], cache.nb[3],
-                                                            block_size);
+      kv_store_kernel<F16Tag>
+          <<<grid, threads, 0, stream>>>(s, slots, base, cache.nb[1], cache.nb[2], cache.nb[3], block_size);
       break;
     case DType::BF16:
-      kv_store_kernel<BF16Tag><<<grid, threads, 0, stream>>>(s, slots, base, cache.nb[1], cache.nb[2],
-                                                             cache.nb[3], block_size);
+      kv_store_kernel<BF16Tag>
+          <<<grid, threads, 0, stream>>>(s, slots, base, cache.nb[1], cache.nb[2], cache.nb[3], block_size);
       break;
     default:
       throw Error(std::string("CUDA kv_store: unsupported cache dtype ") + dtype_name(cache.type));
@@ -203,7 +206,7 @@ void store_one(const Tensor& cache, int block_size, const Tensor& src, const int
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
-// ---- get_rows: one block per output column -------------------------------------------------------------------
+// ---- get_rows: one block per output column ----------------------------------------------------------------
 template <class Src>
 __global__ void get_rows_plain_kernel(const char* table, size_t row_stride, const int32_t* __restrict__ ids,
                                       RowView out) {
@@ -227,14 +230,60 @@ __global__ void get_rows_quant_kernel(const char* table, size_t row_stride, cons
   }
 }
 
+// ---- embed_rows: get_rows * scale + an added row, one block per output column -----------------------------
+// The product and the sum are __fmul_rn / __fadd_rn: never contracted into an FMA, so the result is the CPU
+// op's f32 product then f32 sum, bit for bit.
+__device__ __forceinline__ float embed_combine(float v, bool has_token, float scale, const float* added,
+                                               int64_t i) {
+  if (!has_token) v = 0.0f;
+  if (has_token && scale != 1.0f) v = __fmul_rn(v, scale);
+  if (added) v = __fadd_rn(v, added[i]);
+  return v;
+}
+
+template <class Src>
+__global__ void embed_rows_plain_kernel(const char* table, size_t row_stride, const int32_t* __restrict__ ids,
+                                        float scale, RowView added, const int32_t* __restrict__ added_ids,
+                                        RowView out) {
+  const int64_t t = blockIdx.x;
+  const int32_t id = ids[t];
+  const int32_t aid = added_ids ? added_ids[t] : -1;
+  const auto* ps =
+      reinterpret_cast<const typename Src::storage*>(table + size_t(id >= 0 ? id : 0) * row_stride);
+  const float* pa = aid >= 0 ? added.row_as<const float>(aid) : nullptr;
+  float* po = out.row_as<float>(t);
+  for (int64_t i = threadIdx.x; i < out.ne0; i += blockDim.x)
+    po[i] = embed_combine(id >= 0 ? Src::load(ps + i) : 0.0f, id >= 0, scale, pa, i);
+}
+
+template <DType QT>
+__global__ void embed_rows_quant_kernel(const char* table, size_t row_stride, const int32_t* __restrict__ ids,
+                                        float scale, RowView added, const int32_t* __restrict__ added_ids,
+                                        RowView out, int block_elems, int block_bytes) {
+  const int64_t t = blockIdx.x;
+  const int32_t id = ids[t];
+  const int32_t aid = added_ids ? added_ids[t] : -1;
+  const uint8_t* row = reinterpret_cast<const uint8_t*>(table + size_t(id >= 0 ? id : 0) * row_stride);
+  const float* pa = aid >= 0 ? added.row_as<const float>(aid) : nullptr;
+  float* po = out.row_as<float>(t);
+  for (int64_t j8 = int64_t(threadIdx.x) * 8; j8 < out.ne0; j8 += int64_t(blockDim.x) * 8) {
+    float v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if (id >= 0) dequant8<QT>(row + (j8 / block_elems) * block_bytes, int(j8 % block_elems), v);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) po[j8 + k] = embed_combine(v[k], id >= 0, scale, pa, j8 + k);
+  }
+}
+
 }  // namespace
 
-void launch_rms_norm(const Tensor& x, const float* weight, float eps, const Tensor& out, cudaStream_t stream) {
+void launch_rms_norm(const Tensor& x, const float* weight, float eps, const Tensor& out,
+                     cudaStream_t stream) {
   const RowView xv = row_view(x), ov = row_view(out);
   const int64_t rows = xv.n_rows();
   if (rows == 0) return;
   constexpr int kWarps = 8;
-  rms_norm_kernel<<<unsigned((rows + kWarps - 1) / kWarps), kWarps * kWarpSize, 0, stream>>>(xv, weight, eps, ov);
+  rms_norm_kernel<<<unsigned((rows + kWarps - 1) / kWarps), kWarps * kWarpSize, 0, stream>>>(xv, weight, eps,
+                                                                                             ov);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
@@ -264,7 +313,8 @@ void launch_glu(GluKind kind, const Tensor& gate, const Tensor& up, const Tensor
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
-void launch_binary(BinaryKind kind, const Tensor& a, const Tensor& b, const Tensor& out, cudaStream_t stream) {
+void launch_binary(BinaryKind kind, const Tensor& a, const Tensor& b, const Tensor& out,
+                   cudaStream_t stream) {
   const RowView av = row_view(a), bv = row_view(b), ov = row_view(out);
   if (av.n_rows() == 0 || av.ne0 == 0) return;
   const bool broadcast = bv.n_rows() == 1 && av.n_rows() > 1;
@@ -309,8 +359,8 @@ void launch_copy(const Tensor& src, const Tensor& dst, cudaStream_t stream) {
     const RowView s = row_view(src), d = row_view(dst);
     if (s.n_rows() == 0) return;
     const size_t bytes = src.row_bytes();
-    copy_bytes_kernel<<<unsigned(s.n_rows()), int(std::min<size_t>(256, (bytes + 31) / 32 * 32)), 0, stream>>>(
-        s, d, bytes);
+    copy_bytes_kernel<<<unsigned(s.n_rows()), int(std::min<size_t>(256, (bytes + 31) / 32 * 32)), 0,
+                        stream>>>(s, d, bytes);
     TANDEM_CUDA_CHECK_LAUNCH();
     return;
   }
@@ -368,6 +418,54 @@ void launch_get_rows(const Tensor& table, const int32_t* ids, const Tensor& out,
       break;
     default:
       throw Error(std::string("CUDA get_rows: unsupported table dtype ") + dtype_name(table.type));
+  }
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+void launch_embed_rows(const Tensor& table, const int32_t* ids, float scale, const Tensor* added,
+                       const int32_t* added_ids, const Tensor& out, cudaStream_t stream) {
+  const RowView o = row_view(out);
+  const int64_t T = o.n_rows();
+  if (T == 0 || o.ne0 == 0) return;
+  const RowView a = added ? row_view(*added) : RowView{};
+  const int32_t* aids = added ? added_ids : nullptr;
+  const char* base = static_cast<const char*>(table.data);
+  const size_t stride = table.nb[1];
+  const unsigned grid = unsigned(T);
+  const int threads = threads_for_row(o.ne0);
+  const int qthreads = threads_for_row((o.ne0 + 7) / 8);
+  switch (table.type) {
+    case DType::F32:
+      embed_rows_plain_kernel<F32Tag><<<grid, threads, 0, stream>>>(base, stride, ids, scale, a, aids, o);
+      break;
+    case DType::F16:
+      embed_rows_plain_kernel<F16Tag><<<grid, threads, 0, stream>>>(base, stride, ids, scale, a, aids, o);
+      break;
+    case DType::BF16:
+      embed_rows_plain_kernel<BF16Tag><<<grid, threads, 0, stream>>>(base, stride, ids, scale, a, aids, o);
+      break;
+    case DType::Q8_0:
+      embed_rows_quant_kernel<DType::Q8_0>
+          <<<grid, qthreads, 0, stream>>>(base, stride, ids, scale, a, aids, o, 32, 34);
+      break;
+    case DType::Q4_0:
+      embed_rows_quant_kernel<DType::Q4_0>
+          <<<grid, qthreads, 0, stream>>>(base, stride, ids, scale, a, aids, o, 32, 18);
+      break;
+    case DType::Q4_K:
+      embed_rows_quant_kernel<DType::Q4_K>
+          <<<grid, qthreads, 0, stream>>>(base, stride, ids, scale, a, aids, o, 256, 144);
+      break;
+    case DType::Q5_K:
+      embed_rows_quant_kernel<DType::Q5_K>
+          <<<grid, qthreads, 0, stream>>>(base, stride, ids, scale, a, aids, o, 256, 176);
+      break;
+    case DType::Q6_K:
+      embed_rows_quant_kernel<DType::Q6_K>
+          <<<grid, qthreads, 0, stream>>>(base, stride, ids, scale, a, aids, o, 256, 210);
+      break;
+    default:
+      throw Error(std::string("CUDA embed_rows: unsupported table dtype ") + dtype_name(table.type));
   }
   TANDEM_CUDA_CHECK_LAUNCH();
 }
