@@ -19,6 +19,9 @@
 #   TYPES="bf16 q8_0 q4_k"                                   bench model types
 #   BENCH_ARGS="-p 512 -n 128 -b 1,8,32 -r 3"                 tandem bench arguments
 #   DEADLINE=seconds                                         no stage starts after this (device time is short)
+#   BASE_BIN=dir                                             a second build (e.g. the previous commit's tandem) that
+#                                                            bench and split also run, right after BIN, on the same
+#                                                            files: before/after in one run
 #   T_TESTS, T_SAN, T_KERNELS, T_MODELS, T_BENCH             per-stage time limits in seconds
 set -uo pipefail
 OUT=${OUT:-/tmp/gpu_check}
@@ -78,7 +81,7 @@ do_tests() {
 }
 
 do_sanitizer() {
-  local sub='GpuOps.*:GpuMatmul.StridedActivations:GpuAttention.SmallCasesForSanitizer:GpuDevice.GraphCapture*:GpuShippedModel.*'
+  local sub='GpuOps.*:GpuMatmul.StridedActivations:GpuAttention.SmallCasesForSanitizer:GpuAttention.Evicted*:GpuAttention.ExplicitMaskDecodeSized:GpuStepApi.*:GpuDevice.GraphCapture*:GpuShippedModel.*'
   timeout "${T_SAN:-150}" compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/tandem_gpu_tests" --gtest_brief=1 \
     --gtest_filter="$sub" >"$OUT/sanitizer.log" 2>&1
   echo "memcheck exit code $? (filter $sub)"; grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/sanitizer.log" | tail -5
@@ -103,8 +106,10 @@ do_bench() {
       local f="$MODEL_DIR/$shape-$q.gguf"
       [ -f "$f" ] || continue
       [ "$SECONDS" -lt "$DEADLINE" ] || { echo "skip $f: past ${DEADLINE}s"; continue; }
-      echo "--- $f"
-      timeout "${T_BENCH:-90}" "$BIN/tandem" bench -m "$f" $BENCH_ARGS -o md 2>&1 | tee -a "$OUT/bench.md"
+      for b in "$BIN" ${BASE_BIN:-}; do
+        echo "--- $f ($b)"
+        timeout "${T_BENCH:-90}" "$b/tandem" bench -m "$f" $BENCH_ARGS -o md 2>&1 | tee -a "$OUT/bench.md"
+      done
     done
   done
 }
@@ -130,8 +135,10 @@ do_split() {
   [ -f "$f" ] || { echo "no $f: skip split bench"; return; }
   for mode in none tensor layer row; do
     [ "$SECONDS" -lt "$DEADLINE" ] || { echo "skip split $mode: past ${DEADLINE}s"; continue; }
-    echo "--- $f, --split-mode $mode"
-    timeout "${T_BENCH:-90}" "$BIN/tandem" bench -m "$f" --devices cuda:0,cuda:0 --split-mode "$mode" $args -o md 2>&1 | tee -a "$OUT/split.md"
+    for b in "$BIN" ${BASE_BIN:-}; do
+      echo "--- $f, --split-mode $mode ($b)"
+      timeout "${T_BENCH:-90}" "$b/tandem" bench -m "$f" --devices cuda:0,cuda:0 --split-mode "$mode" $args -o md 2>&1 | tee -a "$OUT/split.md"
+    done
   done
 }
 

@@ -144,7 +144,9 @@ TEST(StepApi, EachMaskKindEqualsTheSameAttentionWithAnExplicitMask) {
       a.decode(b);
       e.decode(x);
       for (size_t r = 0; r < b.size(); ++r)
-        if (b.logits[r]) EXPECT_LT(rel_err(row(a, r), row(e, r)), 1e-5) << "row " << r;
+        if (b.logits[r]) {
+          EXPECT_LT(rel_err(row(a, r), row(e, r)), 1e-5) << "row " << r;
+        }
     }
   }
 }
@@ -260,7 +262,7 @@ TEST(StepApi, AddedEmbeddingsAreSummedWithTheTokenEmbedding) {
   for (size_t i = 0; i < toks.size(); ++i) {
     ba.add(toks[i], int32_t(i), 0, true, true, int32_t(i));
     bb.add(toks[i], int32_t(i), 0, true, true, int32_t(toks.size() - 1 - i));  // any row order
-    std::vector<float> sum(size_t(E));
+    std::vector<float> sum(static_cast<size_t>(E));
     for (int64_t k = 0; k < E; ++k)
       sum[size_t(k)] = table[size_t(toks[i]) * size_t(E) + size_t(k)] + extra[i * size_t(E) + size_t(k)];
     bc.add_embedding(sum, int32_t(i), 0, true);
@@ -360,7 +362,9 @@ TEST(StepApi, TheDeviceSamplerEqualsTheCpuSamplerForTheSameSeed) {
         want = out;
       }
       EXPECT_EQ(got[i], want) << "sampler " << i;
-      if (i == 0) EXPECT_EQ(got[i], argmax(logits));
+      if (i == 0) {
+        EXPECT_EQ(got[i], argmax(logits));
+      }
     }
   }
   std::vector<Sampler*> none;
@@ -408,6 +412,35 @@ TEST(StepApi, TapsEqualTheHiddenStatesUnderEverySplitMode) {
   EXPECT_THROW(s.set_taps({2, 1}, {DeviceId{DeviceKind::CPU, 0}, buf.data(), 0, 0, nullptr}), Error);
   EXPECT_THROW(s.set_taps({9}, {DeviceId{DeviceKind::CPU, 0}, buf.data(), 0, 0, nullptr}), Error);
   EXPECT_EQ(s.taps_written(), nullptr);
+}
+
+TEST(StepApi, TapsOfOneModelFeedAnotherModelsRowsWithoutAHostCopy) {
+  // The DFlash pattern: the target taps a layer into a buffer on its device; the drafter's rows name rows of
+  // that buffer (EmbeddingSource) instead of carrying embeddings. Equal to copying the taps to the host.
+  const TinyConfig cfg = tiny_config();
+  const TinyModel target_m = testing::make_tiny(cfg);
+  TinyConfig dcfg = cfg;
+  dcfg.seed = 99;
+  dcfg.n_layer = 1;
+  const TinyModel draft_m = testing::make_tiny(dcfg);
+  auto target = load(target_m, "feat_target"), draft = load(draft_m, "feat_draft");
+  const int64_t E = cfg.n_embd;
+  std::vector<float> feats(8 * size_t(E), 0.0f);
+  Session t(target, f32_params()), d1(draft, f32_params()), d2(draft, f32_params());
+  t.set_taps({1}, {DeviceId{DeviceKind::CPU, 0}, feats.data(), 0, 0, nullptr});
+  const auto prompt = tokens(8, 96, 14);
+  prefill(t, prompt, 0);
+  ASSERT_NE(t.taps_written(), nullptr);
+  t.synchronize();
+  Batch a, b;
+  for (int32_t i = 0; i < 8; ++i) {
+    a.add(kNoToken, i, 0, true, true, 7 - i);  // rows of the feature buffer, in any order
+    b.add_embedding(std::span(feats).subspan(size_t(7 - i) * size_t(E), size_t(E)), i, 0, true);
+  }
+  a.embedding_source = {DeviceId{DeviceKind::CPU, 0}, feats.data(), 8, 0};
+  d1.decode(a);
+  d2.decode(b);
+  for (size_t r = 0; r < 8; ++r) EXPECT_EQ(row(d1, r), row(d2, r)) << "row " << r;
 }
 
 // qwen3 with per-layer shapes: layer 0 global (head dim 16, 2 KV heads), layer 1 sliding (window 6, head dim
