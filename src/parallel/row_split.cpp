@@ -52,7 +52,8 @@ const RowSplitWeights::Entry* RowSplitWeights::find(const Tensor& t) const {
   return handles_.count(t.data) ? static_cast<const Entry*>(t.data) : nullptr;
 }
 
-RowSplitOps::RowSplitOps(const RowSplitWeights& weights) : weights_(weights) {
+RowSplitOps::RowSplitOps(const RowSplitWeights& weights)
+    : ForwardingOps(weights.devices()[size_t(weights.main())]->ops()), weights_(weights) {
   peers_.resize(weights_.devices().size());
   for (size_t d = 0; d < peers_.size(); ++d) {
     if (int(d) == weights_.main()) continue;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/forwarding_ops.h"
 #include "parallel/shard_rules.h"
 
 namespace tandem {
@@ -54,71 +55,16 @@ class RowSplitWeights {
   std::vector<int64_t> max_rows_;
 };
 
-// The Ops of a row-split model: main's Ops for everything, matmul on a RowSplitWeights handle distributed.
+// The Ops of a row-split model: main's Ops for everything (ForwardingOps), matmul on a RowSplitWeights handle
+// distributed.
 // Other devices work on their default streams, ordered against the main stream by events.
-class RowSplitOps final : public Ops {
+class RowSplitOps final : public ForwardingOps {
  public:
   explicit RowSplitOps(const RowSplitWeights& weights);
   ~RowSplitOps() override;
 
   void reserve(const WorkspacePlan& plan) override;
   void matmul(Stream& s, const Tensor& W, const Tensor& x, const Tensor& y) override;
-
-  void get_rows(Stream& s, const Tensor& t, const Tensor& ids, const Tensor& out) override {
-    main_ops().get_rows(s, t, ids, out);
-  }
-  void embed_rows(Stream& s, const Tensor& t, const Tensor& ids, float scale, const Tensor* added,
-                  const Tensor* added_ids, const Tensor& out) override {
-    main_ops().embed_rows(s, t, ids, scale, added, added_ids, out);
-  }
-  void rms_norm(Stream& s, const Tensor& x, const Tensor* w, float eps, const Tensor& out) override {
-    main_ops().rms_norm(s, x, w, eps, out);
-  }
-  void rope(Stream& s, const Tensor& x, const Tensor& pos, const RopeParams& p) override {
-    main_ops().rope(s, x, pos, p);
-  }
-  void kv_store(Stream& s, const KvLayerView& kv, const Tensor& k, const Tensor& v,
-                const Tensor& slots) override {
-    main_ops().kv_store(s, kv, k, v, slots);
-  }
-  void attention(Stream& s, const Tensor& q, const KvLayerView& kv, const AttentionBatch& b, float scale,
-                 const Tensor& out) override {
-    main_ops().attention(s, q, kv, b, scale, out);
-  }
-  void silu_mul(Stream& s, const Tensor& g, const Tensor& u, const Tensor& out) override {
-    main_ops().silu_mul(s, g, u, out);
-  }
-  void gelu_mul(Stream& s, const Tensor& g, const Tensor& u, const Tensor& out) override {
-    main_ops().gelu_mul(s, g, u, out);
-  }
-  void add(Stream& s, const Tensor& a, const Tensor& b, const Tensor& out) override {
-    main_ops().add(s, a, b, out);
-  }
-  void mul(Stream& s, const Tensor& a, const Tensor& b, const Tensor& out) override {
-    main_ops().mul(s, a, b, out);
-  }
-  void scale(Stream& s, const Tensor& x, float f, const Tensor& out) override {
-    main_ops().scale(s, x, f, out);
-  }
-  void softcap(Stream& s, const Tensor& x, float cap, const Tensor& out) override {
-    main_ops().softcap(s, x, cap, out);
-  }
-  void fill(Stream& s, const Tensor& out, float v) override { main_ops().fill(s, out, v); }
-  void softmax_rows(Stream& s, const Tensor& x, const Tensor& out) override {
-    main_ops().softmax_rows(s, x, out);
-  }
-  void copy(Stream& s, const Tensor& src, const Tensor& dst) override { main_ops().copy(s, src, dst); }
-  void argmax_rows(Stream& s, const Tensor& logits, const Tensor& out) override {
-    main_ops().argmax_rows(s, logits, out);
-  }
-  void sample_rows(Stream& s, const Tensor& logits, const SamplerParams& p, const Tensor& u,
-                   const Tensor& out) override {
-    main_ops().sample_rows(s, logits, p, u, out);
-  }
-  void diffusion_sample_rows(Stream& s, const Tensor& logits, float inv_temp, const Tensor& u,
-                             const Tensor& am, const Tensor& ent, const Tensor& sampled) override {
-    main_ops().diffusion_sample_rows(s, logits, inv_temp, u, am, ent, sampled);
-  }
 
  private:
   Ops& main_ops() const { return weights_.devices()[size_t(weights_.main())]->ops(); }
