@@ -8,51 +8,32 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/op_checks.h"
 #include "quant/quant.h"
 
 namespace tandem::cuda {
 namespace {
 
-// ---- argument checks (the CPU backend's rules, for tensors on this CUDA device) ---------------------------
-std::string where(const char* op, const char* name) {
-  return std::string(op) + ": " + name;
-}
-
+// ---- argument checks: the backends' shared rules (backend/op_checks.h) for tensors on this CUDA device ------
 void check_on_device(const char* op, const char* name, const Tensor& t, int index) {
-  check(t.device == DeviceId{DeviceKind::CUDA, index},
-        where(op, name) + " lives on " + t.device.to_string() +
-            ", but this op runs on cuda:" + std::to_string(index) + " (copy it there first)");
-  check(t.data != nullptr || t.nelements() == 0, where(op, name) + " has no data (null pointer)");
-  for (int i = 0; i < 4; ++i) check(t.ne[i] >= 0, where(op, name) + " has a negative dimension");
+  op_checks::on_device(op, name, t, DeviceId{DeviceKind::CUDA, index});
 }
 void check_type(const char* op, const char* name, const Tensor& t, DType type) {
-  check(t.type == type, where(op, name) + " must be " + dtype_name(type) + ", got " + dtype_name(t.type));
+  op_checks::type(op, name, t, type);
 }
 void check_f32(const char* op, const char* name, const Tensor& t, int index) {
-  check_on_device(op, name, t, index);
-  check_type(op, name, t, DType::F32);
-  check(t.nb[0] == sizeof(float), where(op, name) + " must have contiguous rows (nb[0] == 4)");
-  for (int i = 1; i < 4; ++i)
-    check(t.nb[i] % 4 == 0, where(op, name) + " must have 4-byte aligned row strides");
+  op_checks::f32(op, name, t, DeviceId{DeviceKind::CUDA, index});
 }
 void check_i32_vector(const char* op, const char* name, const Tensor& t, int64_t n, int index) {
-  check_on_device(op, name, t, index);
-  check_type(op, name, t, DType::I32);
-  check(t.ne[0] == n && t.nrows() == 1,
-        where(op, name) + " must have shape {" + std::to_string(n) + "}, got " + t.shape_string());
-  check(t.nb[0] == sizeof(int32_t), where(op, name) + " must be contiguous");
+  op_checks::i32_vector(op, name, t, n, DeviceId{DeviceKind::CUDA, index});
 }
 void check_same_shape(const char* op, const char* a_name, const Tensor& a, const char* b_name,
                       const Tensor& b) {
-  check(a.ne == b.ne, std::string(op) + ": " + a_name + " " + a.shape_string() + " and " + b_name + " " +
-                          b.shape_string() + " must have the same shape");
+  op_checks::same_shape(op, a_name, a, b_name, b);
 }
 void check_dims(const char* op, const char* name, const Tensor& t, int64_t ne0, int64_t ne1, int64_t ne2 = 1,
                 int64_t ne3 = 1) {
-  if (t.ne[0] == ne0 && t.ne[1] == ne1 && t.ne[2] == ne2 && t.ne[3] == ne3) return;
-  Tensor want;
-  want.ne = {ne0, ne1, ne2, ne3};
-  throw Error(where(op, name) + " must have shape " + want.shape_string() + ", got " + t.shape_string());
+  op_checks::dims(op, name, t, ne0, ne1, ne2, ne3);
 }
 bool is_float_type(DType t) {
   return t == DType::F32 || t == DType::F16 || t == DType::BF16;

@@ -1,0 +1,22 @@
+// Argument checks shared by every backend's ops (CPU and CUDA follow the same rules): each failure names the
+// op, the argument and what was expected, and throws tandem::Error before any work is done.
+#pragma once
+
+#include <cstdint>
+
+#include "core/tensor.h"
+
+namespace tandem::op_checks {
+
+// t lives on `dev` (for a CPU device: any CPU device), has data unless empty, and no negative dimension.
+void on_device(const char* op, const char* name, const Tensor& t, DeviceId dev);
+void type(const char* op, const char* name, const Tensor& t, DType type);
+// F32 on dev with contiguous rows (nb[0] == 4) and 4-byte aligned row strides.
+void f32(const char* op, const char* name, const Tensor& t, DeviceId dev);
+// I32 {n} contiguous on dev.
+void i32_vector(const char* op, const char* name, const Tensor& t, int64_t n, DeviceId dev);
+void same_shape(const char* op, const char* a_name, const Tensor& a, const char* b_name, const Tensor& b);
+void dims(const char* op, const char* name, const Tensor& t, int64_t ne0, int64_t ne1, int64_t ne2 = 1,
+          int64_t ne3 = 1);
+
+}  // namespace tandem::op_checks
