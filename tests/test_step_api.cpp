@@ -89,8 +89,8 @@ double rel_err(std::span<const float> a, std::span<const float> b) {
 
 // The explicit mask equal to a [lo, hi) range per row: 0 inside, -inf outside.
 void add_range_mask(Batch& b, size_t r, int32_t lo, int32_t hi) {
-  for (int32_t j = 0; j < b.mask.mask_cols; ++j) b.mask.explicit_mask[r * size_t(b.mask.mask_cols) + size_t(j)] =
-      (j >= lo && j < hi) ? 0.0f : -INFINITY;
+  for (int32_t j = 0; j < b.mask.mask_cols; ++j)
+    b.mask.explicit_mask[r * size_t(b.mask.mask_cols) + size_t(j)] = (j >= lo && j < hi) ? 0.0f : -INFINITY;
 }
 
 Batch with_explicit(const Batch& b, int32_t cols) {
@@ -114,7 +114,8 @@ TEST(StepApi, EachMaskKindEqualsTheSameAttentionWithAnExplicitMask) {
   auto model = load(tm, "masks");
   const auto prompt = tokens(7, 96, 1), block = tokens(5, 96, 2);
   const int32_t P = int32_t(prompt.size()), C = int32_t(block.size());
-  for (AttentionMask kind : {AttentionMask::Causal, AttentionMask::BlockBidirectional, AttentionMask::PrefixRegion}) {
+  for (AttentionMask kind :
+       {AttentionMask::Causal, AttentionMask::BlockBidirectional, AttentionMask::PrefixRegion}) {
     for (bool write : {true, false}) {
       SCOPED_TRACE(std::to_string(int(kind)) + (write ? " writing" : " not writing"));
       Session a(model, f32_params()), e(model, f32_params());
@@ -356,8 +357,9 @@ TEST(StepApi, TheDeviceSamplerEqualsTheCpuSamplerForTheSameSeed) {
         float u = ps[i].greedy() ? 0.0f : float(refs[i].rng().uniform());
         int32_t out = -1;
         SamplerParams sp{ps[i].temperature, ps[i].top_k, ps[i].top_p, ps[i].min_p};
-        cpu->ops().sample_rows(cpu->default_stream(), Tensor::contiguous(DType::F32, {96, 1}, l.data(), cpu->id()),
-                               sp, Tensor::contiguous(DType::F32, {1}, &u, cpu->id()),
+        cpu->ops().sample_rows(cpu->default_stream(),
+                               Tensor::contiguous(DType::F32, {96, 1}, l.data(), cpu->id()), sp,
+                               Tensor::contiguous(DType::F32, {1}, &u, cpu->id()),
                                Tensor::contiguous(DType::I32, {1}, &out, cpu->id()));
         want = out;
       }
@@ -400,7 +402,8 @@ TEST(StepApi, TapsEqualTheHiddenStatesUnderEverySplitMode) {
   const std::vector<float>& table = tm.w.at("token_embd.weight");
   for (size_t r = 0; r < 4; ++r)
     for (int64_t k = 0; k < E; ++k)
-      ASSERT_EQ(single[r * layers.size() * size_t(E) + size_t(k)], table[size_t(toks[r]) * size_t(E) + size_t(k)]);
+      ASSERT_EQ(single[r * layers.size() * size_t(E) + size_t(k)],
+                table[size_t(toks[r]) * size_t(E) + size_t(k)]);
   for (const char* split : {"layer", "tensor", "row"}) {
     SCOPED_TRACE(split);
     const std::vector<float> got = taps_of(load(tm, "taps", {}, "cpu:0,cpu:1", split));
@@ -470,8 +473,8 @@ TinyModel per_layer_model(WriteOptions& o) {
   }
   using gguf::Value;
   o.extra_keys["qwen3.attention.sliding_window"] = Value::u32(6);
-  o.extra_keys["qwen3.attention.sliding_window_pattern"] =
-      Value::array(gguf::ValueType::BOOL, {Value::boolean(false), Value::boolean(true), Value::boolean(false)});
+  o.extra_keys["qwen3.attention.sliding_window_pattern"] = Value::array(
+      gguf::ValueType::BOOL, {Value::boolean(false), Value::boolean(true), Value::boolean(false)});
   o.extra_keys["qwen3.attention.key_length_swa"] = Value::u32(uint32_t(hd));
   o.extra_keys["qwen3.attention.value_length_swa"] = Value::u32(uint32_t(hd));
   o.extra_keys["qwen3.rope.freq_base_swa"] = Value::f32(500.0f);
@@ -508,7 +511,7 @@ TEST(StepApi, SlidingKvWithPerLayerShapesEqualsFullKvWithTheWindow) {
     tok = argmax(slide.logits(0));
   }
   const KvCacheTable& t = *slide.impl().groups[1].table;
-  EXPECT_GT(t.first_kept(0), 0);                        // the sliding layer dropped old blocks
+  EXPECT_GT(t.first_kept(0), 0);  // the sliding layer dropped old blocks
   EXPECT_LT(t.n_used_blocks(), full.impl().groups[1].table->n_used_blocks());
   // rolling back a few positions is fine (and gives the full-KV result); further than kept is an error
   slide.seq_remove(0, 57);
@@ -572,7 +575,8 @@ TEST(StepApi, AModelUsesAnotherModelsEmbeddingAndHeadWithoutCopies) {
   mp.n_threads = 2;
   mp.share_weights_from = lender;
   auto borrower = Model::load(path.string(), mp);
-  const auto* lt = lender->impl().decoder().shared_weight("token_embd.weight") ? &lender->impl().decoder() : nullptr;
+  const auto* lt =
+      lender->impl().decoder().shared_weight("token_embd.weight") ? &lender->impl().decoder() : nullptr;
   ASSERT_NE(lt, nullptr);
   EXPECT_EQ(borrower->impl().decoder().shared_weight("token_embd.weight")->data,
             lender->impl().decoder().shared_weight("token_embd.weight")->data);  // the same memory

@@ -101,9 +101,9 @@ struct GeneratorParams {
   // Sees every decoded batch's logits (tests, parity dumps). When set, a request with max_tokens 0 still
   // decodes its prompt.
   LogitsCallback on_logits{};
-  // Sample on the output device (Session::sample: Ops::sample_rows, only the ids cross to the host) instead of
-  // the host Sampler. The draws differ from the host chain's in the last bits of the probabilities, so a seeded
-  // run is reproducible within each mode, not across them; greedy picks are the same.
+  // Sample on the output device (Session::sample: Ops::sample_rows, only the ids cross to the host) instead
+  // of the host Sampler. The draws differ from the host chain's in the last bits of the probabilities, so a
+  // seeded run is reproducible within each mode, not across them; greedy picks are the same.
   bool device_sampling = false;
 };
 

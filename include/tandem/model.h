@@ -16,6 +16,7 @@ namespace tokenizer {
 class Tokenizer;  // src/tokenizer/tokenizer.h
 }
 struct MeshSpec;  // src/parallel/mesh.h
+class Model;
 
 struct ModelParams {
   int32_t n_threads = 0;  // CPU threads for the compute pool; 0 = all hardware threads

@@ -1,14 +1,15 @@
 // A session runs a model over batches (batch.h): it owns the paged KV cache (per KV group: the global layers
 // share one table, each sliding-window size another that keeps only its window), the per-step device inputs
-// and the scratch memory, planned once at creation for the largest batch, so that decoding allocates no device
-// memory.
+// and the scratch memory, planned once at creation for the largest batch, so that decoding allocates no
+// device memory.
 //
 //   auto model = tandem::Model::load("qwen3.gguf");
 //   tandem::Session session(model, {.n_ctx = 4096, .n_seq_max = 4});
 //   tandem::Batch batch;
 //   batch.add_sequence(prompt_ids, 0, /*seq*/ 0, /*last_logits*/ true);
-//   session.decode(batch);                                       // enqueued; returns before the device is done
-//   std::span<const float> logits = session.logits(batch.size() - 1);  // copies this one row to the host
+//   session.decode(batch);                                       // enqueued; returns before the device is
+//   done std::span<const float> logits = session.logits(batch.size() - 1);  // copies this one row to the
+//   host
 //
 // Outputs stay on the device of the output layer: device_logits() is the step's logits there (a tensor split
 // gathers the vocabulary slices onto the main device), sample() draws tokens there and copies only the ids
@@ -79,8 +80,8 @@ class Session {
   // its sequence, a mask the session cannot run) or a full cache, before changing anything. Returns before
   // the device has finished; the accessors below wait for it.
   void decode(const Batch& batch);
-  // Logits (n_vocab floats) of row `row` of the last decoded batch, which must have been marked; copied to the
-  // host on first use (that row only).
+  // Logits (n_vocab floats) of row `row` of the last decoded batch, which must have been marked; copied to
+  // the host on first use (that row only).
   std::span<const float> logits(size_t row) const;
   // The last batch's logits on the output device: F32 {n_vocab, n_out}, column i = the i-th marked row (see
   // logits_index). Valid until the next decode. A batch with more marked rows than n_logits_max keeps its

@@ -48,7 +48,9 @@ struct ForwardInputs {
   Tensor logits;                          // F32 {n_vocab, n_out}
   std::span<const LayerTap> taps;
 
-  const KvGroupInputs& kv_group(size_t local_layer) const { return kv_groups[size_t(layer_groups[local_layer])]; }
+  const KvGroupInputs& kv_group(size_t local_layer) const {
+    return kv_groups[size_t(layer_groups[local_layer])];
+  }
 };
 
 // Scratch memory of an architecture, planned once for the largest batch; opaque to the session.
@@ -62,7 +64,8 @@ struct KvLayerShape {
   int64_t head_dim_k = 0;
   int64_t head_dim_v = 0;
   int64_t n_kv_head = 0;
-  int32_t sliding_window = 0;  // > 0: the layer reads only the last sliding_window positions (a sliding KV group)
+  int32_t sliding_window =
+      0;  // > 0: the layer reads only the last sliding_window positions (a sliding KV group)
 };
 
 class Comm;

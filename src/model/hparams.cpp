@@ -120,10 +120,12 @@ ModelHparams read_decoder_hparams(const gguf::GgufFile& f, const std::string& ar
   // Sliding-window layers (gemma4's keys, read for every architecture of the family): a window, the layers
   // that use it (a per-layer bool pattern; no pattern = every layer), and their own head dims and rope.
   const int64_t window = f.get_int(a + "attention.sliding_window", 0);
-  check(window >= 0 && window <= (int64_t(1) << 30), "GGUF key " + a + "attention.sliding_window must be >= 0");
+  check(window >= 0 && window <= (int64_t(1) << 30),
+        "GGUF key " + a + "attention.sliding_window must be >= 0");
   std::vector<bool> sliding(size_t(hp.n_layer), window > 0);
   if (const gguf::Value* pat = f.find(a + "attention.sliding_window_pattern"); pat && window > 0) {
-    check(pat->type() == gguf::ValueType::ARRAY, "GGUF key " + a + "attention.sliding_window_pattern must be an array");
+    check(pat->type() == gguf::ValueType::ARRAY,
+          "GGUF key " + a + "attention.sliding_window_pattern must be an array");
     const auto& items = pat->as_array();
     check(int64_t(items.size()) == hp.n_layer, "GGUF key " + a + "attention.sliding_window_pattern has " +
                                                    std::to_string(items.size()) + " entries for " +
@@ -144,11 +146,14 @@ ModelHparams read_decoder_hparams(const gguf::GgufFile& f, const std::string& ar
     L.rope_freq_base = hp.rope_freq_base;
     if (!sliding[size_t(il)]) continue;
     L.sliding_window = int32_t(window);
-    L.rope_freq_factors = !mixed;  // mixed models: rope_freqs belongs to the global layers (GGUF-ARCH-FACTS C.3)
-    L.head_dim_k = positive(a + "attention.key_length_swa", f.get_int(a + "attention.key_length_swa", hp.head_dim_k));
-    L.head_dim_v =
-        positive(a + "attention.value_length_swa", f.get_int(a + "attention.value_length_swa", hp.head_dim_v));
-    L.n_rot = positive(a + "rope.dimension_count_swa", f.get_int(a + "rope.dimension_count_swa", L.head_dim_k));
+    L.rope_freq_factors =
+        !mixed;  // mixed models: rope_freqs belongs to the global layers (GGUF-ARCH-FACTS C.3)
+    L.head_dim_k =
+        positive(a + "attention.key_length_swa", f.get_int(a + "attention.key_length_swa", hp.head_dim_k));
+    L.head_dim_v = positive(a + "attention.value_length_swa",
+                            f.get_int(a + "attention.value_length_swa", hp.head_dim_v));
+    L.n_rot =
+        positive(a + "rope.dimension_count_swa", f.get_int(a + "rope.dimension_count_swa", L.head_dim_k));
     check(L.n_rot % 2 == 0 && L.n_rot <= L.head_dim_k,
           "rope.dimension_count_swa (" + std::to_string(L.n_rot) +
               ") must be even and at most attention.key_length_swa (" + std::to_string(L.head_dim_k) + ")");

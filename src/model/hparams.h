@@ -51,7 +51,7 @@ struct ModelHparams {
   float rope_freq_scale = 1.0f;
   float rope_attn_factor = 1.0f;
   std::string rope_scaling_type = "none";
-  bool qk_norm = false;  // per-head RMS norm of Q and K before rope (qwen3)
+  bool qk_norm = false;          // per-head RMS norm of Q and K before rope (qwen3)
   float embedding_scale = 1.0f;  // token embeddings are multiplied by it (gemma: sqrt(n_embd))
   // Per layer (n_layer entries). The scalar fields above are the file's global keys (layer 0's head counts
   // and n_ff); every layer's when the layers are uniform.

@@ -181,9 +181,10 @@ std::unique_ptr<Transformer> load_transformer(const gguf::GgufFile& file, const 
     if (!ctx.borrow || ld.has(name)) return std::nullopt;
     std::optional<Tensor> t = ctx.borrow->shared_weight(name);
     if (!t) return std::nullopt;
-    check(t->ne[0] == E && t->ne[1] == V,
-          "the model shared from has " + name + " of shape {" + std::to_string(t->ne[0]) + ", " +
-              std::to_string(t->ne[1]) + "}, this model needs {" + std::to_string(E) + ", " + std::to_string(V) + "}");
+    check(t->ne[0] == E && t->ne[1] == V, "the model shared from has " + name + " of shape {" +
+                                              std::to_string(t->ne[0]) + ", " + std::to_string(t->ne[1]) +
+                                              "}, this model needs {" + std::to_string(E) + ", " +
+                                              std::to_string(V) + "}");
     check(t->device == ctx.device, "weights can be shared only between models on the same device");
     return t;
   };
@@ -194,7 +195,7 @@ std::unique_ptr<Transformer> load_transformer(const gguf::GgufFile& file, const 
     w.output = *out;
   } else if (auto shared_out = shared_embd ? borrowed("output.weight") : std::nullopt) {
     w.output = *shared_out;  // no token_embd and no output of its own: the other model's head
-  } else {  // tied head: token_embd read again under the output head's shard rule
+  } else {                   // tied head: token_embd read again under the output head's shard rule
     w.output = ld.matrix("token_embd.weight", {E, V}, "output.weight");
     w.tied_output = true;
   }

@@ -1,5 +1,5 @@
-// The shard rules of the llama / qwen3 decoder's tensors (GGUF-ARCH-FACTS B.2, F.2): for each GGUF name, where
-// a layer split puts it, how a tensor split cuts it, and whether a row split slices it.
+// The shard rules of the llama / qwen3 decoder's tensors (GGUF-ARCH-FACTS B.2, F.2): for each GGUF name,
+// where a layer split puts it, how a tensor split cuts it, and whether a row split slices it.
 #include "model/transformer.h"
 
 namespace tandem {

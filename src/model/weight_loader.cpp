@@ -178,7 +178,7 @@ Tensor WeightLoader::vector(const std::string& name, int64_t n) {
   check(info.type == DType::F32 || info.type == DType::F16 || info.type == DType::BF16,
         "tensor " + name + " has type " + dtype_name(info.type) + "; vectors must be f32, f16 or bf16");
   int64_t layer = -1;
-  const ShardRule* rule = rule_for(name, std::nullopt, &layer);
+  const ShardRule* rule = rule_for(name, nullptr, &layer);
   if (rule && !shard_.holds(*rule, layer)) {
     Tensor t = Tensor::contiguous(DType::F32, {n}, nullptr, device_);
     return t;

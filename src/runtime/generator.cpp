@@ -273,7 +273,8 @@ void Generator::sample_batch() {
       samplers.push_back(&requests_[size_t(rr.request)]->sampler);
     }
     const std::vector<int32_t> ids = session_.sample(rows, samplers);
-    for (size_t i = 0; i < sample_rows_.size(); ++i) accept_token(*requests_[size_t(sample_rows_[i].request)], ids[i]);
+    for (size_t i = 0; i < sample_rows_.size(); ++i)
+      accept_token(*requests_[size_t(sample_rows_[i].request)], ids[i]);
   } else {
     for (const RowRef& rr : sample_rows_) {
       Request& req = *requests_[size_t(rr.request)];

@@ -44,8 +44,8 @@ bool same_memory_space(DeviceId a, DeviceId b) {
 
 // Penalties and custom chain orders need the host sampler (they read the logits there).
 bool needs_host_sampler(const SamplingParams& p) {
-  const bool penalties = p.penalty_last_n != 0 &&
-                         (p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f);
+  const bool penalties = p.penalty_last_n != 0 && (p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f ||
+                                                   p.frequency_penalty != 0.0f);
   return penalties || p.order != SamplingParams::default_order();
 }
 
@@ -147,8 +147,7 @@ Session::Session(std::shared_ptr<Model> model, const SessionParams& params) {
     r->d_out_rows.allocate(dev, DType::I32, p.n_logits_max);
     r->d_block_end.allocate(dev, DType::I32, p.n_batch);
     r->d_added_rows.allocate(dev, DType::I32, p.n_batch);
-    if (shard.first)
-      r->d_embeddings_buf = dev.allocate(size_t(s.n_embd) * size_t(p.n_batch) * sizeof(float));
+    if (shard.first) r->d_embeddings_buf = dev.allocate(size_t(s.n_embd) * size_t(p.n_batch) * sizeof(float));
     if (p.explicit_mask_cols > 0)
       r->d_mask_buf = dev.allocate(size_t(p.explicit_mask_cols) * size_t(p.n_batch) * sizeof(float));
     if (s.m.process_rank >= 0) {
@@ -219,7 +218,8 @@ void Session::Impl::decode(const Batch& batch) {
       plan_chunk(batch, r0, r1);
       for (size_t gi = 0; gi < groups.size(); ++gi) {
         for (auto& r : ranks)
-          if (r->groups[gi].storage) r->groups[gi].storage->apply_copies(r->stream, groups[gi].table->pending_copies());
+          if (r->groups[gi].storage)
+            r->groups[gi].storage->apply_copies(r->stream, groups[gi].table->pending_copies());
         groups[gi].table->clear_pending_copies();
       }
       run_chunk(batch, r0, r1, out0);
@@ -274,7 +274,8 @@ ForwardInputs Session::Impl::prepare(RankState& r, const Batch& batch, size_t r0
           if (e < 0) continue;
           char* dst = static_cast<char*>(r.d_embeddings_buf.data()) + size_t(t) * row_bytes;
           if (src.data == nullptr) {
-            device.copy_from_host(stream, dst, batch.embeddings.data() + size_t(e) * size_t(n_embd), row_bytes);
+            device.copy_from_host(stream, dst, batch.embeddings.data() + size_t(e) * size_t(n_embd),
+                                  row_bytes);
           } else {
             const size_t stride = src.row_stride ? src.row_stride : row_bytes;
             const char* from = static_cast<const char*>(src.data) + size_t(e) * stride;
@@ -421,7 +422,8 @@ void flush_staged_taps(RankState& r, std::span<const LayerTap> taps, const std::
 
 }  // namespace
 
-void Session::Impl::copy_logit_rows(RankState& r, const void* src, Range v, size_t out0, int64_t n_rows) const {
+void Session::Impl::copy_logit_rows(RankState& r, const void* src, Range v, size_t out0,
+                                    int64_t n_rows) const {
   if (n_rows == 0) return;
   float* dst = host_logits.data() + out0 * size_t(n_vocab) + size_t(v.begin);
   if (v.size() == n_vocab) {
@@ -523,9 +525,10 @@ void Session::Impl::run_chunk(const Batch& batch, size_t r0, size_t r1, size_t o
   bool plain = batch.mask.kind == AttentionMask::Causal && batch.embedding_source.data == nullptr &&
                batch.embeddings.empty() && batch.kv_write.empty();
   bool staged_taps = false;
-  for (const auto& r : ranks) staged_taps |= !tap_layers.empty() && !same_memory_space(tap_dst.device, r->device.id());
-  const bool record = ranks.front()->device.id().kind != DeviceKind::CPU && mode != SplitMode::Row && T <= 64 &&
-                      plain && !staged_taps && m.process_rank < 0;
+  for (const auto& r : ranks)
+    staged_taps |= !tap_layers.empty() && !same_memory_space(tap_dst.device, r->device.id());
+  const bool record = ranks.front()->device.id().kind != DeviceKind::CPU && mode != SplitMode::Row &&
+                      T <= 64 && plain && !staged_taps && m.process_rank < 0;
   static std::atomic<uint64_t> next_session_id{1};  // keys never repeat, also after a session is destroyed
   if (record && graph_session_id == 0) graph_session_id = next_session_id++;
   const uint64_t graph_key = (graph_session_id << 40) | (uint64_t(tap_generation & 0xff) << 32) |
@@ -599,7 +602,8 @@ void Session::Impl::fetch_row(int32_t o) const {
   float* dst = host_logits.data() + size_t(o) * size_t(n_vocab);
   if (m.process_rank >= 0 && mode == SplitMode::Tensor) {
     RankState& r = *ranks.front();
-    r.device.copy_to_host(r.stream, dst, static_cast<const float*>(d_full_logits.data()) + size_t(o) * size_t(n_vocab),
+    r.device.copy_to_host(r.stream, dst,
+                          static_cast<const float*>(d_full_logits.data()) + size_t(o) * size_t(n_vocab),
                           size_t(n_vocab) * sizeof(float));
     r.stream.synchronize();
   } else if (mode == SplitMode::Tensor && ranks.size() > 1) {
@@ -612,7 +616,8 @@ void Session::Impl::fetch_row(int32_t o) const {
     for (const auto& r : ranks) r->stream.synchronize();
   } else {
     RankState& r = output_rank();
-    r.device.copy_to_host(r.stream, dst, static_cast<const float*>(r.d_logits_buf.data()) + size_t(o) * size_t(n_vocab),
+    r.device.copy_to_host(r.stream, dst,
+                          static_cast<const float*>(r.d_logits_buf.data()) + size_t(o) * size_t(n_vocab),
                           size_t(n_vocab) * sizeof(float));
     r.stream.synchronize();
   }
@@ -628,7 +633,8 @@ std::span<const float> Session::logits(size_t row) const {
 
 int32_t Session::logits_index(size_t row) const {
   const Impl& s = *impl_;
-  check(row < s.row_to_out.size(), "row " + std::to_string(row) + " is not a row of the last decoded batch (" +
+  check(row < s.row_to_out.size(), "row " + std::to_string(row) +
+                                       " is not a row of the last decoded batch (" +
                                        std::to_string(s.row_to_out.size()) + " rows)");
   const int32_t o = s.row_to_out[row];
   check(o >= 0, "row " + std::to_string(row) + " of the last batch was not marked for logits");
@@ -641,9 +647,9 @@ DeviceId Session::output_device() const {
 
 Tensor Session::device_logits() const {
   Impl& s = *impl_;
-  check(s.logits_on_device, "the last batch marked " + std::to_string(s.n_out) +
-                                " rows for logits, more than n_logits_max = " +
-                                std::to_string(s.params.n_logits_max) + ": its logits were copied to the host");
+  check(s.logits_on_device,
+        "the last batch marked " + std::to_string(s.n_out) + " rows for logits, more than n_logits_max = " +
+            std::to_string(s.params.n_logits_max) + ": its logits were copied to the host");
   RankState& out = s.output_rank();
   const int64_t n = std::max<int64_t>(s.n_out, 1);
   if (s.m.process_rank >= 0 && s.mode == SplitMode::Tensor) {
@@ -657,7 +663,8 @@ Tensor Session::device_logits() const {
         RankState& r = *s.ranks[q];
         const Range v = r.decoder.shard().vocab;
         for (int64_t o = 0; o < s.n_out; ++o) {
-          float* dst = static_cast<float*>(s.d_full_logits.data()) + size_t(o) * size_t(s.n_vocab) + size_t(v.begin);
+          float* dst =
+              static_cast<float*>(s.d_full_logits.data()) + size_t(o) * size_t(s.n_vocab) + size_t(v.begin);
           const float* src = static_cast<const float*>(r.d_logits_buf.data()) + size_t(o) * size_t(v.size());
           copy_between_devices(r.device.id().kind == DeviceKind::CPU ? out.stream : r.stream, out.device, dst,
                                r.device, src, size_t(v.size()) * sizeof(float));
@@ -738,8 +745,8 @@ namespace {
 void check_seq_id(const Session::Impl& s, int32_t seq) {
   check(seq >= 0 && seq < s.params.n_seq_max,
         "sequence id " + std::to_string(seq) + " is out of range: this session has " +
-            std::to_string(s.params.n_seq_max) + " sequence slots (0.." + std::to_string(s.params.n_seq_max - 1) +
-            ")");
+            std::to_string(s.params.n_seq_max) + " sequence slots (0.." +
+            std::to_string(s.params.n_seq_max - 1) + ")");
 }
 
 // A sliding group must still hold the window that ends at position `end` of seq.
@@ -810,7 +817,8 @@ void Session::set_taps(std::vector<int32_t> layers, const TapDestination& dst) {
   const size_t row_bytes = size_t(s.n_embd) * sizeof(float);
   if (d.tap_stride == 0) d.tap_stride = row_bytes;
   if (d.row_stride == 0) d.row_stride = d.tap_stride * layers.size();
-  check(d.tap_stride >= row_bytes || layers.size() == 1, "tap stride is smaller than one row of hidden state");
+  check(d.tap_stride >= row_bytes || layers.size() == 1,
+        "tap stride is smaller than one row of hidden state");
   check(d.row_stride >= d.tap_stride * (layers.size() - 1) + row_bytes,
         "tap row stride is smaller than the taps of one row");
   // A destination the ranks cannot write directly goes through a staging buffer on each rank's device

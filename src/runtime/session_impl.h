@@ -33,11 +33,11 @@ struct DeviceArray {
 // of the table are the session's 0 .. n_seq_max - 1, then n_seq_max + s for the scratch copy of sequence s
 // that its non-writing rows use during one step (forked, appended to, cleared after the step).
 struct KvGroup {
-  int32_t window = 0;                  // 0: global layers
-  std::vector<int32_t> layers;         // model layer ids
+  int32_t window = 0;           // 0: global layers
+  std::vector<int32_t> layers;  // model layer ids
   std::unique_ptr<KvCacheTable> table;
-  int32_t reserve_blocks = 0;          // blocks kept free for non-writing rows (not part of n_ctx)
-  bool evicts = false;                 // a sliding group that drops blocks before its window
+  int32_t reserve_blocks = 0;  // blocks kept free for non-writing rows (not part of n_ctx)
+  bool evicts = false;         // a sliding group that drops blocks before its window
   // Host staging of one step.
   std::vector<int32_t> h_block_tables, h_seq_lens, h_slots, h_kv_begin;
   std::vector<std::vector<int32_t>> seq_slots;  // per table sequence: slots appended this step

@@ -28,8 +28,9 @@ void Session::Impl::validate(const Batch& batch) {
   check(batch.seq_ids.size() == n && batch.logits.size() == n,
         "batch has " + std::to_string(n) + " positions but " + std::to_string(batch.seq_ids.size()) +
             " sequence ids and " + std::to_string(batch.logits.size()) + " logit flags");
-  check(batch.tokens.empty() || batch.tokens.size() == n,
-        "batch has " + std::to_string(batch.tokens.size()) + " tokens for " + std::to_string(n) + " positions");
+  check(
+      batch.tokens.empty() || batch.tokens.size() == n,
+      "batch has " + std::to_string(batch.tokens.size()) + " tokens for " + std::to_string(n) + " positions");
   check(batch.embd_rows.empty() || batch.embd_rows.size() == n,
         "batch has " + std::to_string(batch.embd_rows.size()) + " embedding row indices for " +
             std::to_string(n) + " positions");
@@ -41,8 +42,9 @@ void Session::Impl::validate(const Batch& batch) {
   const bool device_source = batch.embedding_source.data != nullptr;
   int64_t n_src = 0;
   if (device_source) {
-    check(batch.embeddings.empty(), "a batch takes its embedding rows either from host `embeddings` or from "
-                                    "an embedding_source, not both");
+    check(batch.embeddings.empty(),
+          "a batch takes its embedding rows either from host `embeddings` or from "
+          "an embedding_source, not both");
     n_src = batch.embedding_source.n_rows;
     check(n_src >= 1, "the batch's embedding_source has no rows");
     check(batch.embedding_source.row_stride == 0 ||
@@ -66,8 +68,8 @@ void Session::Impl::validate(const Batch& batch) {
     const int32_t t = batch.token(r);
     const int32_t e = implied_rows ? int32_t(r) : batch.embd_row(r);
     check(t == kNoToken || (t >= 0 && t < n_vocab),
-          "token id " + std::to_string(t) + " is out of range: the vocabulary has " + std::to_string(n_vocab) +
-              " tokens (0.." + std::to_string(n_vocab - 1) + ")");
+          "token id " + std::to_string(t) + " is out of range: the vocabulary has " +
+              std::to_string(n_vocab) + " tokens (0.." + std::to_string(n_vocab - 1) + ")");
     check(e >= -1 && e < n_src, row_str(r) + ": embedding row " + std::to_string(e) +
                                     " is out of range: the batch has " + std::to_string(n_src) +
                                     " embedding rows");
@@ -104,27 +106,28 @@ void Session::Impl::validate(const Batch& batch) {
   const BatchMask& mk = batch.mask;
   const bool one_pass = n_quiet > 0 || needs_one_pass(batch);
   if (one_pass)
-    check(n <= size_t(params.n_batch) && n_out_rows <= size_t(params.n_logits_max),
-          "a batch with non-causal attention or rows that write no K/V must fit in one forward pass: it has " +
-              std::to_string(n) + " rows (--batch " + std::to_string(params.n_batch) + ") and " +
-              std::to_string(n_out_rows) + " logit rows (at most " + std::to_string(params.n_logits_max) + ")");
+    check(
+        n <= size_t(params.n_batch) && n_out_rows <= size_t(params.n_logits_max),
+        "a batch with non-causal attention or rows that write no K/V must fit in one forward pass: it has " +
+            std::to_string(n) + " rows (--batch " + std::to_string(params.n_batch) + ") and " +
+            std::to_string(n_out_rows) + " logit rows (at most " + std::to_string(params.n_logits_max) + ")");
   switch (mk.kind) {
     case AttentionMask::Causal:
       break;
     case AttentionMask::BlockBidirectional:
-      check(mk.block_size >= 0, "block-bidirectional mask: block_size must be >= 0, got " +
-                                    std::to_string(mk.block_size));
+      check(mk.block_size >= 0,
+            "block-bidirectional mask: block_size must be >= 0, got " + std::to_string(mk.block_size));
       break;
     case AttentionMask::PrefixRegion:
-      check(mk.prefix_len >= 0, "prefix-region mask: prefix_len must be >= 0, got " +
-                                    std::to_string(mk.prefix_len));
+      check(mk.prefix_len >= 0,
+            "prefix-region mask: prefix_len must be >= 0, got " + std::to_string(mk.prefix_len));
       break;
     case AttentionMask::Explicit:
       check(params.explicit_mask_cols > 0,
             "explicit attention masks need a session created with explicit_mask_cols > 0");
       check(mk.mask_cols >= 1 && mk.mask_cols <= params.explicit_mask_cols,
-            "explicit mask: mask_cols must be in [1, " + std::to_string(params.explicit_mask_cols) + "], got " +
-                std::to_string(mk.mask_cols));
+            "explicit mask: mask_cols must be in [1, " + std::to_string(params.explicit_mask_cols) +
+                "], got " + std::to_string(mk.mask_cols));
       check(mk.explicit_mask.size() == n * size_t(mk.mask_cols),
             "explicit mask holds " + std::to_string(mk.explicit_mask.size()) + " values; " +
                 std::to_string(n) + " rows x " + std::to_string(mk.mask_cols) + " columns expected");
@@ -139,7 +142,8 @@ void Session::Impl::validate(const Batch& batch) {
     if (g.evicts) continue;  // sized so that it cannot run out (see the constructor)
     int64_t needed = 0;
     for (int32_t s = 0; s < params.n_seq_max; ++s)
-      if (seq_count[size_t(s)] > 0 && seq_writes[size_t(s)]) needed += g.table->blocks_needed(s, seq_count[size_t(s)]);
+      if (seq_count[size_t(s)] > 0 && seq_writes[size_t(s)])
+        needed += g.table->blocks_needed(s, seq_count[size_t(s)]);
     const int64_t usable = int64_t(g.table->n_free_blocks()) - g.reserve_blocks;
     check(needed <= usable, g.table->full_message(int32_t(std::min<int64_t>(needed, INT32_MAX))));
   }

@@ -132,7 +132,8 @@ TEST(GpuStepApi, TheDeviceSamplerGivesTheCpuSamplerOpsIdsForTheSameLogitsAndSeed
       const SamplingParams& p = refs[i].params();
       float u = p.greedy() ? 0.0f : float(refs[i].rng().uniform());
       int32_t want = -1;
-      cpu->ops().sample_rows(cpu->default_stream(), Tensor::contiguous(DType::F32, {700, 1}, l.data(), cpu->id()),
+      cpu->ops().sample_rows(cpu->default_stream(),
+                             Tensor::contiguous(DType::F32, {700, 1}, l.data(), cpu->id()),
                              SamplerParams{p.temperature, p.top_k, p.top_p, p.min_p},
                              Tensor::contiguous(DType::F32, {1}, &u, cpu->id()),
                              Tensor::contiguous(DType::I32, {1}, &want, cpu->id()));
@@ -174,7 +175,8 @@ TEST(GpuStepApi, TapsIntoADeviceBufferEqualTapsIntoHostMemory) {
     on_host.synchronize();
     cpu.synchronize();
     const size_t n = b.size() * per_row;
-    EXPECT_TRUE(std::equal(from_dev.begin(), from_dev.begin() + ptrdiff_t(n), hbuf.begin())) << "step " << step;
+    EXPECT_TRUE(std::equal(from_dev.begin(), from_dev.begin() + ptrdiff_t(n), hbuf.begin()))
+        << "step " << step;
     EXPECT_LT(rel_l2(std::span(hbuf).first(n), std::span(cbuf).first(n)), 1e-4) << "step " << step;
   }
 }
@@ -235,7 +237,8 @@ TEST(GpuStepApi, SlidingKvEqualsFullKvOnTheGpu) {
   testing::WriteOptions o;
   o.extra_keys["qwen3.attention.sliding_window"] = gguf::Value::u32(12);
   o.extra_keys["qwen3.attention.sliding_window_pattern"] = gguf::Value::array(
-      gguf::ValueType::BOOL, {gguf::Value::boolean(true), gguf::Value::boolean(false), gguf::Value::boolean(true)});
+      gguf::ValueType::BOOL,
+      {gguf::Value::boolean(true), gguf::Value::boolean(false), gguf::Value::boolean(true)});
   Models m = load_models(c, o);
   SessionParams p = params();
   p.n_batch = 8;
@@ -248,7 +251,8 @@ TEST(GpuStepApi, SlidingKvEqualsFullKvOnTheGpu) {
     b.add_sequence(prompt, 0, 0, true);
     s->decode(b);
   }
-  int32_t tok = int32_t(std::max_element(cpu.logits(29).begin(), cpu.logits(29).end()) - cpu.logits(29).begin());
+  int32_t tok =
+      int32_t(std::max_element(cpu.logits(29).begin(), cpu.logits(29).end()) - cpu.logits(29).begin());
   for (int32_t pos = 30; pos < 120; ++pos) {
     Batch b;
     b.add(tok, pos, 0, true);

@@ -309,8 +309,9 @@ void add_generate_command(CLI::App& app) {
   add_split_options(cmd, &args->split);
   cmd->add_flag("--ids", args->ids, "Print generated token ids (one line per sequence) instead of text");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Do not stop at end-of-generation tokens");
-  cmd->add_flag("--device-sampling", args->device_sampling,
-                "Sample on the model's output device (only the ids cross to the host; penalties sample on the host)");
+  cmd->add_flag(
+      "--device-sampling", args->device_sampling,
+      "Sample on the model's output device (only the ids cross to the host; penalties sample on the host)");
   cmd->add_flag("--no-bos", args->no_bos, "Do not add the BOS token to a text prompt");
   cmd->add_flag("-v,--verbose", args->verbose, "Describe the model on stderr before generating");
   cmd->add_option("--dump-logits", args->dump_logits, "Write every computed row of logits to FILE (tests)")

@@ -18,11 +18,11 @@ namespace tandem::cuda {
 }  // namespace tandem::cuda
 
 // Checks a cudaError_t returned by `call`.
-#define TANDEM_CUDA_CHECK(call)                                                                  \
-  do {                                                                                           \
-    const cudaError_t tandem_cuda_err_ = (call);                                                 \
-    if (tandem_cuda_err_ != cudaSuccess)                                                         \
-      ::tandem::cuda::throw_cuda_error(tandem_cuda_err_, #call, __FILE__, __LINE__);             \
+#define TANDEM_CUDA_CHECK(call)                                                      \
+  do {                                                                               \
+    const cudaError_t tandem_cuda_err_ = (call);                                     \
+    if (tandem_cuda_err_ != cudaSuccess)                                             \
+      ::tandem::cuda::throw_cuda_error(tandem_cuda_err_, #call, __FILE__, __LINE__); \
   } while (0)
 
 // Checks that the last kernel launch was accepted (bad configuration, missing kernel image, ...).

@@ -66,7 +66,9 @@ DeviceGuard::~DeviceGuard() {
 CudaStream::~CudaStream() {
   if (owned_ && stream_) cudaStreamDestroy(stream_);
 }
-void CudaStream::synchronize() { TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+void CudaStream::synchronize() {
+  TANDEM_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
 
 cudaStream_t stream_of(Stream& s, int index) {
   auto* cs = dynamic_cast<CudaStream*>(&s);
@@ -99,8 +101,8 @@ void CudaEvent::synchronize() {
 
 CudaDevice::CudaDevice(int index, const DeviceOptions&) : index_(index) {
   const int n = cuda_device_count();
-  check(index >= 0 && index < n,
-        "device cuda:" + std::to_string(index) + " does not exist (" + std::to_string(n) + " CUDA devices visible)");
+  check(index >= 0 && index < n, "device cuda:" + std::to_string(index) + " does not exist (" +
+                                     std::to_string(n) + " CUDA devices visible)");
   DeviceGuard g(index_);
   TANDEM_CUDA_CHECK(cudaGetDeviceProperties(&props_, index_));
   name_ = "cuda:" + std::to_string(index_) + " " + props_.name;
@@ -147,7 +149,8 @@ Buffer CudaDevice::allocate(size_t bytes) {
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
     throw Error(name_ + ": out of device memory allocating " + mib(bytes) + " (" + mib(free_b) + " free of " +
-                mib(total_b) + "): use a smaller model or quantization, a shorter context, or split the model "
+                mib(total_b) +
+                "): use a smaller model or quantization, a shorter context, or split the model "
                 "over more GPUs");
   }
   return Buffer(
@@ -177,7 +180,9 @@ std::unique_ptr<Stream> CudaDevice::create_stream() {
   return std::make_unique<CudaStream>(id(), s, true);
 }
 
-std::unique_ptr<Event> CudaDevice::create_event() { return std::make_unique<CudaEvent>(index_); }
+std::unique_ptr<Event> CudaDevice::create_event() {
+  return std::make_unique<CudaEvent>(index_);
+}
 
 void CudaDevice::synchronize() {
   DeviceGuard g(index_);
@@ -234,7 +239,8 @@ void CudaDevice::staged_copy_from_host(cudaStream_t stream, void* dst, const voi
   std::lock_guard<std::mutex> lock(staging_mutex_);
   for (int i = 0; i < 2; ++i) {
     if (!staging_[i]) TANDEM_CUDA_CHECK(cudaMallocHost(&staging_[i], kStagingChunk));
-    if (!staging_done_[i]) TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&staging_done_[i], cudaEventDisableTiming));
+    if (!staging_done_[i])
+      TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&staging_done_[i], cudaEventDisableTiming));
   }
   size_t done = 0;
   for (int i = 0; done < bytes; i ^= 1) {
@@ -289,7 +295,8 @@ void CudaDevice::copy_2d(Stream& stream, void* dst, size_t dst_pitch, const void
 }
 
 void CudaDevice::copy_to_peer(Stream& stream, void* dst, Device& dst_dev, const void* src, size_t bytes) {
-  check(dst_dev.id().kind == DeviceKind::CUDA, "copy_to_peer: a CUDA device can only copy to another CUDA device");
+  check(dst_dev.id().kind == DeviceKind::CUDA,
+        "copy_to_peer: a CUDA device can only copy to another CUDA device");
   if (bytes == 0) return;
   DeviceGuard g(index_);
   TANDEM_CUDA_CHECK(

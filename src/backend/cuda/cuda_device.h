@@ -77,14 +77,14 @@ class CudaDevice final : public Device {
   std::unique_ptr<Event> create_event() override;
   void synchronize() override;
   // Large copies from pageable host memory (a memory-mapped GGUF, say) go through two pinned staging buffers:
-  // the host copies chunk i + 1 into one while the GPU pulls chunk i from the other, so reading the file and the
-  // transfer overlap. The call returns once src has been read (src may then be freed); the device side of the
-  // copy completes in stream order.
+  // the host copies chunk i + 1 into one while the GPU pulls chunk i from the other, so reading the file and
+  // the transfer overlap. The call returns once src has been read (src may then be freed); the device side of
+  // the copy completes in stream order.
   void copy_from_host(Stream& stream, void* dst, const void* src, size_t bytes) override;
   void copy_to_host(Stream& stream, void* dst, const void* src, size_t bytes) override;
   void copy_device_to_device(Stream& stream, void* dst, const void* src, size_t bytes) override;
-  void copy_2d(Stream& stream, void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width_bytes,
-               size_t height, CopyKind kind) override;
+  void copy_2d(Stream& stream, void* dst, size_t dst_pitch, const void* src, size_t src_pitch,
+               size_t width_bytes, size_t height, CopyKind kind) override;
   void copy_to_peer(Stream& stream, void* dst, Device& dst_dev, const void* src, size_t bytes) override;
   Ops& ops() override { return *ops_; }
   // CUDA graphs, one per (key, stream); dropped when the Ops workspace is reallocated. Set TANDEM_NO_GRAPHS=1

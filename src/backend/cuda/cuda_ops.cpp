@@ -14,7 +14,8 @@
 namespace tandem::cuda {
 namespace {
 
-// ---- argument checks: the backends' shared rules (backend/op_checks.h) for tensors on this CUDA device ------
+// ---- argument checks: the backends' shared rules (backend/op_checks.h) for tensors on this CUDA device
+// ------
 void check_on_device(const char* op, const char* name, const Tensor& t, int index) {
   op_checks::on_device(op, name, t, DeviceId{DeviceKind::CUDA, index});
 }

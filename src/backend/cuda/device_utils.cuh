@@ -12,14 +12,20 @@ namespace tandem::cuda {
 
 constexpr int kWarpSize = 32;
 
-__device__ __forceinline__ float bf16_bits_to_float(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
-__device__ __forceinline__ float fp16_bits_to_float(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+__device__ __forceinline__ float bf16_bits_to_float(uint16_t h) {
+  return __uint_as_float(uint32_t(h) << 16);
+}
+__device__ __forceinline__ float fp16_bits_to_float(uint16_t h) {
+  return __half2float(__ushort_as_half(h));
+}
 
 // Round-to-nearest-even conversions to the 16-bit storage types (the CPU reference uses the same rounding).
 __device__ __forceinline__ uint16_t float_to_bf16_bits(float f) {
   return __bfloat16_as_ushort(__float2bfloat16_rn(f));
 }
-__device__ __forceinline__ uint16_t float_to_fp16_bits(float f) { return __half_as_ushort(__float2half_rn(f)); }
+__device__ __forceinline__ uint16_t float_to_fp16_bits(float f) {
+  return __half_as_ushort(__float2half_rn(f));
+}
 
 // Storage type tags: how one element of a plain (non-block) dtype is read and written.
 struct F32Tag {
@@ -100,6 +106,8 @@ __device__ __forceinline__ uint16_t load_u16_unaligned(const uint8_t* p) {
 }
 
 // Integer dot product of 4 packed signed bytes, accumulated into c.
-__device__ __forceinline__ int dot4(int a, int b, int c) { return __dp4a(a, b, c); }
+__device__ __forceinline__ int dot4(int a, int b, int c) {
+  return __dp4a(a, b, c);
+}
 
 }  // namespace tandem::cuda

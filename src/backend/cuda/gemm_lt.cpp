@@ -33,7 +33,9 @@ int alignment(const void* p, int64_t ld, size_t elem) {
 
 }  // namespace
 
-LtGemm::LtGemm() { lt_check(cublasLtCreate(&handle_), "cublasLtCreate"); }
+LtGemm::LtGemm() {
+  lt_check(cublasLtCreate(&handle_), "cublasLtCreate");
+}
 
 LtGemm::~LtGemm() {
   for (auto& [key, p] : plans_) {
@@ -54,8 +56,10 @@ const LtGemm::Plan& LtGemm::plan(const Key& key) {
   const cublasComputeType_t compute = CUBLAS_COMPUTE_32F;
   lt_check(cublasLtMatmulDescCreate(&p.desc, compute, CUDA_R_32F), "cublasLtMatmulDescCreate");
   const cublasOperation_t op_t = CUBLAS_OP_T, op_n = CUBLAS_OP_N;
-  lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)), "TRANSA");
-  lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)), "TRANSB");
+  lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_t, sizeof(op_t)),
+           "TRANSA");
+  lt_check(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_n, sizeof(op_n)),
+           "TRANSB");
   // Column-major views: A is K x N (ld lda), B is K x T (ld ldb), C is N x T (ld ldc).
   lt_check(cublasLtMatrixLayoutCreate(&p.a, in_type, uint64_t(K), uint64_t(N), lda), "layout A");
   lt_check(cublasLtMatrixLayoutCreate(&p.b, in_type, uint64_t(K), uint64_t(T), ldb), "layout B");
@@ -65,7 +69,8 @@ const LtGemm::Plan& LtGemm::plan(const Key& key) {
   lt_check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
   const uint64_t ws_bytes = ws;
   const uint32_t aa = uint32_t(align_a), ab = uint32_t(align_b), ac = uint32_t(align_c);
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes, sizeof(ws_bytes));
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
+                                       sizeof(ws_bytes));
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aa, sizeof(aa));
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &ab, sizeof(ab));
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &ac, sizeof(ac));
@@ -80,19 +85,28 @@ const LtGemm::Plan& LtGemm::plan(const Key& key) {
     cublasLtMatrixLayoutDestroy(p.b);
     cublasLtMatrixLayoutDestroy(p.c);
     cublasLtMatmulDescDestroy(p.desc);
-    throw Error("cuBLASLt found no algorithm for a " + std::to_string(N) + " x " + std::to_string(K) + " by " +
-                std::to_string(K) + " x " + std::to_string(T) + " product");
+    throw Error("cuBLASLt found no algorithm for a " + std::to_string(N) + " x " + std::to_string(K) +
+                " by " + std::to_string(K) + " x " + std::to_string(T) + " product");
   }
   p.algo = result.algo;
   return plans_.emplace(key, p).first->second;
 }
 
-void LtGemm::matmul(GemmType type, const void* A, int64_t lda, const void* B, int64_t ldb, float* C, int64_t ldc,
-                    int64_t N, int64_t T, int64_t K, cudaStream_t stream) {
+void LtGemm::matmul(GemmType type, const void* A, int64_t lda, const void* B, int64_t ldb, float* C,
+                    int64_t ldc, int64_t N, int64_t T, int64_t K, cudaStream_t stream) {
   if (N == 0 || T == 0) return;
   const size_t elem = type == GemmType::F32 ? 4 : 2;
-  const Key key{int(type), lda, ldb, ldc, N, T, K, alignment(A, lda, elem), alignment(B, ldb, elem),
-                alignment(C, ldc, 4), workspace_bytes_};
+  const Key key{int(type),
+                lda,
+                ldb,
+                ldc,
+                N,
+                T,
+                K,
+                alignment(A, lda, elem),
+                alignment(B, ldb, elem),
+                alignment(C, ldc, 4),
+                workspace_bytes_};
   const Plan& p = plan(key);
   const float alpha = 1.0f, beta = 0.0f;
   lt_check(cublasLtMatmul(handle_, p.desc, &alpha, A, p.a, B, p.b, &beta, C, p.c, C, p.c, &p.algo, workspace_,

@@ -1,8 +1,8 @@
 // Tensor-core matrix products through cuBLASLt for the many-row (prefill) path of matmul:
 //   C {N, T} (F32, column stride ldc) = A^T B, A = weights as rows of K values (lda between rows),
 //   B = activations as T columns of K values (ldb between columns), A and B both BF16, both F16 or both F32.
-// Plans (descriptors + the heuristic's algorithm) are cached per shape, so a call after the first does no host
-// work beyond a map lookup, allocates nothing, and can be captured in a CUDA graph.
+// Plans (descriptors + the heuristic's algorithm) are cached per shape, so a call after the first does no
+// host work beyond a map lookup, allocates nothing, and can be captured in a CUDA graph.
 #pragma once
 
 #include <cublasLt.h>

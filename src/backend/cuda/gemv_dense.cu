@@ -43,8 +43,8 @@ struct Vec16 {
 };
 
 template <DType WT, int NC>
-__device__ __forceinline__ void accumulate(const uint4& wv, int64_t e, const float* __restrict__ x, int64_t x_ld,
-                                           float* acc) {
+__device__ __forceinline__ void accumulate(const uint4& wv, int64_t e, const float* __restrict__ x,
+                                           int64_t x_ld, float* acc) {
   constexpr int kE = Vec16<WT>::kElems;
   float w[kE];
   Vec16<WT>::unpack(wv, w);
@@ -119,9 +119,9 @@ void launch_vec(const char* W, size_t w_ld, int64_t K, int64_t N, const float* x
     const float* xs = x + t0 * x_ld;
     float* ys = y + t0 * y_ld;
     switch (nc) {
-#define TANDEM_GEMV_CASE(n)                                                                            \
-  case n:                                                                                              \
-    gemv_dense_vec_kernel<WT, n><<<grid, threads, 0, stream>>>(W, w_ld, K, N, xs, x_ld, ys, y_ld);     \
+#define TANDEM_GEMV_CASE(n)                                                                        \
+  case n:                                                                                          \
+    gemv_dense_vec_kernel<WT, n><<<grid, threads, 0, stream>>>(W, w_ld, K, N, xs, x_ld, ys, y_ld); \
     break;
       TANDEM_GEMV_CASE(1)
       TANDEM_GEMV_CASE(2)
@@ -141,22 +141,25 @@ template <class Tag>
 void launch_scalar(const char* W, size_t w_ld, int64_t K, int64_t N, const float* x, int64_t x_ld, int64_t T,
                    float* y, int64_t y_ld, cudaStream_t stream) {
   const dim3 grid(unsigned((N + kWarpsPerBlock - 1) / kWarpsPerBlock), unsigned(T));
-  gemv_dense_scalar_kernel<Tag><<<grid, kWarpsPerBlock * kWarpSize, 0, stream>>>(W, w_ld, K, N, x, x_ld, y, y_ld);
+  gemv_dense_scalar_kernel<Tag>
+      <<<grid, kWarpsPerBlock * kWarpSize, 0, stream>>>(W, w_ld, K, N, x, x_ld, y, y_ld);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
 
 }  // namespace
 
-void launch_gemv_dense(DType wt, const void* W, size_t w_ld, int64_t K, int64_t N, const float* x, int64_t x_ld,
-                       int64_t T, float* y, int64_t y_ld, cudaStream_t stream) {
+void launch_gemv_dense(DType wt, const void* W, size_t w_ld, int64_t K, int64_t N, const float* x,
+                       int64_t x_ld, int64_t T, float* y, int64_t y_ld, cudaStream_t stream) {
   if (N == 0 || T == 0) return;
   const char* w = static_cast<const char*>(W);
   const size_t elem = wt == DType::F32 ? 4 : 2;
   const int64_t per_vec = int64_t(16 / elem);
-  const bool vec = aligned16(W) && w_ld % 16 == 0 && K % per_vec == 0 && aligned16(x) &&
-                   (T == 1 || (x_ld * 4) % 16 == 0);
+  const bool vec =
+      aligned16(W) && w_ld % 16 == 0 && K % per_vec == 0 && aligned16(x) && (T == 1 || (x_ld * 4) % 16 == 0);
   switch (wt) {
     case DType::F32:
       return vec ? launch_vec<DType::F32>(w, w_ld, K, N, x, x_ld, T, y, y_ld, stream)

@@ -1,11 +1,11 @@
 // Matrix-vector products for decode with block-quantized weights (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K).
 //
 // x is first quantized to 8 bits per 32 values (launch_quantize_q8: int8 q, scale d and d * sum q per 32), so
-// that every 32 weights become eight 4-byte integer dot products (dp4a). GGUF blocks are 18, 34, 144, 176 or 210
-// bytes, so most blocks are not 16-byte aligned; instead of narrow loads from global memory, each block of 4
-// warps copies the bytes of its 4 rows into shared memory with 16-byte asynchronous copies (the aligned interior
-// of each row; a few head and tail bytes one by one) and then decodes from shared memory, one warp per row.
-// Shared memory keeps the global reads wide and in flight whatever the block size.
+// that every 32 weights become eight 4-byte integer dot products (dp4a). GGUF blocks are 18, 34, 144, 176 or
+// 210 bytes, so most blocks are not 16-byte aligned; instead of narrow loads from global memory, each block
+// of 4 warps copies the bytes of its 4 rows into shared memory with 16-byte asynchronous copies (the aligned
+// interior of each row; a few head and tail bytes one by one) and then decodes from shared memory, one warp
+// per row. Shared memory keeps the global reads wide and in flight whatever the block size.
 #include <cuda_pipeline.h>
 #include <cuda_runtime.h>
 
@@ -23,11 +23,14 @@ namespace {
 constexpr int kRowsPerBlock = 4;  // one warp per row
 constexpr int kMaxSmem = 200 * 1024;
 
-size_t align256(size_t n) { return (n + 255) & ~size_t(255); }
+size_t align256(size_t n) {
+  return (n + 255) & ~size_t(255);
+}
 
 // ---- activation quantization: one warp per 32 values ------------------------------------------------------
-__global__ void quantize_q8_kernel(const float* __restrict__ x, int64_t x_ld, int64_t K, int64_t n_blocks_total,
-                                   int8_t* __restrict__ xq, float2* __restrict__ xds) {
+__global__ void quantize_q8_kernel(const float* __restrict__ x, int64_t x_ld, int64_t K,
+                                   int64_t n_blocks_total, int8_t* __restrict__ xq,
+                                   float2* __restrict__ xds) {
   const int64_t bi = int64_t(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
   if (bi >= n_blocks_total) return;
   const int lane = threadIdx.x % kWarpSize;
@@ -44,7 +47,8 @@ __global__ void quantize_q8_kernel(const float* __restrict__ x, int64_t x_ld, in
 
 // ---- per-type decoding of one 32-value sub-block i of a row held in shared memory -------------------------
 // Produces 8 packed int8x4 weights w (values in the order of the 32 activations), and a0, a1, bias such that
-// sum_j W_j x_j ~= d_x * (a0 * dot(w[0..3], xq[0..15]) + a1 * dot(w[4..7], xq[16..31])) + bias * (d_x sum xq).
+// sum_j W_j x_j ~= d_x * (a0 * dot(w[0..3], xq[0..15]) + a1 * dot(w[4..7], xq[16..31])) + bias * (d_x sum
+// xq).
 struct SubBlock {
   int w[8];
   float a0, a1, bias;
@@ -165,15 +169,17 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarpSize)
   }
 }
 
-size_t row_pitch(size_t row_bytes) { return (row_bytes + 16 + 16 + 15) & ~size_t(15); }
+size_t row_pitch(size_t row_bytes) {
+  return (row_bytes + 16 + 16 + 15) & ~size_t(15);
+}
 
 template <DType QT, int NC>
 void launch_one(const char* W, size_t w_ld, int64_t K, int64_t N, size_t row_bytes, const int8_t* xq,
                 const float2* xds, float* y, int64_t y_ld, cudaStream_t stream) {
   static std::once_flag once;
   std::call_once(once, [] {
-    TANDEM_CUDA_CHECK(
-        cudaFuncSetAttribute(gemv_quant_kernel<QT, NC>, cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
+    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(gemv_quant_kernel<QT, NC>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
   });
   const size_t pitch = row_pitch(row_bytes);
   const unsigned grid = unsigned((N + kRowsPerBlock - 1) / kRowsPerBlock);
@@ -187,16 +193,17 @@ void launch_type(const char* W, size_t w_ld, int64_t K, int64_t N, const void* s
                  int64_t y_ld, cudaStream_t stream) {
   const size_t row_bytes = dtype_row_bytes(QT, K);
   const int8_t* xq = static_cast<const int8_t*>(scratch);
-  const float2* xds = reinterpret_cast<const float2*>(static_cast<const char*>(scratch) + align256(size_t(K * T)));
+  const float2* xds =
+      reinterpret_cast<const float2*>(static_cast<const char*>(scratch) + align256(size_t(K * T)));
   for (int64_t t0 = 0; t0 < T; t0 += kGemvMaxCols) {
     const int nc = int(std::min<int64_t>(kGemvMaxCols, T - t0));
     const int8_t* xq_c = xq + t0 * K;
     const float2* xds_c = xds + t0 * (K / 32);
     float* y_c = y + t0 * y_ld;
     switch (nc) {
-#define TANDEM_GEMVQ_CASE(n)                                                            \
-  case n:                                                                               \
-    launch_one<QT, n>(W, w_ld, K, N, row_bytes, xq_c, xds_c, y_c, y_ld, stream);        \
+#define TANDEM_GEMVQ_CASE(n)                                                     \
+  case n:                                                                        \
+    launch_one<QT, n>(W, w_ld, K, N, row_bytes, xq_c, xds_c, y_c, y_ld, stream); \
     break;
       TANDEM_GEMVQ_CASE(1)
       TANDEM_GEMVQ_CASE(2)
@@ -217,7 +224,8 @@ size_t q8_activation_bytes(int64_t K, int64_t T) {
   return align256(size_t(K * T)) + align256(size_t(K / 32 * T) * sizeof(float2));
 }
 
-void launch_quantize_q8(const float* x, int64_t x_ld, int64_t K, int64_t T, void* scratch, cudaStream_t stream) {
+void launch_quantize_q8(const float* x, int64_t x_ld, int64_t K, int64_t T, void* scratch,
+                        cudaStream_t stream) {
   const int64_t n_blocks = K / 32 * T;
   if (n_blocks == 0) return;
   int8_t* xq = static_cast<int8_t*>(scratch);

@@ -1,5 +1,5 @@
-// Device-side decoding of the GGUF block types (layouts: quant/blocks.h, GGUF-ARCH-FACTS A.7), eight values at
-// a time, for get_rows and the dequantize-to-16-bit path. The integer-dot-product decoders used by the
+// Device-side decoding of the GGUF block types (layouts: quant/blocks.h, GGUF-ARCH-FACTS A.7), eight values
+// at a time, for get_rows and the dequantize-to-16-bit path. The integer-dot-product decoders used by the
 // matrix-vector kernels are in gemv_quant.cu.
 #pragma once
 

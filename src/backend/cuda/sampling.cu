@@ -1,12 +1,13 @@
-// Token selection on the device: argmax, the top-k / top-p / min-p / temperature chain of sample_rows, and the
-// per-row reduction of the entropy-bound diffusion sampler. One block per row.
+// Token selection on the device: argmax, the top-k / top-p / min-p / temperature chain of sample_rows, and
+// the per-row reduction of the entropy-bound diffusion sampler. One block per row.
 //
 // sample_rows never sorts the vocabulary. The chain's kept set is always a prefix of the order (logit
 // descending, token id ascending), so each step is a selection in that order: a 4-pass radix select over the
 // 32-bit order key of the logit (8 bits a pass; a histogram of counts, or of probability mass, over the
-// candidates that match the digits chosen so far), then one ordered scan over the tokens whose key ties, in id
-// order. Masses are fixed-point integers (exp(l - max) * 2^40), so every sum is exact and order-independent and
-// the result is deterministic. The final draw walks the kept tokens in id order (backend.h), one ordered scan.
+// candidates that match the digits chosen so far), then one ordered scan over the tokens whose key ties, in
+// id order. Masses are fixed-point integers (exp(l - max) * 2^40), so every sum is exact and
+// order-independent and the result is deterministic. The final draw walks the kept tokens in id order
+// (backend.h), one ordered scan.
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -112,10 +113,10 @@ __global__ void argmax_kernel(RowView logits, int32_t* __restrict__ out) {
 
 // ---- sample_rows ------------------------------------------------------------------------------------------
 struct ChainState {
-  float m;         // max logit
+  float m;  // max logit
   float temp;
   float min_p;
-  uint32_t tk;     // kept: key > tk, or key == tk and id <= tid
+  uint32_t tk;  // kept: key > tk, or key == tk and id <= tid
   int tid;
 };
 
@@ -146,11 +147,11 @@ struct SelectShared {
 };
 
 // Walks the kept tokens (with key == key_filter when use_key) in ascending id order and returns the first at
-// which the running count (by_mass false) or fixed-point mass reaches `need`; the last such token if none does.
-// sh.last gets the last candidate.
-__device__ int ordered_select(const float* row, int64_t V, const ChainState& st, bool with_min_p, bool by_mass,
-                              float temp, unsigned long long need, bool use_key, uint32_t key_filter,
-                              SelectShared& sh) {
+// which the running count (by_mass false) or fixed-point mass reaches `need`; the last such token if none
+// does. sh.last gets the last candidate.
+__device__ int ordered_select(const float* row, int64_t V, const ChainState& st, bool with_min_p,
+                              bool by_mass, float temp, unsigned long long need, bool use_key,
+                              uint32_t key_filter, SelectShared& sh) {
   const int tid = threadIdx.x;
   __syncthreads();
   if (tid == 0) {
@@ -188,9 +189,9 @@ __device__ int ordered_select(const float* row, int64_t V, const ChainState& st,
 // Selects, among kept tokens in chain order, the first at which the running count (by_mass false) or running
 // fixed-point mass at temperature temp reaches `need` (>= 1). Returns (key, id) of that token through sh; if
 // rounding leaves none, the last kept token.
-__device__ void select_in_order(const float* row, int64_t V, const ChainState& st, bool with_min_p, bool by_mass,
-                                float temp, unsigned long long need, SelectShared& sh, uint32_t& key_out,
-                                int& id_out) {
+__device__ void select_in_order(const float* row, int64_t V, const ChainState& st, bool with_min_p,
+                                bool by_mass, float temp, unsigned long long need, SelectShared& sh,
+                                uint32_t& key_out, int& id_out) {
   const int tid = threadIdx.x;
   uint32_t prefix = 0, mask = 0;
   unsigned long long rem = need;
@@ -240,7 +241,8 @@ __device__ void select_in_order(const float* row, int64_t V, const ChainState& s
   }
   key_out = prefix;
   // take_last: no token reaches `need`, so scan to the end and return the last tied candidate.
-  id_out = ordered_select(row, V, st, with_min_p, by_mass, temp, sh.take_last ? ~0ull : rem, true, prefix, sh);
+  id_out =
+      ordered_select(row, V, st, with_min_p, by_mass, temp, sh.take_last ? ~0ull : rem, true, prefix, sh);
 }
 
 // Sum over kept tokens of the fixed-point mass at temperature temp (every thread gets it).
@@ -257,7 +259,8 @@ __device__ unsigned long long kept_mass(const float* row, int64_t V, const Chain
 }
 
 __global__ void __launch_bounds__(kThreads)
-    sample_kernel(RowView logits, SamplerParams p, const float* __restrict__ uniforms, int32_t* __restrict__ out) {
+    sample_kernel(RowView logits, SamplerParams p, const float* __restrict__ uniforms,
+                  int32_t* __restrict__ out) {
   __shared__ SelectShared sh;
   const int64_t t = blockIdx.x;
   const float* row = logits.row_as<const float>(t);
@@ -293,7 +296,8 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) out[t] = id;
 }
 
-// ---- diffusion_sample_rows ----------------------------------------------------------------------------------
+// ---- diffusion_sample_rows
+// ----------------------------------------------------------------------------------
 __global__ void __launch_bounds__(kThreads)
     diffusion_sample_kernel(RowView logits, float inv_temp, const float* __restrict__ uniforms,
                             int32_t* __restrict__ argmax_out, float* __restrict__ entropy_out,
@@ -391,12 +395,12 @@ void launch_sample_rows(const Tensor& logits, const SamplerParams& p, const floa
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
-void launch_diffusion_sample_rows(const Tensor& logits, float inv_temp, const float* uniforms, int32_t* argmax,
-                                  float* entropy, int32_t* sampled, cudaStream_t stream) {
+void launch_diffusion_sample_rows(const Tensor& logits, float inv_temp, const float* uniforms,
+                                  int32_t* argmax, float* entropy, int32_t* sampled, cudaStream_t stream) {
   const RowView l = row_view(logits);
   if (l.n_rows() == 0) return;
-  diffusion_sample_kernel<<<unsigned(l.n_rows()), kThreads, 0, stream>>>(l, inv_temp, uniforms, argmax, entropy,
-                                                                         sampled);
+  diffusion_sample_kernel<<<unsigned(l.n_rows()), kThreads, 0, stream>>>(l, inv_temp, uniforms, argmax,
+                                                                         entropy, sampled);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,5 +1,6 @@
-// RowView: the part of a tensor view a CUDA kernel needs to address row r (r counts rows over ne[1..3]), made on
-// the host from a Tensor and passed to kernels by value. Elements inside a row are contiguous (backend.h rule).
+// RowView: the part of a tensor view a CUDA kernel needs to address row r (r counts rows over ne[1..3]), made
+// on the host from a Tensor and passed to kernels by value. Elements inside a row are contiguous (backend.h
+// rule).
 #pragma once
 
 #include <cstddef>
