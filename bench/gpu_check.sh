@@ -19,6 +19,7 @@
 #   TYPES="bf16 q8_0 q4_k"                                   bench model types
 #   BENCH_ARGS="-p 512 -n 128 -b 1,8,32 -r 3"                 tandem bench arguments
 #   DEADLINE=seconds                                         no stage starts after this (device time is short)
+#   CMAKE_ARGS="-DTANDEM_WERROR=OFF"                        extra cmake arguments of the build stage
 #   BASE_BIN=dir                                             a second build (e.g. the previous commit's tandem) that
 #                                                            bench and split also run, right after BIN, on the same
 #                                                            files: before/after in one run
@@ -69,10 +70,11 @@ do_info() {
 
 do_build() {
   [ -n "$BIN" ] && { echo "using carried binaries"; return; }
-  cmake -S . -B build-gpu -G Ninja -DTANDEM_CUDA=ON -DCMAKE_BUILD_TYPE=Release >"$OUT/build.log" 2>&1 &&
+  cmake -S . -B build-gpu -G Ninja -DTANDEM_CUDA=ON -DCMAKE_BUILD_TYPE=Release ${CMAKE_ARGS:-} >"$OUT/build.log" 2>&1 &&
     cmake --build build-gpu -j16 --target tandem_cli tandem_gpu_tests >>"$OUT/build.log" 2>&1
   local rc=$?
   tail -20 "$OUT/build.log"
+  grep -E "warning:" "$OUT/build.log" | sort | uniq | head -20  # (with CMAKE_ARGS=-DTANDEM_WERROR=OFF)
   [ $rc -eq 0 ] && cp build-gpu/tests/tandem_gpu_tests build-gpu/bin/ && BIN=build-gpu/bin
 }
 

@@ -114,7 +114,7 @@ SymmetricFit fit_symmetric(const float* x, const float* w, int n, int lo, int hi
   best.scale = 0;
   best.err = 0;
   for (int i = 0; i < n; ++i) best.err += w[i] * double(x[i]) * x[i];
-  if (L) std::fill(L, L + n, 0);
+  if (L && n > 0) std::fill_n(L, size_t(n), 0);  // (n > 0 spelled out: GCC 13 warns of a negative bound)
   if (!(amax > 1e-30f)) return best;
 
   std::array<int, kMaxGroup> Lc;
