@@ -1,7 +1,8 @@
 // The model runs of `tandem bench` (bench.h), in the spirit of llama-bench:
 //
 // pp: one sequence of p prompt tokens per forward pass (logits of the last row only); tokens/s = p / time.
-// tg: b sequences decoded together, n steps of one token each from an empty cache; tokens/s = b n / time.
+// tg: b sequences decoded together, n steps of one token each from an empty cache, each step ending with the
+// next tokens picked on the device (greedy, ids only to the host); tokens/s = b n / time.
 // Each test runs once to warm up (CUDA graphs, plans, caches) and then r times, reported as the mean and the
 // sample standard deviation of the r runs.
 //
@@ -35,19 +36,33 @@ double run_pp(Session& session, int p, std::mt19937& rng, int64_t n_vocab) {
   const auto toks = random_tokens(rng, n_vocab, size_t(p));
   b.add_sequence(toks, 0, 0, true);
   const auto t0 = Clock::now();
-  session.decode(b);  // returns once the logits are on the host
+  session.decode(b);
+  session.synchronize();  // decode only enqueues; the logits stay on the device
   return seconds_since(t0);
 }
 
 double run_tg(Session& session, int n, int n_seq, std::mt19937& rng, int64_t n_vocab) {
   session.clear();
   Batch b;
+  // A whole generation step: the forward, then each sequence's next token picked on the device (greedy; only
+  // the ids come back), as `tandem generate --device-sampling` does. (The tokens fed are random, not the
+  // picks, so that every run decodes the same work.)
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  std::vector<Sampler> samplers(static_cast<size_t>(n_seq), Sampler{greedy});
+  std::vector<Sampler*> ptrs;
+  std::vector<size_t> rows;
+  for (int s = 0; s < n_seq; ++s) {
+    ptrs.push_back(&samplers[size_t(s)]);
+    rows.push_back(size_t(s));
+  }
   const auto t0 = Clock::now();
   for (int step = 0; step < n; ++step) {
     b.clear();
     const auto toks = random_tokens(rng, n_vocab, size_t(n_seq));
     for (int s = 0; s < n_seq; ++s) b.add(toks[size_t(s)], step, s, true);
     session.decode(b);
+    (void)session.sample(rows, ptrs);
   }
   return seconds_since(t0);
 }
