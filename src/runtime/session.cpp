@@ -261,7 +261,7 @@ ForwardInputs Session::Impl::prepare(RankState& r, const Batch& batch, size_t r0
     if (any_added) {
       const EmbeddingSource& src = batch.embedding_source;
       const size_t row_bytes = size_t(n_embd) * sizeof(float);
-      std::vector<int32_t> rows(h_added_rows.begin() + ptrdiff_t(r0), h_added_rows.begin() + ptrdiff_t(r1));
+      std::vector<int32_t> rows(h_added_rows.begin() + ptrdiff_t(r0), h_added_rows.begin() + ptrdiff_t(r1));  // (rare path)
       if (src.data != nullptr && same_memory_space(src.device, dev)) {
         // The source rows are read where they are: no copy.
         added = Tensor::contiguous(DType::F32, {n_embd, src.n_rows}, const_cast<void*>(src.data), dev);

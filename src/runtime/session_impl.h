@@ -94,6 +94,7 @@ struct Session::Impl {
   std::vector<int32_t> h_tokens, h_added_rows, h_seq_slot, h_out_rows, h_block_end;
   std::vector<int32_t> seq_count, seq_base, seq_next;
   std::vector<uint8_t> seq_writes;  // per sequence of the batch: 1 = its rows write K/V
+  std::vector<int32_t> chunk_count, chunk_first_pos, chunk_cursor, chunk_added_rows;  // plan_chunk / prepare
 
   // Outputs of the last batch.
   std::vector<int32_t> row_to_out;

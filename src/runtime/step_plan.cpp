@@ -152,7 +152,10 @@ void Session::Impl::validate(const Batch& batch) {
 void Session::Impl::plan_chunk(const Batch& batch, size_t r0, size_t r1) {
   const size_t T = r1 - r0;
   const int32_t S = params.n_seq_max;
-  std::vector<int32_t> count(size_t(S), 0), first_pos(size_t(S), 0);
+  std::vector<int32_t>& count = chunk_count;  // members: no allocation per step
+  std::vector<int32_t>& first_pos = chunk_first_pos;
+  count.assign(size_t(S), 0);
+  first_pos.assign(size_t(S), 0);
   for (size_t r = r0; r < r1; ++r) {
     const int32_t s = batch.seq_ids[r];
     if (count[size_t(s)]++ == 0) first_pos[size_t(s)] = batch.positions[r];
@@ -172,7 +175,8 @@ void Session::Impl::plan_chunk(const Batch& batch, size_t r0, size_t r1) {
       tb.append(ts, count[size_t(s)], g.seq_slots[size_t(ts)]);
     }
     g.h_slots.resize(T);
-    std::vector<int32_t> cursor(size_t(n_table_seqs()), 0);
+    std::vector<int32_t>& cursor = chunk_cursor;
+    cursor.assign(size_t(n_table_seqs()), 0);
     for (size_t r = r0; r < r1; ++r) {
       const int32_t ts = h_seq_slot[r - r0];
       g.h_slots[r - r0] = g.seq_slots[size_t(ts)][size_t(cursor[size_t(ts)]++)];
