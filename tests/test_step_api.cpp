@@ -369,6 +369,29 @@ TEST(StepApi, TheDeviceSamplerEqualsTheCpuSamplerForTheSameSeed) {
       }
     }
   }
+  // One setting for every row: one sample_rows call over the four columns, the same ids as row by row.
+  SamplingParams one;
+  one.temperature = 0.8f, one.top_k = 20, one.top_p = 0.9f, one.min_p = 0.0f;
+  std::vector<Sampler> same, same_ref;
+  for (size_t i = 0; i < 4; ++i) {
+    one.seed = 500 + i;
+    same.emplace_back(one);
+    same_ref.emplace_back(one);
+  }
+  std::vector<Sampler*> same_ptrs;
+  for (Sampler& x : same) same_ptrs.push_back(&x);
+  const std::vector<size_t> reversed = {15, 11, 7, 3};  // any row order
+  const std::vector<int32_t> got = s.sample(reversed, same_ptrs);
+  for (size_t i = 0; i < 4; ++i) {
+    std::vector<float> l(s.logits(reversed[i]).begin(), s.logits(reversed[i]).end());
+    float u = float(same_ref[i].rng().uniform());
+    int32_t want = -1;
+    cpu->ops().sample_rows(cpu->default_stream(), Tensor::contiguous(DType::F32, {96, 1}, l.data(), cpu->id()),
+                           SamplerParams{one.temperature, one.top_k, one.top_p, one.min_p},
+                           Tensor::contiguous(DType::F32, {1}, &u, cpu->id()),
+                           Tensor::contiguous(DType::I32, {1}, &want, cpu->id()));
+    EXPECT_EQ(got[i], want) << "row " << reversed[i];
+  }
   std::vector<Sampler*> none;
   EXPECT_THROW(s.sample(rows, none), Error);
 }

@@ -261,7 +261,8 @@ ForwardInputs Session::Impl::prepare(RankState& r, const Batch& batch, size_t r0
     if (any_added) {
       const EmbeddingSource& src = batch.embedding_source;
       const size_t row_bytes = size_t(n_embd) * sizeof(float);
-      std::vector<int32_t> rows(h_added_rows.begin() + ptrdiff_t(r0), h_added_rows.begin() + ptrdiff_t(r1));  // (rare path)
+      std::vector<int32_t> rows(h_added_rows.begin() + ptrdiff_t(r0),
+                                h_added_rows.begin() + ptrdiff_t(r1));  // (rare path)
       if (src.data != nullptr && same_memory_space(src.device, dev)) {
         // The source rows are read where they are: no copy.
         added = Tensor::contiguous(DType::F32, {n_embd, src.n_rows}, const_cast<void*>(src.data), dev);
@@ -690,8 +691,8 @@ std::vector<int32_t> Session::sample(std::span<const size_t> rows, std::span<Sam
   check(rows.size() == samplers.size(), "sample: " + std::to_string(rows.size()) + " rows but " +
                                             std::to_string(samplers.size()) + " samplers");
   std::vector<int32_t> ids(rows.size(), -1);
-  std::vector<size_t> on_device;
-  std::vector<float> uniforms;
+  std::vector<size_t> on_device;  // sampler indices drawn on the device
+  std::vector<float> uniforms;  // their uniforms, drawn in the callers' order (each sampler's own generator)
   for (size_t i = 0; i < rows.size(); ++i) {
     check(samplers[i] != nullptr, "sample: sampler " + std::to_string(i) + " is null");
     Sampler& sm = *samplers[i];
@@ -705,25 +706,42 @@ std::vector<int32_t> Session::sample(std::span<const size_t> rows, std::span<Sam
   }
   if (on_device.empty()) return ids;
   check(on_device.size() <= size_t(s.params.n_logits_max), "sample: more rows than n_logits_max");
+  const std::vector<size_t> order = on_device;
   const Tensor L = device_logits();
   RankState& out = s.output_rank();
   const DeviceId dev = out.device.id();
-  out.device.copy_from_host(out.stream, s.d_uniforms.buffer.data(), uniforms.data(), uniforms.size() * 4);
-  for (size_t k = 0; k < on_device.size(); ++k) {
-    const size_t i = on_device[k];
+  // Rows in logits-column order; a run of consecutive columns with the same parameters is one sample_rows
+  // call (a decode step of many sequences with one setting is one launch).
+  std::sort(on_device.begin(), on_device.end(),
+            [&](size_t a, size_t b) { return logits_index(rows[a]) < logits_index(rows[b]); });
+  std::vector<float> u(on_device.size());
+  for (size_t k = 0; k < on_device.size(); ++k)
+    u[k] = uniforms[size_t(std::find(order.begin(), order.end(), on_device[k]) - order.begin())];
+  out.device.copy_from_host(out.stream, s.d_uniforms.buffer.data(), u.data(), u.size() * 4);
+  auto params_of = [&](size_t i) {
     const SamplingParams& p = samplers[i]->params();
-    SamplerParams sp;
-    sp.temperature = p.temperature;
-    sp.top_k = p.top_k;
-    sp.top_p = p.top_p;
-    sp.min_p = p.min_p;
-    Tensor col = L;
-    col.data = static_cast<char*>(L.data) + size_t(logits_index(rows[i])) * L.nb[1];
-    col.ne[1] = 1;
-    Tensor u = s.d_uniforms.view(1, dev), o = s.d_sampled.view(1, dev);
-    u.data = static_cast<float*>(u.data) + k;
-    o.data = static_cast<int32_t*>(o.data) + k;
-    out.ops.sample_rows(out.stream, col, sp, u, o);
+    return SamplerParams{p.temperature, p.top_k, p.top_p, p.min_p};
+  };
+  auto same = [](const SamplerParams& a, const SamplerParams& b) {
+    return a.temperature == b.temperature && a.top_k == b.top_k && a.top_p == b.top_p && a.min_p == b.min_p;
+  };
+  for (size_t k0 = 0; k0 < on_device.size();) {
+    const SamplerParams sp = params_of(on_device[k0]);
+    const int32_t col0 = logits_index(rows[on_device[k0]]);
+    size_t k1 = k0 + 1;
+    while (k1 < on_device.size() && logits_index(rows[on_device[k1]]) == col0 + int32_t(k1 - k0) &&
+           same(params_of(on_device[k1]), sp))
+      ++k1;
+    const int64_t n = int64_t(k1 - k0);
+    Tensor cols_view = L;
+    cols_view.data = static_cast<char*>(L.data) + size_t(col0) * L.nb[1];
+    cols_view.ne[1] = n;
+    cols_view.nb[2] = cols_view.nb[3] = L.nb[1] * size_t(n);
+    Tensor uv = s.d_uniforms.view(n, dev), ov = s.d_sampled.view(n, dev);
+    uv.data = static_cast<float*>(uv.data) + k0;
+    ov.data = static_cast<int32_t*>(ov.data) + k0;
+    out.ops.sample_rows(out.stream, cols_view, sp, uv, ov);
+    k0 = k1;
   }
   std::vector<int32_t> got(on_device.size());
   out.device.copy_to_host(out.stream, got.data(), s.d_sampled.buffer.data(), got.size() * 4);
