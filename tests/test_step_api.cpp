@@ -470,7 +470,7 @@ TEST(StepApi, TapsOfOneModelFeedAnotherModelsRowsWithoutAHostCopy) {
 }
 
 // qwen3 with per-layer shapes: layer 0 global (head dim 16, 2 KV heads), layer 1 sliding (window 6, head dim
-// 8, 1 KV head, its own rope base), layer 2 global.
+// 8, 1 KV head, its own rope base, n_ff 64), layer 2 global.
 TinyModel per_layer_model(WriteOptions& o) {
   TinyConfig c = tiny_config();
   c.n_layer = 3;
@@ -494,7 +494,12 @@ TinyModel per_layer_model(WriteOptions& o) {
     m.w[n] = std::vector<float>(size_t(hd), 1.1f);
     m.ne[n] = {hd};
   }
+  matrix("blk.1.ffn_gate.weight", c.n_embd, 64);  // and its own feed-forward width
+  matrix("blk.1.ffn_up.weight", c.n_embd, 64);
+  matrix("blk.1.ffn_down.weight", 64, c.n_embd);
   using gguf::Value;
+  o.extra_keys["qwen3.feed_forward_length"] = Value::i32_array({int32_t(c.n_ff), 64, int32_t(c.n_ff)});
+  o.skip_keys.insert("qwen3.feed_forward_length");
   o.extra_keys["qwen3.attention.sliding_window"] = Value::u32(6);
   o.extra_keys["qwen3.attention.sliding_window_pattern"] = Value::array(
       gguf::ValueType::BOOL, {Value::boolean(false), Value::boolean(true), Value::boolean(false)});
@@ -553,7 +558,7 @@ TEST(StepApi, SlidingKvWithPerLayerShapesEqualsFullKvWithTheWindow) {
   EXPECT_EQ(slide.seq_len(0), 58);
 }
 
-TEST(StepApi, PerLayerShapesAreReadAndTensorSplitRefusesThem) {
+TEST(StepApi, PerLayerShapesAreReadAndSplitByLayerAndByTensor) {
   WriteOptions o;
   const TinyModel tm = per_layer_model(o);
   auto model = load(tm, "swa_read", o);
@@ -565,19 +570,42 @@ TEST(StepApi, PerLayerShapesAreReadAndTensorSplitRefusesThem) {
   EXPECT_EQ(hp.layers[1].sliding_window, 6);
   EXPECT_EQ(hp.layers[1].rope_freq_base, 500.0f);
   EXPECT_EQ(hp.layers[2].sliding_window, 0);
-  try {
+  EXPECT_EQ(hp.layers[1].n_ff, 64);
+  try {  // layer 1 has one KV head for two ranks
     load(tm, "swa_tensor", o, "cpu:0,cpu:1", "tensor");
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--split-mode layer"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("(layer 1) needs at least 2 KV heads"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--replicate-kv"), std::string::npos) << e.what();
   }
-  // a layer split runs it, with the same logits as one device
-  auto split = load(tm, "swa_layer", o, "cpu:0,cpu:1", "layer");
-  Session a(model, f32_params()), b(split, f32_params());
+  // layer split, and tensor split with each layer cut on its own (layer 1's KV head copied): the logits of
+  // one device
+  const auto path = temp_path("swa_split.gguf");
+  testing::write_tiny_gguf(tm, path, o);
+  ModelParams tp;
+  tp.n_threads = 2;
+  tp.devices = "cpu:0,cpu:1";
+  tp.split_mode = "tensor";
+  tp.replicate_kv = true;
+  auto tensor = Model::load(path.string(), tp);
+  std::filesystem::remove(path);
+  const auto& shard = tensor->impl().shards.at(1);
+  ASSERT_EQ(shard.per_layer.size(), 3u);
+  EXPECT_EQ(shard.per_layer[0].kv_heads, (Range{1, 2}));
+  EXPECT_EQ(shard.per_layer[1].kv_heads, (Range{0, 1}));  // the copy
+  EXPECT_EQ(shard.per_layer[1].ff, (Range{32, 64}));
+  auto layer = load(tm, "swa_layer", o, "cpu:0,cpu:1", "layer");
+  Session a(model, f32_params()), b(layer, f32_params()), t(tensor, f32_params());
   const auto prompt = tokens(12, 96, 12);
-  prefill(a, prompt, 0);
-  prefill(b, prompt, 0);
+  for (Session* s : {&a, &b, &t}) prefill(*s, prompt, 0);
   EXPECT_LT(rel_err(row(b, 11), row(a, 11)), 1e-5);
+  EXPECT_LT(rel_err(row(t, 11), row(a, 11)), 1e-5);
+  for (int32_t pos = 12; pos < 20; ++pos) {  // decoding past the window too
+    Batch d;
+    d.add(int32_t(pos % 90), pos, 0, true);
+    for (Session* s : {&a, &b, &t}) s->decode(d);
+    EXPECT_LT(rel_err(row(t, 0), row(a, 0)), 1e-5) << "position " << pos;
+  }
 }
 
 TEST(StepApi, AModelUsesAnotherModelsEmbeddingAndHeadWithoutCopies) {

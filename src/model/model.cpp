@@ -87,13 +87,6 @@ std::shared_ptr<Model> Model::load(const std::string& path, const ModelParams& p
   }
   const ShardDims dims = shard_dims(f, hp);
   plan_shards(mesh, dims);  // every split error, before devices are created or weights read
-  if (mesh.mode == SplitMode::Tensor && mesh.n_ranks() > 1) {
-    for (const LayerHparams& l : hp.layers)
-      check(l.n_head == hp.n_head && l.n_head_kv == hp.n_head_kv && l.head_dim_k == hp.head_dim_k &&
-                l.head_dim_v == hp.head_dim_v && l.n_ff == hp.n_ff,
-            "--split-mode tensor: this model's layers differ in head counts, head dims or feed-forward "
-            "width, which the tensor split does not cut yet; use --split-mode layer");
-  }
 
   // Started by mpirun as one of several processes: this process is one rank of the split (process_world.h).
   const bool across_processes =

@@ -63,6 +63,13 @@ ShardDims shard_dims(const gguf::GgufFile& file, const ModelHparams& hp) {
   d.head_dim_v = hp.head_dim_v;
   d.n_ff = hp.n_ff;
   d.n_vocab = hp.n_vocab;
+  bool uniform = true;
+  for (const LayerHparams& l : hp.layers)
+    uniform = uniform && l.n_head == hp.n_head && l.n_head_kv == hp.n_head_kv &&
+              l.head_dim_k == hp.head_dim_k && l.head_dim_v == hp.head_dim_v && l.n_ff == hp.n_ff;
+  if (!uniform)  // the planner cuts each layer on its own
+    for (const LayerHparams& l : hp.layers)
+      d.layers.push_back(LayerDims{l.n_head, l.n_head_kv, l.head_dim_k, l.head_dim_v, l.n_ff});
   // Column cuts must fall on block boundaries; every layer's type counts (a q4_k_m file mixes types).
   const ShardRuleTable rules = shard_rules_of(file);
   for (const gguf::TensorInfo& t : file.tensors()) {

@@ -49,12 +49,14 @@ Transformer::Transformer(ModelHparams hp, TransformerWeights weights, std::uniqu
   check(shard_.mode != SplitMode::Tensor || shard_.n_ranks == 1 || comm_ != nullptr,
         "a tensor-split rank needs a communicator");
   const bool tensor_split = shard_.mode == SplitMode::Tensor;
-  for (const LayerHparams& L : hp_.layers) {
+  for (size_t il = 0; il < hp_.layers.size(); ++il) {
+    const LayerHparams& L = hp_.layers[il];
     LocalLayer d;
-    // A tensor split cuts uniform layers by the shard's ranges (Model::load refuses non-uniform ones).
-    d.n_head = tensor_split ? n_head_ : L.n_head;
-    d.n_head_kv = tensor_split ? n_head_kv_ : L.n_head_kv;
-    d.n_ff = tensor_split ? n_ff_ : L.n_ff;
+    // A tensor split gives each layer this rank's heads and rows of it (the same ranges when uniform).
+    const RankShard::LayerRanges lr = shard_.ranges_of(int64_t(il));
+    d.n_head = tensor_split ? lr.q_heads.size() : L.n_head;
+    d.n_head_kv = tensor_split ? lr.kv_heads.size() : L.n_head_kv;
+    d.n_ff = tensor_split ? lr.ff.size() : L.n_ff;
     d.head_dim_k = L.head_dim_k;
     d.head_dim_v = L.head_dim_v;
     d.sliding_window = L.sliding_window;

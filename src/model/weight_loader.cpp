@@ -56,7 +56,7 @@ size_t WeightLoader::part_bytes(const gguf::TensorInfo& info, const ShardRule* r
   if (!shard_.holds(*rule, layer)) return 0;
   if (row_split_ && rule->row == RowPlacement::SplitRows) return 0;  // the registry places it
   if (shard_.mode != SplitMode::Tensor || rule->cut == TensorCut::Mirrored) return info.nbytes;
-  const Range r = shard_.cut_range(rule->unit, dims_);
+  const Range r = shard_.cut_range(rule->unit, dims_, layer);
   const int64_t rows = info.n_dims >= 2 ? info.ne[1] : 1;
   if (rule->cut == TensorCut::InputColumns) return dtype_row_bytes(info.type, r.size()) * size_t(rows);
   if (info.n_dims < 2) return size_t(r.size()) * sizeof(float);  // a cut vector (biases are F32 here)
@@ -113,9 +113,9 @@ const ShardRule* WeightLoader::rule_for(const std::string& name, const char* as,
   return rule;
 }
 
-Tensor WeightLoader::cut(const Tensor& t, const ShardRule* rule) const {
+Tensor WeightLoader::cut(const Tensor& t, const ShardRule* rule, int64_t layer) const {
   if (!rule || shard_.mode != SplitMode::Tensor || rule->cut == TensorCut::Mirrored) return t;
-  const Range r = shard_.cut_range(rule->unit, dims_);
+  const Range r = shard_.cut_range(rule->unit, dims_, layer);
   Tensor v = t;
   // Biases of row-cut matrices are vectors: their one dim is the output-feature dim.
   const bool is_vector =
@@ -159,7 +159,7 @@ Tensor WeightLoader::matrix(const std::string& name, std::initializer_list<int64
     return full;
   }
   if (rule && row_split_ && rule->row == RowPlacement::SplitRows) return row_split_->add(full, name);
-  const Tensor part = cut(full, rule);
+  const Tensor part = cut(full, rule, layer);
   // Uncut, a tensor read under another role (a tied head) shares the upload of its own name.
   const bool was_cut = part.data != full.data || part.ne != full.ne;
   const std::string key = as && was_cut ? name + " as " + std::string(as) : name;
@@ -196,7 +196,7 @@ Tensor WeightLoader::vector(const std::string& name, int64_t n) {
     }
     t = Tensor::contiguous(DType::F32, {n}, dst.data(), DeviceId{});
   }
-  return place(cut(t, rule), name + " (f32)");
+  return place(cut(t, rule, layer), name + " (f32)");
 }
 
 std::optional<Tensor> WeightLoader::optional_vector(const std::string& name, int64_t n) {

@@ -16,7 +16,6 @@ using enum TensorCut;
 using enum CutUnit;
 using enum RowPlacement;
 
-
 std::string ratio_list(const MeshSpec& m) {
   std::string s;
   for (double r : m.ratios) {
@@ -76,21 +75,25 @@ bool RankShard::holds(const ShardRule& rule, int64_t layer) const {
   return true;
 }
 
-Range RankShard::cut_range(CutUnit unit, const ShardDims& d) const {
+Range RankShard::cut_range(CutUnit unit, const ShardDims& d, int64_t layer) const {
   auto scaled = [](Range r, int64_t k) { return Range{r.begin * k, r.end * k}; };
+  const LayerRanges lr = ranges_of(layer);
+  const bool own = layer >= 0 && size_t(layer) < d.layers.size();
+  const int64_t hd_k = own ? d.layers[size_t(layer)].head_dim_k : d.head_dim_k;
+  const int64_t hd_v = own ? d.layers[size_t(layer)].head_dim_v : d.head_dim_v;
   switch (unit) {
     case CutUnit::None:
       return {};
     case CutUnit::QHeads:
-      return scaled(q_heads, d.head_dim_k);
+      return scaled(lr.q_heads, hd_k);
     case CutUnit::QHeadsV:
-      return scaled(q_heads, d.head_dim_v);
+      return scaled(lr.q_heads, hd_v);
     case CutUnit::KvHeadsK:
-      return scaled(kv_heads, d.head_dim_k);
+      return scaled(lr.kv_heads, hd_k);
     case CutUnit::KvHeadsV:
-      return scaled(kv_heads, d.head_dim_v);
+      return scaled(lr.kv_heads, hd_v);
     case CutUnit::FfRows:
-      return ff;
+      return lr.ff;
     case CutUnit::VocabRows:
       return vocab;
   }
@@ -114,6 +117,76 @@ std::vector<Range> split_range(int64_t n, std::span<const double> ratios, int64_
   }
   return out;
 }
+
+namespace {
+
+// The tensor split of one layer shape over the mesh's ranks: KV heads (whole GQA groups, or copies with
+// --replicate-kv), the query heads that read them, and feed-forward rows. Throws Error when it cannot be
+// made.
+std::vector<RankShard::LayerRanges> plan_tensor_layer(const MeshSpec& mesh, const ShardDims& d,
+                                                      const LayerDims& L, const std::string& what) {
+  const int n = int(mesh.n_ranks());
+  auto name = [&](int r) { return mesh.devices[size_t(r)].to_string(); };
+  check(L.n_head_kv >= 1 && L.n_head % L.n_head_kv == 0, what + ": bad head counts");
+  std::vector<RankShard::LayerRanges> out(static_cast<size_t>(n));
+  const int64_t gqa = L.n_head / L.n_head_kv;
+  if (n > L.n_head_kv) {
+    check(
+        mesh.replicate_kv,
+        what + " needs at least " + std::to_string(n) + " KV heads, but the model has " +
+            std::to_string(L.n_head_kv) +
+            ": pass --replicate-kv to give several ranks a copy of a KV head (more KV-cache memory), use at "
+            "most " +
+            std::to_string(L.n_head_kv) + " devices, or --split-mode layer");
+    check(n % L.n_head_kv == 0, what + " with --replicate-kv needs the rank count to be a multiple of the " +
+                                    std::to_string(L.n_head_kv) + " KV heads");
+    check(L.n_head % n == 0 && gqa % (n / L.n_head_kv) == 0,
+          what + " with --replicate-kv: the " + std::to_string(L.n_head) +
+              " query heads cannot be split evenly so that each rank reads one KV head");
+    check(!mesh.ratios_given || equal_ratios(mesh),
+          what + " with --replicate-kv splits heads evenly; --tensor-split must be equal or left out");
+    const int64_t per = L.n_head / n;
+    check(per * L.head_dim_v % d.attn_output_block == 0,
+          what + ": " + std::to_string(per) + " heads per rank give attn_output slices of " +
+              std::to_string(per * L.head_dim_v) + " columns, not a multiple of its block size " +
+              std::to_string(d.attn_output_block));
+    for (int r = 0; r < n; ++r) {
+      RankShard::LayerRanges& s = out[size_t(r)];
+      s.q_heads = {r * per, (r + 1) * per};
+      s.kv_heads = {s.q_heads.begin / gqa, s.q_heads.begin / gqa + 1};
+    }
+  } else {
+    // Whole KV groups per rank, in units of g_kv KV heads so that attn_output's column cut falls on a block
+    // boundary of its dtype.
+    int64_t g_kv = 1;
+    while ((g_kv * gqa * L.head_dim_v) % d.attn_output_block != 0 && g_kv < L.n_head_kv) ++g_kv;
+    check((g_kv * gqa * L.head_dim_v) % d.attn_output_block == 0,
+          what + ": attn_output's block size " + std::to_string(d.attn_output_block) +
+              " does not divide any whole number of KV groups");
+    const std::vector<Range> kv = split_range(L.n_head_kv, mesh.ratios, g_kv);
+    for (int r = 0; r < n; ++r) {
+      check(kv[size_t(r)].size() > 0,
+            what + ": " + name(r) + " gets no KV heads (the model has " + std::to_string(L.n_head_kv) +
+                " KV heads, cut in groups of " + std::to_string(g_kv) +
+                " to fit the weights' block size; ratios " + ratio_list(mesh) +
+                "); use fewer devices, other --tensor-split ratios or --split-mode layer");
+      RankShard::LayerRanges& s = out[size_t(r)];
+      s.kv_heads = kv[size_t(r)];
+      s.q_heads = {s.kv_heads.begin * gqa, s.kv_heads.end * gqa};
+    }
+  }
+  const std::vector<Range> ff = split_range(L.n_ff, mesh.ratios, d.ffn_down_block);
+  for (int r = 0; r < n; ++r) {
+    check(ff[size_t(r)].size() > 0, what + ": " + name(r) + " gets no feed-forward rows (n_ff " +
+                                        std::to_string(L.n_ff) + ", cut in multiples of " +
+                                        std::to_string(d.ffn_down_block) +
+                                        "); use fewer devices or other ratios");
+    out[size_t(r)].ff = ff[size_t(r)];
+  }
+  return out;
+}
+
+}  // namespace
 
 std::vector<RankShard> plan_shards(const MeshSpec& mesh, const ShardDims& d) {
   const int n = int(mesh.n_ranks());
@@ -148,63 +221,24 @@ std::vector<RankShard> plan_shards(const MeshSpec& mesh, const ShardDims& d) {
     return shards;
   }
 
-  // Tensor split.
-  const int64_t gqa = d.n_head / d.n_head_kv;
+  // Tensor split: the heads and feed-forward rows of the scalar dims (every layer's when uniform), then of
+  // each layer when the layers differ.
   const std::string what = "tensor split over " + std::to_string(n) + " ranks";
-  if (n > d.n_head_kv) {
-    check(
-        mesh.replicate_kv,
-        what + " needs at least " + std::to_string(n) + " KV heads, but the model has " +
-            std::to_string(d.n_head_kv) +
-            ": pass --replicate-kv to give several ranks a copy of a KV head (more KV-cache memory), use at "
-            "most " +
-            std::to_string(d.n_head_kv) + " devices, or --split-mode layer");
-    check(n % d.n_head_kv == 0, what + " with --replicate-kv needs the rank count to be a multiple of the " +
-                                    std::to_string(d.n_head_kv) + " KV heads");
-    check(d.n_head % n == 0 && gqa % (n / d.n_head_kv) == 0,
-          what + " with --replicate-kv: the " + std::to_string(d.n_head) +
-              " query heads cannot be split evenly so that each rank reads one KV head");
-    check(!mesh.ratios_given || equal_ratios(mesh),
-          what + " with --replicate-kv splits heads evenly; --tensor-split must be equal or left out");
-    const int64_t per = d.n_head / n;
-    check(per * d.head_dim_v % d.attn_output_block == 0,
-          what + ": " + std::to_string(per) + " heads per rank give attn_output slices of " +
-              std::to_string(per * d.head_dim_v) + " columns, not a multiple of its block size " +
-              std::to_string(d.attn_output_block));
-    for (int r = 0; r < n; ++r) {
-      RankShard& s = shards[size_t(r)];
-      s.q_heads = {r * per, (r + 1) * per};
-      s.kv_heads = {s.q_heads.begin / gqa, s.q_heads.begin / gqa + 1};
-    }
-  } else {
-    // Whole KV groups per rank, in units of g_kv KV heads so that attn_output's column cut falls on a block
-    // boundary of its dtype.
-    int64_t g_kv = 1;
-    while ((g_kv * gqa * d.head_dim_v) % d.attn_output_block != 0 && g_kv < d.n_head_kv) ++g_kv;
-    check((g_kv * gqa * d.head_dim_v) % d.attn_output_block == 0,
-          what + ": attn_output's block size " + std::to_string(d.attn_output_block) +
-              " does not divide any whole number of KV groups");
-    const std::vector<Range> kv = split_range(d.n_head_kv, mesh.ratios, g_kv);
-    for (int r = 0; r < n; ++r) {
-      check(kv[size_t(r)].size() > 0,
-            what + ": " + name(r) + " gets no KV heads (the model has " + std::to_string(d.n_head_kv) +
-                " KV heads, cut in groups of " + std::to_string(g_kv) +
-                " to fit the weights' block size; ratios " + ratio_list(mesh) +
-                "); use fewer devices, other --tensor-split ratios or --split-mode layer");
-      RankShard& s = shards[size_t(r)];
-      s.kv_heads = kv[size_t(r)];
-      s.q_heads = {s.kv_heads.begin * gqa, s.kv_heads.end * gqa};
-    }
+  const std::vector<RankShard::LayerRanges> common =
+      plan_tensor_layer(mesh, d, LayerDims{d.n_head, d.n_head_kv, d.head_dim_k, d.head_dim_v, d.n_ff}, what);
+  for (int r = 0; r < n; ++r) {
+    shards[size_t(r)].q_heads = common[size_t(r)].q_heads;
+    shards[size_t(r)].kv_heads = common[size_t(r)].kv_heads;
+    shards[size_t(r)].ff = common[size_t(r)].ff;
   }
-  const std::vector<Range> ff = split_range(d.n_ff, mesh.ratios, d.ffn_down_block);
+  for (size_t il = 0; il < d.layers.size(); ++il) {
+    const std::vector<RankShard::LayerRanges> lr =
+        plan_tensor_layer(mesh, d, d.layers[il], what + " (layer " + std::to_string(il) + ")");
+    for (int r = 0; r < n; ++r) shards[size_t(r)].per_layer.push_back(lr[size_t(r)]);
+  }
   const std::vector<Range> vocab = split_range(d.n_vocab, mesh.ratios);
   for (int r = 0; r < n; ++r) {
-    check(ff[size_t(r)].size() > 0, what + ": " + name(r) + " gets no feed-forward rows (n_ff " +
-                                        std::to_string(d.n_ff) + ", cut in multiples of " +
-                                        std::to_string(d.ffn_down_block) +
-                                        "); use fewer devices or other ratios");
     check(vocab[size_t(r)].size() > 0, what + ": " + name(r) + " gets no vocabulary rows");
-    shards[size_t(r)].ff = ff[size_t(r)];
     shards[size_t(r)].vocab = vocab[size_t(r)];
   }
   return shards;

@@ -71,10 +71,18 @@ struct Range {
   bool operator==(const Range&) const = default;
 };
 
-// The dimensions the planner needs.
+// One layer's dimensions, when the layers differ (gemma4-style sliding and global layers).
+struct LayerDims {
+  int64_t n_head = 0, n_head_kv = 0, head_dim_k = 0, head_dim_v = 0, n_ff = 0;
+};
+
+// The dimensions the planner needs. The scalars are every layer's when `layers` is empty; otherwise `layers`
+// has one entry per layer and the scalars are layer 0's.
 struct ShardDims {
   int64_t n_layer = 0, n_head = 0, n_head_kv = 0, head_dim_k = 0, head_dim_v = 0, n_ff = 0, n_vocab = 0;
-  // Block sizes (elements) of the dtypes of the matrices cut by input columns, by unit: the cuts align to them.
+  std::vector<LayerDims> layers;
+  // Block sizes (elements) of the dtypes of the matrices cut by input columns, by unit: the cuts align to
+  // them.
   int64_t attn_output_block = 1;  // cut in CutUnit::QHeadsV (attention output)
   int64_t ffn_down_block = 1;     // cut in CutUnit::FfRows (down)
 };
@@ -91,11 +99,22 @@ struct RankShard {
                             // with --replicate-kv)
   Range ff;                 // tensor split: feed-forward rows (n_ff)
   Range vocab;              // tensor split: rows of the output head = logits of this rank
+  // Tensor split of layers that differ (ShardDims::layers): the heads and rows of each layer; empty when the
+  // layers are uniform (then q_heads / kv_heads / ff hold for every layer).
+  struct LayerRanges {
+    Range q_heads, kv_heads, ff;
+  };
+  std::vector<LayerRanges> per_layer;
+  LayerRanges ranges_of(int64_t layer) const {
+    if (layer >= 0 && size_t(layer) < per_layer.size()) return per_layer[size_t(layer)];
+    return {q_heads, kv_heads, ff};
+  }
 
   // Whether this rank holds (part of) the tensor of `rule` in `layer` (-1 for global tensors).
   bool holds(const ShardRule& rule, int64_t layer) const;
-  // The element range a tensor cut by `unit` covers on this rank (heads times head_dim, rows, ...).
-  Range cut_range(CutUnit unit, const ShardDims& d) const;
+  // The element range a tensor of `layer` (-1: a global tensor) cut by `unit` covers on this rank (heads
+  // times that layer's head_dim, rows, ...).
+  Range cut_range(CutUnit unit, const ShardDims& d, int64_t layer = -1) const;
 };
 
 // Splits n units over ratios.size() parts: part j ends at floor(cumulative ratio * n / granularity) *
