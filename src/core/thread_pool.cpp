@@ -25,8 +25,25 @@ thread_local bool t_inside_task = false;  // a nested parallel_for runs serially
 ThreadPool::ThreadPool(int n_threads) {
   if (n_threads <= 0) n_threads = int(std::thread::hardware_concurrency());
   n_threads_ = n_threads < 1 ? 1 : n_threads;
+  check(n_threads_ <= kMaxThreads, "cannot use " + std::to_string(n_threads_) + " threads: at most " +
+                                       std::to_string(kMaxThreads) + " (this machine has " +
+                                       std::to_string(std::thread::hardware_concurrency()) +
+                                       " hardware threads)");
   workers_.reserve(size_t(n_threads_ - 1));
-  for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_main(i); });
+  try {
+    for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_main(i); });
+  } catch (const std::exception& e) {
+    // The system refused a thread: stop and join the ones started, then report (a destructor does not run
+    // for a constructor that throws, and destroying joinable threads would abort).
+    const size_t started = workers_.size();
+    stop_.store(true);
+    generation_.fetch_add(1);
+    generation_.notify_all();
+    for (auto& w : workers_) w.join();
+    workers_.clear();
+    throw Error("could not start " + std::to_string(n_threads_) + " threads (" + std::to_string(started + 1) +
+                " started: " + e.what() + "); use fewer threads (-t)");
+  }
 }
 
 ThreadPool::~ThreadPool() {

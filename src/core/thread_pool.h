@@ -25,6 +25,10 @@ class ThreadPool {
  public:
   // n_threads counts the calling thread; 0 = std::thread::hardware_concurrency(). n_threads - 1 workers
   // start.
+  // The most threads a pool takes; more is almost surely a typo (-t 100000) and is refused with an Error.
+  static constexpr int kMaxThreads = 1024;
+  // n_threads <= 0: one per hardware thread. Throws Error above kMaxThreads, or when the system refuses to
+  // start a thread (the threads already started are stopped first).
   explicit ThreadPool(int n_threads = 0);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;

@@ -1,6 +1,7 @@
 // The `tandem` command line: one binary, one subcommand per job (see commands.h).
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "commands.h"
 #include "core/error.h"
@@ -39,6 +40,22 @@ int main(int argc, char** argv) {
   tandem::cli::add_bench_command(app);
   tandem::cli::add_perplexity_command(app);
 
+  // An unknown first word is a mistyped command: name it and list the commands (CLI11 would only say that a
+  // subcommand is required).
+  if (argc >= 2 && argv[1][0] != '-') {
+    const std::string word = argv[1];
+    std::string names;
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+      known |= sub->get_name() == word;
+    }
+    if (!known) {
+      std::fprintf(stderr, "error: unknown command '%s'; the commands are: %s (tandem --help)\n",
+                   word.c_str(), names.c_str());
+      return 2;
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,55 @@
+// Hostile command lines (part of the hardening issue): each gives one clear error line naming the flag or the
+// word, and a non-zero exit, never a signal.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "test_cli_util.h"
+
+namespace tandem {
+namespace {
+
+using test::run_tandem;
+
+void expect_error(const std::string& args, const std::string& needle) {
+  const auto r = run_tandem(args);
+  EXPECT_GT(r.exit_code, 0) << args << "\n" << r.out;  // -1: killed by a signal
+  EXPECT_NE(r.out.find(needle), std::string::npos) << args << "\n" << r.out;
+}
+
+TEST(CliHardening, AThreadCountTheMachineCannotStartIsAnErrorNotAnAbort) {
+  EXPECT_THROW(ThreadPool(100000), Error);
+  try {
+    ThreadPool p(100000);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("at most 1024"), std::string::npos) << e.what();
+  }
+  expect_error("generate -t 100000 -n 1 -p hi", "--threads must be in [0, 1024]");
+  expect_error("perplexity -t 100000 -f /dev/null", "threads");
+}
+
+TEST(CliHardening, AnUnknownCommandIsNamedWithTheListOfCommands) {
+  const auto r = run_tandem("frobnicate --x 1");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.out.find("unknown command 'frobnicate'"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("generate"), std::string::npos) << r.out;
+  EXPECT_EQ(run_tandem("--version").exit_code, 0);
+}
+
+TEST(CliHardening, SamplingFlagsOutOfRangeNameTheFlag) {
+  expect_error("generate -n 1 -p hi --top-k -3", "--top-k must be >= 0");
+  expect_error("generate -n 1 -p hi --temp inf", "--temp must be a finite number");
+  expect_error("generate -n 1 -p hi --seed -2", "--seed must be >= 0, or -1");
+  expect_error("generate -n 1 -p hi --top-p 1.5", "--top-p must be in [0, 1]");
+  expect_error("generate -n 1 -p hi --min-p -0.1", "--min-p must be in [0, 1]");
+  expect_error("generate -n 1 -p hi --repeat-penalty 0", "--repeat-penalty must be a positive number");
+  expect_error("generate -n 1 --prompt-ids 1,,3", "--prompt-ids: empty entry");
+  expect_error("generate -n 1 --prompt-ids ,1", "--prompt-ids: empty entry");
+  // the good forms still work
+  EXPECT_EQ(run_tandem("generate -n 2 --prompt-ids 1,2,3 --ids --temp 0").exit_code, 0);
+}
+
+}  // namespace
+}  // namespace tandem
