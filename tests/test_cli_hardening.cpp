@@ -2,6 +2,11 @@
 // word, and a non-zero exit, never a signal.
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "core/error.h"
@@ -27,7 +32,7 @@ TEST(CliHardening, AThreadCountTheMachineCannotStartIsAnErrorNotAnAbort) {
     EXPECT_NE(std::string(e.what()).find("at most 1024"), std::string::npos) << e.what();
   }
   expect_error("generate -t 100000 -n 1 -p hi", "--threads must be in [0, 1024]");
-  expect_error("perplexity -t 100000 -f /dev/null", "threads");
+  expect_error("perplexity -t 100000 -f " + std::string(TANDEM_SOURCE_DIR) + "/README.md", "threads");
 }
 
 TEST(CliHardening, AnUnknownCommandIsNamedWithTheListOfCommands) {
@@ -49,6 +54,33 @@ TEST(CliHardening, SamplingFlagsOutOfRangeNameTheFlag) {
   expect_error("generate -n 1 --prompt-ids ,1", "--prompt-ids: empty entry");
   // the good forms still work
   EXPECT_EQ(run_tandem("generate -n 2 --prompt-ids 1,2,3 --ids --temp 0").exit_code, 0);
+}
+
+TEST(CliHardening, ADirectoryFifoOrMissingFileIsAnErrorNotAnEmptyText) {
+  const std::string dir =
+      std::filesystem::temp_directory_path() / ("tandem_hard_dir_" + std::to_string(::getpid()));
+  const std::string fifo = dir + "/fifo";
+  std::filesystem::create_directories(dir);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string model = std::string(TANDEM_SOURCE_DIR) + "/models/tandem-small-q8_0.gguf";
+  expect_error("tokenize -m " + model + " -f " + dir, "is a directory; give a regular file");
+  expect_error("tokenize -m " + model + " -f " + fifo,
+               "is a FIFO; give a regular file");  // and does not block
+  expect_error("perplexity -m " + model + " -f " + dir, "is a directory");
+  expect_error("perplexity -m " + model + " -f " + dir + "/missing.txt", "No such file");
+  expect_error("inspect " + fifo, "not a regular file");
+  expect_error("inspect " + dir, "is a directory");
+  std::filesystem::remove_all(dir);
+}
+
+TEST(CliHardening, PerplexityWithNoScoredTokenIsAnError) {
+  const std::string text =
+      std::filesystem::temp_directory_path() / ("tandem_hard_" + std::to_string(::getpid()) + ".txt");
+  { std::ofstream(text) << "hello world this is a test of the perplexity tool\n"; }
+  const std::string model = std::string(TANDEM_SOURCE_DIR) + "/models/tandem-small-q8_0.gguf";
+  expect_error("perplexity -m " + model + " -f " + text + " --ctx 2", "no token was scored");
+  EXPECT_EQ(run_tandem("perplexity -m " + model + " -f " + text + " --ctx 8").exit_code, 0);
+  std::filesystem::remove(text);
 }
 
 }  // namespace

@@ -83,6 +83,9 @@ class Session {
   // Logits (n_vocab floats) of row `row` of the last decoded batch, which must have been marked; copied to
   // the host on first use (that row only).
   std::span<const float> logits(size_t row) const;
+  // Copies every marked row of the last batch to the host at once (one copy per rank), for callers that read
+  // them all (perplexity): the logits(row) calls that follow copy nothing.
+  void fetch_all_logits() const;
   // The last batch's logits on the output device: F32 {n_vocab, n_out}, column i = the i-th marked row (see
   // logits_index). Valid until the next decode. A batch with more marked rows than n_logits_max keeps its
   // logits on the host only (Error here).

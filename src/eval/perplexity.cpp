@@ -109,12 +109,16 @@ PerplexityResult compute_perplexity(const std::shared_ptr<Model>& model, std::sp
         batch.add(window[size_t(r)], int32_t(r), 0, r >= first_row && r <= len - 2);
       }
       session.decode(batch);
+      session.fetch_all_logits();  // every marked row is read: one copy, not one per row
       for (int64_t r = std::max(r0, first_row); r < r1 && r <= len - 2; ++r) {
         stats.add(token_nll(session.logits(size_t(r - r0)), window[size_t(r + 1)]));
       }
     }
     if (progress) progress(w + 1, windows.size(), stats);
   }
+  check(stats.count > 0, "perplexity: no token was scored (" + std::to_string(tokens.size()) +
+                             " tokens, --ctx " + std::to_string(params.ctx) +
+                             "): a window scores its second half; use a larger --ctx or a longer text");
   PerplexityResult res;
   res.ppl = stats.ppl();
   res.ppl_error = stats.ppl_error();

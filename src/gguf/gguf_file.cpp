@@ -12,7 +12,8 @@
 namespace tandem::gguf {
 
 Mapping::Mapping(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO must not block the open (it is refused below as not a regular file).
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw Error(path + ": cannot open: " + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
@@ -22,7 +23,7 @@ Mapping::Mapping(const std::string& path) {
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
-    throw Error(path + ": not a regular file");
+    throw Error(path + (S_ISDIR(st.st_mode) ? ": is a directory, not a GGUF file" : ": not a regular file"));
   }
   size_ = uint64_t(st.st_size);
   if (size_ > 0) {

@@ -625,6 +625,27 @@ void Session::Impl::fetch_row(int32_t o) const {
   host_valid[size_t(o)] = 1;
 }
 
+void Session::fetch_all_logits() const {
+  const Impl& s = *impl_;
+  if (s.n_out == 0 || std::all_of(s.host_valid.begin(), s.host_valid.end(), [](uint8_t v) { return v != 0; }))
+    return;
+  if (s.m.process_rank >= 0 && s.mode == SplitMode::Tensor) {
+    RankState& r = *s.ranks.front();
+    r.device.copy_to_host(r.stream, s.host_logits.data(), s.d_full_logits.data(),
+                          size_t(s.n_out) * size_t(s.n_vocab) * sizeof(float));
+    r.stream.synchronize();
+  } else if (s.mode == SplitMode::Tensor && s.ranks.size() > 1) {
+    for (const auto& r : s.ranks)
+      s.copy_logit_rows(*r, r->d_logits_buf.data(), r->decoder.shard().vocab, 0, s.n_out);
+    for (const auto& r : s.ranks) r->stream.synchronize();
+  } else {
+    RankState& r = s.output_rank();
+    s.copy_logit_rows(r, r.d_logits_buf.data(), Range{0, s.n_vocab}, 0, s.n_out);
+    r.stream.synchronize();
+  }
+  std::fill(s.host_valid.begin(), s.host_valid.end(), 1);
+}
+
 std::span<const float> Session::logits(size_t row) const {
   const Impl& s = *impl_;
   const int32_t o = logits_index(row);

@@ -10,6 +10,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "eval/default_model.h"
 #include "eval/perplexity.h"
 #include "split_options.h"
@@ -32,12 +33,7 @@ struct PerplexityOptions {
 };
 
 std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  check(in.good(), "cannot open text file '" + path + "'");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  check(!in.bad(), "cannot read text file '" + path + "'");
-  return ss.str();
+  return read_regular_file(path, "text file");
 }
 
 void draw_progress(size_t done, size_t total, const eval::NllStats& stats) {

@@ -13,6 +13,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "gguf/gguf.h"
 #include "tokenizer/tokenizer.h"
 
@@ -36,11 +37,7 @@ std::string read_input(const std::string& path) {
   if (path == "-") {
     return std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
   }
-  std::ifstream in(path, std::ios::binary);
-  check(static_cast<bool>(in), "cannot open " + path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return read_regular_file(path, "input file");
 }
 
 // A piece as printable text: control bytes and bytes that are not valid UTF-8 are escaped.
