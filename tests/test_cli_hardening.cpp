@@ -73,6 +73,24 @@ TEST(CliHardening, ADirectoryFifoOrMissingFileIsAnErrorNotAnEmptyText) {
   std::filesystem::remove_all(dir);
 }
 
+TEST(CliHardening, BenchRandomWeightsRefusesToOverwriteItsInput) {
+  const auto dir = std::filesystem::temp_directory_path() / ("tandem_hard_rw_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string model = (dir / "m.gguf").string();
+  std::filesystem::copy_file(std::string(TANDEM_SOURCE_DIR) + "/models/tandem-small-q8_0.gguf", model);
+  const auto before = std::filesystem::file_size(model);
+  const auto mtime = std::filesystem::last_write_time(model);
+  expect_error("bench -m " + model + " --random-weights q4_k --to " + model, "is the input model");
+  expect_error("bench -m " + model + " --random-weights q4_k --to " + (dir / "." / "m.gguf").string(),
+               "is the input model");
+  std::filesystem::create_hard_link(model, dir / "link.gguf");
+  expect_error("bench -m " + model + " --random-weights q4_k --to " + (dir / "link.gguf").string(),
+               "is the input model");
+  EXPECT_EQ(std::filesystem::file_size(model), before);  // nothing lost
+  EXPECT_EQ(std::filesystem::last_write_time(model), mtime);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(CliHardening, PerplexityWithNoScoredTokenIsAnError) {
   const std::string text =
       std::filesystem::temp_directory_path() / ("tandem_hard_" + std::to_string(::getpid()) + ".txt");

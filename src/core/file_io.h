@@ -9,4 +9,7 @@ namespace tandem {
 // The bytes of the regular file at `path`. `what` names the input in messages ("text file", "prompt file").
 std::string read_regular_file(const std::string& path, const std::string& what);
 
+// Whether two paths name the same file (the same path after resolving links and dots, or the same inode).
+bool same_file(const std::string& a, const std::string& b);
+
 }  // namespace tandem

@@ -8,6 +8,7 @@
 #include <system_error>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "quant/quant.h"
 
 namespace tandem::quant {
@@ -144,10 +145,8 @@ QuantizeResult quantize_model(const std::string& in_path, const std::string& out
   check(fs::exists(in_path, ec), "input file '" + in_path + "' does not exist");
   check(!fs::is_directory(in_path, ec), "input '" + in_path + "' is a directory, not a GGUF file");
   check(!out_path.empty(), "no output path given");
-  const fs::path in_canon = fs::weakly_canonical(in_path, ec), out_canon = fs::weakly_canonical(out_path, ec);
-  const bool same = (!in_canon.empty() && in_canon == out_canon) ||
-                    (fs::exists(out_path, ec) && fs::equivalent(in_path, out_path, ec));
-  check(!same, "output '" + out_path + "' is the input file; write the quantized model to a different path");
+  check(!same_file(in_path, out_path),
+        "output '" + out_path + "' is the input file; write the quantized model to a different path");
 
   const gguf::GgufFile in = gguf::GgufFile::open(in_path);
   QuantizeResult result;

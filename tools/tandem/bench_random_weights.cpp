@@ -9,6 +9,7 @@
 
 #include "bench.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/half.h"
 #include "gguf/gguf.h"
 
@@ -75,6 +76,9 @@ void write_random_weights(const std::string& in, const std::string& type_name, c
         "--random-weights: unknown weight type '" + type_name +
             "' (f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k)");
   check(!out.empty(), "--random-weights needs --to OUT.gguf");
+  check(!same_file(in, out), "--to '" + out +
+                                 "' is the input model (-m); write the random-weight copy to a "
+                                 "different path");
   const gguf::GgufFile f = gguf::GgufFile::open(in);
   gguf::GgufWriter w;
   for (const auto& [k, v] : f.metadata()) w.set(k, v);
