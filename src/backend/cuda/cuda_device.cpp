@@ -453,8 +453,16 @@ void CudaDevice::copy_to_peer(Stream& stream, void* dst, Device& dst_dev, const 
         "copy_to_peer: a CUDA device can only copy to another CUDA device");
   if (bytes == 0) return;
   DeviceGuard g(index_);
-  TANDEM_CUDA_CHECK(
-      cudaMemcpyPeerAsync(dst, dst_dev.id().index, src, index_, bytes, stream_of(stream, index_)));
+  const int dst_index = dst_dev.id().index;
+  int can_access = dst_index == index_ ? 1 : 0;
+  if (!can_access) TANDEM_CUDA_CHECK(cudaDeviceCanAccessPeer(&can_access, index_, dst_index));
+  if (can_access) {
+    // One GPU (ranks sharing it) or GPUs with peer access: a plain copy between unified addresses, which a
+    // CUDA graph can record (cudaMemcpyPeerAsync cannot be captured).
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_of(stream, index_)));
+  } else {
+    TANDEM_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_index, src, index_, bytes, stream_of(stream, index_)));
+  }
 }
 
 }  // namespace cuda
