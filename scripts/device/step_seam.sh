@@ -16,6 +16,8 @@ for mode in none tensor layer row; do
     env=""; [ $graphs = off ] && env="TANDEM_NO_GRAPHS=1"
     echo "--- --split-mode $mode, graphs $graphs"
     env $env timeout 90 "$BIN/tandem" bench -m "$f" --devices cuda:0,cuda:0 --split-mode "$mode" -p 512 -n 64 \
-      -b 1 -r 2 -o md 2>&1 | grep -E "^\|" | tee -a "$OUT/split_bench.md"
+      -b 1 -r 2 -o md >"$OUT/bench_${mode}_$graphs.log" 2>&1
+    echo "exit $?"; grep -E "^\|" "$OUT/bench_${mode}_$graphs.log" | tee -a "$OUT/split_bench.md"
+    grep -iE "error|warning" "$OUT/bench_${mode}_$graphs.log" | head -3
   done
 done
