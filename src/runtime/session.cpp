@@ -141,9 +141,22 @@ Session::Session(std::shared_ptr<Model> model, const SessionParams& params) {
     }
     for (size_t gi = 0; gi < s.groups.size(); ++gi) {
       RankKvGroup& rg = r->groups[gi];
-      if (!by_group[gi].empty())
-        rg.storage = std::make_unique<KvStorage>(dev, by_group[gi], kv_dtype(p.kv_type), kv_dtype(p.kv_type),
-                                                 s.groups[gi].table->n_blocks(), bs);
+      if (!by_group[gi].empty()) {
+        try {
+          rg.storage = std::make_unique<KvStorage>(dev, by_group[gi], kv_dtype(p.kv_type),
+                                                   kv_dtype(p.kv_type), s.groups[gi].table->n_blocks(), bs);
+        } catch (const Error& e) {  // name what did not fit and the setting that sizes it
+          size_t bytes = 0;
+          for (const KvLayerShape& l : by_group[gi])
+            bytes += (dtype_row_bytes(kv_dtype(p.kv_type), l.head_dim_k * l.n_kv_head) +
+                      dtype_row_bytes(kv_dtype(p.kv_type), l.head_dim_v * l.n_kv_head)) *
+                     size_t(bs) * size_t(s.groups[gi].table->n_blocks());
+          throw Error("the KV cache for a context of " + std::to_string(p.n_ctx) +
+                      " positions (--ctx) needs " + std::to_string(bytes) + " bytes on " + dev.name() +
+                      " for " + std::to_string(by_group[gi].size()) + " layers: " + e.what() +
+                      "; use a smaller --ctx");
+        }
+      }
       rg.d_slots.allocate(dev, DType::I32, p.n_batch);
       rg.d_block_tables.allocate(dev, DType::I32, int64_t(s.max_blocks_per_seq) * s.n_table_seqs());
       rg.d_seq_lens.allocate(dev, DType::I32, s.n_table_seqs());

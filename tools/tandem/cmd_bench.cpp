@@ -23,6 +23,7 @@
 #include "bench.h"
 #include "commands.h"
 #include "core/error.h"
+#include "flag_checks.h"
 #include "split_options.h"
 
 namespace tandem::cli {
@@ -71,9 +72,12 @@ void run_bench(const BenchArgs& a) {
     return bench::write_random_weights(a.model, a.random_type, a.random_to, a.threads);
   }
   check(a.output == "md" || a.output == "json", "-o: expected md or json, got '" + a.output + "'");
-  check(a.reps >= 1, "-r: at least one repetition");
-  check(a.n_prompt >= 0 && a.n_gen >= 0, "-p and -n must be >= 0");
-  check(a.bw_gbs >= 0 && a.tflops >= 0, "--bw and --tflops must be >= 0");
+  check_int_flag("-r", a.reps, 1, 1000000, "timed repetitions");
+  check_int_flag("-p", a.n_prompt, 0, 1 << 24, "prompt tokens; 0 = skip pp");
+  check_int_flag("-n", a.n_gen, 0, 1 << 24, "generated tokens; 0 = skip tg");
+  check_real_flag("--bw", a.bw_gbs, 0, "GB/s; 0 = measure");
+  check_real_flag("--tflops", a.tflops, 0, "TFLOP/s; 0 = default");
+  check_threads_flag(a.threads, "-t");
   const std::vector<int> batches = parse_int_list(a.batches, "-b");
   check(a.device.empty() || a.split.devices.empty(),
         "--device and --devices: give one of them (--devices lists every device of the mesh, "
