@@ -184,5 +184,14 @@ TEST(CliHardening, AnInterruptedQuantizeRemovesItsTemporaryFile) {
   }
 }
 
+// generate's one output file (--dump-logits) is refused when it is the model.
+TEST(CliHardening, DumpLogitsOverTheModelIsRefused) {
+  const std::string model = std::string(TANDEM_SOURCE_DIR) + "/models/tandem-draft-q8_0.gguf";
+  const auto before = std::filesystem::file_size(model);
+  expect_error("generate -m '" + model + "' -p hi -n 1 --dump-logits '" + model + "'",
+               "--dump-logits '" + model + "' is the model file");
+  EXPECT_EQ(std::filesystem::file_size(model), before);
+}
+
 }  // namespace
 }  // namespace tandem

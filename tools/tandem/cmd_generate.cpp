@@ -23,6 +23,7 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/thread_pool.h"
 #include "eval/default_model.h"
 #include "split_options.h"
@@ -157,7 +158,11 @@ void run_generate(const GenerateArgs& a) {
   mp.n_threads = a.threads;
   const MeshSpec mesh = apply(a.split, mp);  // bad split flags fail here, before any file is read
   // No -m: the small model shipped in models/ (models/README.md).
-  const auto model = Model::load(a.model.empty() ? eval::default_model_path(TANDEM_SOURCE_DIR) : a.model, mp);
+  const std::string model_path = a.model.empty() ? eval::default_model_path(TANDEM_SOURCE_DIR) : a.model;
+  // The one file generate writes must not be one it reads.
+  check(a.dump_logits.empty() || !same_file(a.dump_logits, model_path),
+        "--dump-logits '" + a.dump_logits + "' is the model file (-m); write the logits to a different path");
+  const auto model = Model::load(model_path, mp);
   const ModelInfo& info = model->info();
   if (a.verbose)
     std::fprintf(stderr, "model: %s %s, %lld layers, n_embd %lld, vocab %lld, %.1f M params, on %s\n",
