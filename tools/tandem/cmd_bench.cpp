@@ -155,7 +155,10 @@ void add_bench_command(CLI::App& app) {
       "instead of benchmarking: write a copy of -m whose matrices are random values of this type "
       "(q8_0, q4_k, ...) to --to (benchmark models in seconds; speed does not depend on the values)");
   cmd->add_option("--to", args->random_to, "output file of --random-weights");
-  cmd->callback([args] { run_bench(*args); });
+  cmd->callback([args] {
+    if (parse_only()) return;
+    run_bench(*args);
+  });
 }
 
 }  // namespace tandem::cli

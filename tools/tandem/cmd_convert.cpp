@@ -67,7 +67,10 @@ void add_convert_command(CLI::App& app) {
                 "write only the tokenizer (tokenizer.json; config.json optional), no tensors");
   cmd->add_option("--name", args->name, "general.name (default: the directory name)");
   cmd->add_flag("-q,--quiet", args->quiet, "no per-tensor progress lines");
-  cmd->callback([args] { run_convert(*args); });
+  cmd->callback([args] {
+    if (parse_only()) return;
+    run_convert(*args);
+  });
 }
 
 }  // namespace tandem::cli

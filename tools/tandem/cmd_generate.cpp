@@ -341,7 +341,10 @@ void add_generate_command(CLI::App& app) {
   cmd->add_flag("-v,--verbose", args->verbose, "Describe the model on stderr before generating");
   cmd->add_option("--dump-logits", args->dump_logits, "Write every computed row of logits to FILE (tests)")
       ->group("");  // hidden
-  cmd->callback([args]() { run_generate(*args); });
+  cmd->callback([args] {
+    if (parse_only()) return;
+    run_generate(*args);
+  });
 }
 
 }  // namespace tandem::cli

@@ -230,7 +230,10 @@ void add_inspect_command(CLI::App& app) {
   cmd->add_flag("--json", args->json, "print one JSON document instead of text");
   cmd->add_option("--items", args->items, "array elements shown before abbreviating")
       ->check(CLI::Range(0, 1000000));
-  cmd->callback([args] { run_inspect(*args); });
+  cmd->callback([args] {
+    if (parse_only()) return;
+    run_inspect(*args);
+  });
 }
 
 }  // namespace tandem::cli

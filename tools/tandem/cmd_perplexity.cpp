@@ -102,7 +102,10 @@ void add_perplexity_command(CLI::App& app) {
   cmd->add_option("-b,--batch", opts->batch, "rows per forward pass");
   cmd->add_flag("--no-progress", opts->no_progress, "no progress bar on stderr");
   add_split_options(cmd, &opts->split);
-  cmd->callback([opts] { run_perplexity(*opts); });
+  cmd->callback([opts] {
+    if (parse_only()) return;
+    run_perplexity(*opts);
+  });
 }
 
 }  // namespace tandem::cli

@@ -119,7 +119,10 @@ void add_quantize_command(CLI::App& app) {
   cmd->add_option("--threads", args->threads, "quantization threads (0: one per hardware thread)");
   cmd->add_flag("-q,--quiet", args->quiet, "no progress bar");
   cmd->add_flag("--force", args->force, "replace the output file even if it is read-only");
-  cmd->callback([args] { run_quantize(*args); });
+  cmd->callback([args] {
+    if (parse_only()) return;
+    run_quantize(*args);
+  });
 }
 
 }  // namespace tandem::cli

@@ -6,6 +6,13 @@
 
 namespace tandem::cli {
 
+// True in the command-line fuzzer (fuzz/fuzz_cli_flags.cpp): flags are parsed and validated by CLI11, and the
+// commands' actions are skipped (nothing is read or written).
+inline bool& parse_only() {
+  static bool value = false;
+  return value;
+}
+
 void add_inspect_command(CLI::App& app);
 void add_convert_command(CLI::App& app);
 void add_quantize_command(CLI::App& app);
