@@ -1,8 +1,10 @@
-// Chat templates: a conversation (ChatMessage list) rendered into the prompt text a chat model was trained on.
+// Chat templates: a conversation (ChatMessage list) rendered into the prompt text a chat model was trained
+// on.
 //
-//   tandem::ChatTemplate tmpl = tandem::ChatTemplate::from_model(*model);        // GGUF tokenizer.chat_template
-//   tandem::ChatTemplate tmpl = tandem::ChatTemplate::from_model(*model, "chatml");  // --chat-template NAME
-//   std::string prompt = tmpl.render({{"system", "Be brief."}, {"user", "Hi"}}, /*add_generation_prompt=*/true);
+//   tandem::ChatTemplate tmpl = tandem::ChatTemplate::from_model(*model);        // GGUF
+//   tokenizer.chat_template tandem::ChatTemplate tmpl = tandem::ChatTemplate::from_model(*model, "chatml");
+//   // --chat-template NAME std::string prompt = tmpl.render({{"system", "Be brief."}, {"user", "Hi"}},
+//   /*add_generation_prompt=*/true);
 //
 // Templates are Jinja; we render them with our own Jinja-subset interpreter (src/chat/), configured as
 // transformers' apply_chat_template configures jinja2: trim_blocks and lstrip_blocks on, `raise_exception`,
