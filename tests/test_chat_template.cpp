@@ -4,12 +4,15 @@
 // tests/data/chat_templates/expected/.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/error.h"
+#include "gguf/gguf.h"
 #include "tandem/chat.h"
+#include "tokenizer/tokenizer.h"
 
 namespace {
 
@@ -107,6 +110,32 @@ TEST(Jinja, ErrorsNameTheConstructAndPosition) {
   EXPECT_NE(error_of("{{ 'a' + 1 }}").find("unsupported operand type(s) for +: 'str' and 'int'"),
             std::string::npos);
   EXPECT_NE(error_of("{% set x.y = 1 %}").find("not a namespace()"), std::string::npos);
+}
+
+TEST(Jinja, HostileTemplatesAreErrorsNotCrashes) {
+  const std::string parens = "{{ " + std::string(100000, '(') + "1" + std::string(100000, ')') + " }}";
+  EXPECT_NE(error_of(parens).find("nested too deeply"), std::string::npos) << error_of(parens);
+  std::string deep_ifs;
+  for (int i = 0; i < 5000; ++i) deep_ifs += "{% if true %}";
+  EXPECT_NE(error_of(deep_ifs).find("nested too deeply"), std::string::npos);
+  EXPECT_NE(error_of("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}").find("recursion too deep"),
+            std::string::npos);
+  EXPECT_NE(error_of("{{ 1 // 0 }}").find("division by zero"), std::string::npos);
+  EXPECT_NE(error_of("{{ 'abc'[::0] }}").find("slice step cannot be zero"), std::string::npos);
+  EXPECT_NE(error_of("{% for x in 5 %}{% endfor %}").find("'int' object is not iterable"), std::string::npos);
+}
+
+TEST(ChatTemplate, RenderedMarkupTokenizesAsSpecialTokens) {
+  // The spm-1k fixture vocabulary has <|im_start|> as a control token: the rendered chatml prompt, tokenized
+  // as chat uses it (parse_special), holds it as one token per message, not as its characters.
+  const auto tok = tandem::tokenizer::Tokenizer::from_gguf(
+      tandem::gguf::GgufFile::open(std::string(TANDEM_SOURCE_DIR) + "/tests/data/tokenizer/spm-1k.gguf"));
+  const int32_t im_start = tok.find_token("<|im_start|>");
+  ASSERT_GE(im_start, 0);
+  const std::string text =
+      tandem::ChatTemplate::builtin("chatml").render({{"system", "Be brief."}, {"user", "hi"}}, true);
+  const auto ids = tok.encode(text, false, true);
+  EXPECT_EQ(std::count(ids.begin(), ids.end(), im_start), 3);
 }
 
 TEST(Jinja, WhitespaceControlAsHuggingFace) {

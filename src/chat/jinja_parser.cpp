@@ -317,6 +317,12 @@ class Parser {
   }
 
   StmtPtr parse_statement(Pos pos) {
+    if (++block_depth_ > kMaxDepth) fail(pos, "blocks nested too deeply");
+    StmtPtr s = parse_statement_inner(pos);
+    --block_depth_;
+    return s;
+  }
+  StmtPtr parse_statement_inner(Pos pos) {
     const Token kwt = next();
     const std::string& kw = kwt.text;
     if (kw == "if") {
@@ -523,6 +529,18 @@ class Parser {
     return e;
   }
   ExprPtr parse_unary(bool with_filter) {
+    // Every nested expression passes here: bound the recursion so a hostile template is an error, not a
+    // stack overflow.
+    struct Depth {
+      int& d;
+      explicit Depth(int& depth, Pos p) : d(depth) {
+        if (++d > kMaxDepth) {
+          --d;
+          fail(p, "expression nested too deeply (more than " + std::to_string(kMaxDepth) + " levels)");
+        }
+      }
+      ~Depth() { --d; }
+    } depth(depth_, peek().pos);
     ExprPtr e;
     if (is_op("-") || is_op("+")) {
       const Token t = next();
@@ -696,8 +714,11 @@ class Parser {
     }
   }
 
+  static constexpr int kMaxDepth = 256;
   std::vector<Token> t_;
   size_t k_ = 0;
+  int depth_ = 0;
+  int block_depth_ = 0;
 };
 
 }  // namespace
