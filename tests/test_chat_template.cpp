@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "core/error.h"
@@ -16,7 +18,11 @@
 
 namespace {
 
-const std::string kDir = std::string(TANDEM_SOURCE_DIR) + "/tests/data/chat_templates/";
+// TANDEM_CHAT_TEMPLATES_DIR points the parity test at another folder written by the script (a sweep over
+// more templates).
+const std::string kDir = std::getenv("TANDEM_CHAT_TEMPLATES_DIR")
+                             ? std::string(std::getenv("TANDEM_CHAT_TEMPLATES_DIR")) + "/"
+                             : std::string(TANDEM_SOURCE_DIR) + "/tests/data/chat_templates/";
 
 std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -44,7 +50,14 @@ TEST(ChatTemplate, RealTemplatesMatchJinja2) {
   const auto cases = nlohmann::json::parse(slurp(kDir + "cases.json"));
   int checked = 0;
   for (const auto& [name, tokens] : cases["templates"].items()) {
-    const auto tmpl = tandem::ChatTemplate::from_source(slurp(kDir + name + ".jinja"), tokens[0], tokens[1]);
+    std::optional<tandem::ChatTemplate> parsed;
+    try {
+      parsed = tandem::ChatTemplate::from_source(slurp(kDir + name + ".jinja"), tokens[0], tokens[1]);
+    } catch (const tandem::Error& e) {
+      ADD_FAILURE() << name << " / (parse): " << e.what();
+      continue;
+    }
+    const tandem::ChatTemplate& tmpl = *parsed;
     for (const auto& [case_name, messages] : cases["cases"].items()) {
       std::vector<tandem::ChatMessage> msgs;
       for (const auto& m : messages) msgs.push_back({m["role"], m["content"]});
@@ -61,13 +74,19 @@ TEST(ChatTemplate, RealTemplatesMatchJinja2) {
                 << where << ": " << e.what();
           }
         } else {
-          EXPECT_EQ(tmpl.render(msgs, gp), expected) << where;
+          try {
+            EXPECT_EQ(tmpl.render(msgs, gp), expected) << where;
+          } catch (const tandem::Error& e) {
+            ADD_FAILURE() << where << ": " << e.what();
+          }
         }
         ++checked;
       }
     }
   }
-  EXPECT_EQ(checked, 176);
+  if (!std::getenv("TANDEM_CHAT_TEMPLATES_DIR")) {
+    EXPECT_EQ(checked, 176);
+  }
 }
 
 TEST(ChatTemplate, BuiltinsAreTheCheckedFiles) {
@@ -202,6 +221,9 @@ TEST(Jinja, ExpressionsFiltersAndTests) {
              "{{ greet('Bo', punct='?') }}"),
       "Hi Al! Hi Bo?");
   EXPECT_EQ(render("{% set s %}a{{ 1 + 1 }}{% endset %}{{ s }}"), "a2");
+  EXPECT_EQ(render("{{ '<{}|{}>'.format('a', 2) }}{{ none | selectattr('x') | list }}{{ none | map('upper') "
+                   "| list }}"),
+            "<a|2>[][]");
   EXPECT_EQ(render("{{ messages[0]['role'] }}:{{ messages[0].content }} {{ bos_token }}{{ eos_token }}",
                    {{"user", "hé"}}),
             "user:hé <s></s>");

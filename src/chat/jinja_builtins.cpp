@@ -305,6 +305,35 @@ Value method(const Value& obj, const std::string& name) {
         for (size_t i = 0; i < items.size(); ++i) out += (i ? s : "") + need_string(items[i], "join");
         return Value(out);
       });
+    if (name == "format")  // "{}" and "{0}" fields only
+      return Value::function([s](const CallArgs& a) {
+        std::string out;
+        size_t next = 0;
+        for (size_t i = 0; i < s.size(); ++i) {
+          if (s.compare(i, 2, "{{") == 0 || s.compare(i, 2, "}}") == 0) {
+            out += s[i++];
+            continue;
+          }
+          if (s[i] != '{') {
+            out += s[i];
+            continue;
+          }
+          const size_t close = s.find('}', i);
+          if (close == std::string::npos) throw Error("format: single '{' in the format string");
+          const std::string field = s.substr(i + 1, close - i - 1);
+          size_t index = next++;
+          if (!field.empty()) {
+            if (field.find_first_not_of("0123456789") != std::string::npos)
+              throw Error("format: only {} and {N} fields are supported, got {" + field + "}");
+            index = size_t(std::stoul(field));
+          }
+          if (index >= a.positional.size())
+            throw Error("format: replacement index " + std::to_string(index) + " out of range");
+          out += a.positional[index].str();
+          i = close;
+        }
+        return Value(out);
+      });
     if (name == "splitlines")
       return Value::function([s](const CallArgs&) {
         List out;
@@ -487,6 +516,10 @@ Value apply_filter(const std::string& name, const Value& v, const CallArgs& a, c
     return arg_or(a, 0, "default", Value(0.0));
   }
   if (name == "list") return Value(v.iterate());
+  if ((name == "selectattr" || name == "rejectattr" || name == "select" || name == "reject" ||
+       name == "map") &&
+      !v.truthy())
+    return Value(List{});  // jinja2 yields nothing for a none or empty input
   if (name == "selectattr" || name == "rejectattr" || name == "select" || name == "reject") {
     const bool by_attr = name == "selectattr" || name == "rejectattr";
     const bool keep = name == "selectattr" || name == "select";
