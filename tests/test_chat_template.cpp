@@ -98,6 +98,20 @@ TEST(ChatTemplate, BuiltinsAreTheCheckedFiles) {
             "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
 }
 
+TEST(ChatTemplate, ExtraVariablesFromJson) {
+  // Qwen3's template with enable_thinking false closes an empty think block after the generation prompt.
+  const auto qwen =
+      tandem::ChatTemplate::from_source(slurp(kDir + "Qwen-Qwen3-0.6B.jinja"), "", "<|im_end|>");
+  EXPECT_EQ(qwen.render({{"user", "Hi"}}, true, R"({"enable_thinking": false})"),
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n");
+  EXPECT_EQ(qwen.render({{"user", "Hi"}}, true, "{}"), qwen.render({{"user", "Hi"}}, true));
+  const auto t = tandem::ChatTemplate::from_source("{{ tools | tojson }} {{ n + 1 }} {{ bos_token }}", "<s>");
+  EXPECT_EQ(t.render({}, false, R"({"tools": [{"name": "f", "x": 1.5, "ok": true, "none": null}], "n": 41})"),
+            "[{\"name\": \"f\", \"x\": 1.5, \"ok\": true, \"none\": null}] 42 <s>");
+  EXPECT_THROW(t.render({}, false, "[1]"), tandem::Error);
+  EXPECT_THROW(t.render({}, false, "{bad"), tandem::Error);
+}
+
 TEST(ChatTemplate, UnknownBuiltinNamesTheKnownOnes) {
   try {
     tandem::ChatTemplate::builtin("vicuna");

@@ -50,6 +50,11 @@ class ChatTemplate {
   // The prompt text for messages; with add_generation_prompt the text ends with the assistant turn's opening,
   // ready for the model to answer. Throws Error on a template error (raise_exception, a bad value).
   std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const;
+  // The same with more template variables: extra_json is a JSON object whose members become variables
+  // ({"enable_thinking": false, "tools": [...]}; bos_token/eos_token override the model's); messages and
+  // add_generation_prompt stay those given. Throws Error for text that is not a JSON object.
+  std::string render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                     const std::string& extra_json) const;
 
   const std::string& source() const;
   const std::string& bos_token() const;

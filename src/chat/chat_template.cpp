@@ -1,5 +1,6 @@
 // tandem::ChatTemplate (include/tandem/chat.h) over the Jinja-subset interpreter.
 #include <filesystem>
+#include <nlohmann/json.hpp>
 
 #include "chat/builtin_templates.h"
 #include "chat/jinja_eval.h"
@@ -85,16 +86,68 @@ ChatTemplate ChatTemplate::from_model(const Model& model, const std::string& ove
   }
 }
 
-std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
+namespace {
+
+chat::Value from_json(const nlohmann::ordered_json& j) {
+  switch (j.type()) {
+    case nlohmann::json::value_t::null:
+      return chat::Value::none();
+    case nlohmann::json::value_t::boolean:
+      return chat::Value(j.get<bool>());
+    case nlohmann::json::value_t::number_integer:
+    case nlohmann::json::value_t::number_unsigned:
+      return chat::Value(j.get<int64_t>());
+    case nlohmann::json::value_t::number_float:
+      return chat::Value(j.get<double>());
+    case nlohmann::json::value_t::string:
+      return chat::Value(j.get<std::string>());
+    case nlohmann::json::value_t::array: {
+      chat::List l;
+      for (const auto& x : j) l.push_back(from_json(x));
+      return chat::Value(std::move(l));
+    }
+    case nlohmann::json::value_t::object: {
+      chat::Dict d;
+      for (const auto& [k, x] : j.items()) d.emplace_back(k, from_json(x));
+      return chat::Value(std::move(d));
+    }
+    default:
+      throw Error("chat template variables: unsupported JSON value");
+  }
+}
+
+}  // namespace
+
+std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt,
+                                 const std::string& extra_json) const {
+  nlohmann::ordered_json extra;
+  try {
+    extra = nlohmann::ordered_json::parse(extra_json);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(std::string("chat template variables: bad JSON: ") + e.what());
+  }
+  check(extra.is_object(), "chat template variables: expected a JSON object");
+  chat::Dict vars;
+  for (const auto& [k, x] : extra.items())
+    if (k != "messages" && k != "add_generation_prompt") vars.emplace_back(k, from_json(x));
   chat::List msgs;
   for (const auto& m : messages)
     msgs.emplace_back(chat::Dict{{"role", chat::Value(m.role)}, {"content", chat::Value(m.content)}});
-  chat::Dict vars;
   vars.emplace_back("messages", chat::Value(std::move(msgs)));
   vars.emplace_back("add_generation_prompt", chat::Value(add_generation_prompt));
-  vars.emplace_back("bos_token", chat::Value(impl_->bos));
-  vars.emplace_back("eos_token", chat::Value(impl_->eos));
+  // bos_token / eos_token unless the extra variables give them
+  const auto given = [&](const char* k) {
+    for (const auto& kv : vars)
+      if (kv.first == k) return true;
+    return false;
+  };
+  if (!given("bos_token")) vars.emplace_back("bos_token", chat::Value(impl_->bos));
+  if (!given("eos_token")) vars.emplace_back("eos_token", chat::Value(impl_->eos));
   return chat::render_template(impl_->body, vars);
+}
+
+std::string ChatTemplate::render(const std::vector<ChatMessage>& messages, bool add_generation_prompt) const {
+  return render(messages, add_generation_prompt, "{}");
 }
 
 const std::string& ChatTemplate::source() const {
