@@ -188,6 +188,18 @@ TEST(ChatCommand, ResetAndExitCommands) {
   EXPECT_EQ(count(chat.out, "> "), 4u) << chat.out;  // One, /reset, One, /exit
 }
 
+TEST(ChatCommand, AFullContextEndsTheAnswerNotTheChat) {
+  ChatProcess chat({"chat", "-m", kModel, "--chat-template", "chatml", "-n", "-1", "--temp", "0",
+                    "--ignore-eos", "--ctx", "48", "-t", "2"});
+  chat.write("Tell me everything.\nAnd more?\n/reset\nHi\n");
+  chat.close_stdin();
+  ASSERT_EQ(chat.wait_exit(), 0) << chat.out << chat.err;
+  EXPECT_EQ(count(chat.err, "[context full: /reset to start over]"), 2u) << chat.err;
+  EXPECT_NE(chat.err.find("the context holds 48 (--ctx); /reset to start over"), std::string::npos)
+      << chat.err;
+  EXPECT_EQ(count(chat.out, "> "), 5u) << chat.out;
+}
+
 TEST(ChatCommand, BadFlagsAreClearErrors) {
   auto r = tandem::test::run_tandem("chat -m '" + kModel + "' --chat-template vicuna </dev/null");
   EXPECT_NE(r.exit_code, 0);

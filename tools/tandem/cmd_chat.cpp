@@ -48,6 +48,7 @@ struct ChatArgs {
   int threads = 0;
   int batch = 512;
   bool verbose = false;
+  bool ignore_eos = false;
   SplitOptions split;
 };
 
@@ -208,16 +209,13 @@ class ChatLoop {
       }
       if (a_.n_predict >= 0 && n >= a_.n_predict) break;
       const int32_t id = sampler_.sample(session_.logits(last_row_));
-      if (tok_.is_end_of_generation(id)) break;
+      if (!a_.ignore_eos && tok_.is_end_of_generation(id)) break;
       sampler_.accept(id);
       const std::string piece = detok.push(id);
       reply += piece;
       print(piece);
-      if (int64_t(in_kv_.size()) + 1 >= a_.ctx) {
+      if (int64_t(in_kv_.size()) + 1 > a_.ctx) {  // no room to decode it; the next turn re-tokenizes anyway
         why = "context full: /reset to start over";
-        in_kv_.push_back(id);  // not decoded; the next turn re-decodes from the common prefix
-        session_.seq_remove(0, int32_t(in_kv_.size()) - 1);
-        in_kv_.pop_back();
         break;
       }
       decode({id});
@@ -319,6 +317,7 @@ void add_chat_command(CLI::App& app) {
   cmd->add_option("-c,--ctx", args->ctx, "KV cache size in positions (the whole conversation)");
   cmd->add_option("-t,--threads", args->threads, "CPU threads (0: all cores)");
   cmd->add_option("-b,--batch", args->batch, "Rows per forward pass during prompt processing");
+  cmd->add_flag("--ignore-eos", args->ignore_eos, "Do not end answers at end-of-generation tokens (tests)");
   cmd->add_flag("-v,--verbose", args->verbose, "Report prompt tokens decoded and reused per turn on stderr");
   add_split_options(cmd, &args->split);
   cmd->callback([args]() { run_chat(*args); });
