@@ -36,6 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   tandem::cli::add_tokenize_command(app);
   tandem::cli::add_bench_command(app);
   tandem::cli::add_perplexity_command(app);
+  tandem::cli::add_chat_command(app);
   tandem::cli::parse_only() = true;
   try {
     app.parse(int(argv.size()), argv.data());

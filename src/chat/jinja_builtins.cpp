@@ -292,7 +292,7 @@ Value method(const Value& obj, const std::string& name) {
       });
     if (name == "count")
       return Value::function([s](const CallArgs& a) {
-        const std::string& sub = need_string(arg_or(a, 0, "sub", Value()), "count");
+        const std::string sub = need_string(arg_or(a, 0, "sub", Value()), "count");
         int64_t n = 0;
         for (size_t i = s.find(sub); !sub.empty() && i != std::string::npos; i = s.find(sub, i + sub.size()))
           ++n;

@@ -139,22 +139,34 @@ Session::Session(std::shared_ptr<Model> model, const SessionParams& params) {
       by_group[gi].push_back(shapes[k]);
       r->layer_groups.push_back(int32_t(gi));
     }
+    // The KV cache is this rank's largest allocation: one that cannot fit names --ctx and the bytes. Checked
+    // against the device's total memory first (on a host that overcommits, a huge allocation would "succeed"
+    // and fail later, page by page), then any allocation failure gets the same message.
+    auto group_bytes = [&](size_t gi) {
+      size_t bytes = 0;
+      for (const KvLayerShape& l : by_group[gi])
+        bytes += (dtype_row_bytes(kv_dtype(p.kv_type), l.head_dim_k * l.n_kv_head) +
+                  dtype_row_bytes(kv_dtype(p.kv_type), l.head_dim_v * l.n_kv_head)) *
+                 size_t(bs) * size_t(s.groups[gi].table->n_blocks());
+      return bytes;
+    };
+    size_t kv_bytes = 0;
+    for (size_t gi = 0; gi < s.groups.size(); ++gi) kv_bytes += group_bytes(gi);
+    const auto kv_error = [&](const std::string& why) {
+      return Error("the KV cache for a context of " + std::to_string(p.n_ctx) + " positions (--ctx) needs " +
+                   std::to_string(kv_bytes) + " bytes (" + std::to_string(kv_bytes >> 20) + " MiB) on " +
+                   dev.name() + ": " + why + "; use a smaller --ctx");
+    };
+    if (kv_bytes > dev.total_memory())
+      throw kv_error("the device has " + std::to_string(dev.total_memory() >> 20) + " MiB in all");
     for (size_t gi = 0; gi < s.groups.size(); ++gi) {
       RankKvGroup& rg = r->groups[gi];
       if (!by_group[gi].empty()) {
         try {
           rg.storage = std::make_unique<KvStorage>(dev, by_group[gi], kv_dtype(p.kv_type),
                                                    kv_dtype(p.kv_type), s.groups[gi].table->n_blocks(), bs);
-        } catch (const Error& e) {  // name what did not fit and the setting that sizes it
-          size_t bytes = 0;
-          for (const KvLayerShape& l : by_group[gi])
-            bytes += (dtype_row_bytes(kv_dtype(p.kv_type), l.head_dim_k * l.n_kv_head) +
-                      dtype_row_bytes(kv_dtype(p.kv_type), l.head_dim_v * l.n_kv_head)) *
-                     size_t(bs) * size_t(s.groups[gi].table->n_blocks());
-          throw Error("the KV cache for a context of " + std::to_string(p.n_ctx) +
-                      " positions (--ctx) needs " + std::to_string(bytes) + " bytes on " + dev.name() +
-                      " for " + std::to_string(by_group[gi].size()) + " layers: " + e.what() +
-                      "; use a smaller --ctx");
+        } catch (const Error& e) {
+          throw kv_error(e.what());
         }
       }
       rg.d_slots.allocate(dev, DType::I32, p.n_batch);

@@ -320,7 +320,10 @@ void add_chat_command(CLI::App& app) {
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Do not end answers at end-of-generation tokens (tests)");
   cmd->add_flag("-v,--verbose", args->verbose, "Report prompt tokens decoded and reused per turn on stderr");
   add_split_options(cmd, &args->split);
-  cmd->callback([args]() { run_chat(*args); });
+  cmd->callback([args] {
+    if (parse_only()) return;
+    run_chat(*args);
+  });
 }
 
 }  // namespace tandem::cli
