@@ -9,6 +9,7 @@
 #include "convert/hf_to_gguf.h"
 #include "gguf/gguf.h"
 #include "quant/quant.h"
+#include "quant/quantize_model.h"
 #include "test_convert_fixture.h"
 
 namespace tandem::convert {
@@ -395,6 +396,70 @@ TEST(ConvertGemma4, BadConfigsNameTheKey) {
       ADD_FAILURE() << "no error for a wrong shape";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("self_attn.q_proj.weight"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// `quantize` of a gemma4 MoE file: 3-D expert blocks quantize row by row (rows of ne[0], every expert), the
+// router (ffn_gate_inp), its scales and the norms stay F32, and q4_k_m gives ffn_down_exps Q6_K on the
+// layers llama.cpp's use_more_bits picks (2 and 3 of 4) as it does ffn_down.
+TEST(ConvertGemma4, QuantizeExpertBlocks) {
+  TempDir tmp("g4_quant");
+  G4 g;
+  g.moe = true;
+  g.n_embd = 256;
+  g.n_ff = 256;
+  g.n_ff_exp = 256;
+  g.n_expert = 2;
+  g.n_used = 1;
+  const auto src = write_g4(tmp / "hf", g, g4_config(g));
+  run_convert(tmp / "hf", tmp / "f32.gguf");
+  const std::string in = (tmp / "f32.gguf").string();
+  struct Case {
+    const char* target;
+    DType down0, down3, gate_up;
+    float tol;  // of |deq - src| relative to the row's max |value|
+  };
+  const Case cases[] = {{"q8_0", DType::Q8_0, DType::Q8_0, DType::Q8_0, 0.01f},
+                        {"q4_k", DType::Q4_K, DType::Q4_K, DType::Q4_K, 0.15f},
+                        {"q5_k", DType::Q5_K, DType::Q5_K, DType::Q5_K, 0.08f},
+                        {"q6_k", DType::Q6_K, DType::Q6_K, DType::Q6_K, 0.04f},
+                        {"q4_k_m", DType::Q4_K, DType::Q6_K, DType::Q4_K, 0.15f},
+                        {"q5_k_m", DType::Q5_K, DType::Q6_K, DType::Q5_K, 0.08f}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.target);
+    const std::string out = (tmp / (std::string(c.target) + ".gguf")).string();
+    quant::QuantizeOptions qo;
+    qo.n_threads = 2;
+    quant::quantize_model(in, out, quant::parse_quant_target(c.target), qo);
+    const auto f = gguf::GgufFile::open(out);
+    EXPECT_EQ(f.find_tensor("blk.0.ffn_down_exps.weight")->type, c.down0);
+    EXPECT_EQ(f.find_tensor("blk.3.ffn_down_exps.weight")->type, c.down3);
+    EXPECT_EQ(f.find_tensor("blk.2.ffn_down_exps.weight")->type, c.down3);
+    EXPECT_EQ(f.find_tensor("blk.1.ffn_gate_up_exps.weight")->type, c.gate_up);
+    for (const char* kept :
+         {"blk.0.ffn_gate_inp.weight", "blk.0.ffn_gate_inp.scale", "blk.0.ffn_down_exps.scale",
+          "blk.0.pre_ffw_norm_2.weight", "blk.0.layer_output_scale.weight"})
+      EXPECT_EQ(f.find_tensor(kept)->type, DType::F32) << kept;
+    EXPECT_EQ(dims(f.find_tensor("blk.0.ffn_gate_up_exps.weight")), (std::vector<int64_t>{256, 512, 2}));
+    // Every expert's rows dequantize close to the checkpoint's values (the last expert too).
+    for (const auto& [gname, hname] : std::map<std::string, std::string>{
+             {"blk.0.ffn_down_exps.weight", "model.layers.0.experts.down_proj"},
+             {"blk.3.ffn_gate_up_exps.weight", "model.layers.3.experts.gate_up_proj"}}) {
+      const gguf::TensorInfo* t = f.find_tensor(gname);
+      std::vector<float> deq(static_cast<size_t>(t->nelements()));
+      quant::dequantize_row(t->type, f.tensor_data(*t), deq.data(), t->nelements());
+      const auto& want = src.at(hname);
+      ASSERT_EQ(deq.size(), want.size());
+      const int64_t row = t->ne[0];
+      double worst = 0;
+      for (size_t r0 = 0; r0 < want.size(); r0 += size_t(row)) {
+        float amax = 0;
+        for (int64_t i = 0; i < row; ++i) amax = std::max(amax, std::fabs(want[r0 + size_t(i)]));
+        for (int64_t i = 0; i < row; ++i)
+          worst = std::max(worst, double(std::fabs(deq[r0 + size_t(i)] - want[r0 + size_t(i)]) / amax));
+      }
+      EXPECT_LT(worst, c.tol) << gname;
     }
   }
 }
