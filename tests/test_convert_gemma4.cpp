@@ -6,10 +6,12 @@
 #include <cmath>
 #include <set>
 
+#include "convert/gemma4_layer_plan.h"
 #include "convert/hf_to_gguf.h"
 #include "gguf/gguf.h"
 #include "quant/quant.h"
 #include "quant/quantize_model.h"
+#include "test_cli_util.h"
 #include "test_convert_fixture.h"
 
 namespace tandem::convert {
@@ -462,6 +464,65 @@ TEST(ConvertGemma4, QuantizeExpertBlocks) {
       EXPECT_LT(worst, c.tol) << gname;
     }
   }
+}
+
+// The per-layer plan `inspect` shows: E2B-style file with KV sharing (layers 2, 3 of 4 share; 2 is sliding so
+// it reads layer 0's KV, 3 is global and reads layer 1's... per facts C.7: n_layer - shared - 2 = 0 for
+// sliding, n_layer - shared - 1 = 1 for global), per-layer KV heads and n_ff, and the MoE columns.
+TEST(ConvertGemma4, InspectLayerPlan) {
+  TempDir tmp("g4_inspect");
+  G4 g;
+  g.e2b = true;
+  g.shared = 2;
+  write_g4(tmp / "hf", g, g4_config(g));
+  run_convert(tmp / "hf", tmp / "e2b.gguf");
+  const auto f = gguf::GgufFile::open((tmp / "e2b.gguf").string());
+  const auto plan = gemma4_layer_plan(f);
+  ASSERT_EQ(plan.size(), 4u);
+  EXPECT_TRUE(plan[0].sliding);
+  EXPECT_FALSE(plan[3].sliding);
+  EXPECT_EQ(plan[0].head_dim, 32);
+  EXPECT_EQ(plan[3].head_dim, 64);
+  EXPECT_EQ(plan[0].n_head_kv, 2);
+  EXPECT_EQ(plan[3].n_head_kv, 1);
+  EXPECT_EQ(plan[0].rope_base, 1e4);
+  EXPECT_EQ(plan[3].rope_base, 1e6);
+  EXPECT_EQ(plan[0].rope_dims, 32);
+  EXPECT_EQ(plan[3].rope_dims, 64);
+  EXPECT_FALSE(plan[0].rope_freqs);
+  EXPECT_TRUE(plan[3].rope_freqs);
+  EXPECT_EQ(plan[1].n_ff, 96);
+  EXPECT_EQ(plan[2].n_ff, 192);
+  EXPECT_EQ(plan[0].kv_source, -1);
+  EXPECT_EQ(plan[1].kv_source, -1);
+  EXPECT_EQ(plan[2].kv_source, 0);
+  EXPECT_EQ(plan[3].kv_source, 1);
+  EXPECT_EQ(plan[0].ffn, "dense");
+
+  // The CLI, text and --json.
+  const auto text = test::run_tandem("inspect " + (tmp / "e2b.gguf").string());
+  EXPECT_EQ(text.exit_code, 0) << text.out;
+  EXPECT_NE(text.out.find("layers (gemma4):"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("layer 1"), std::string::npos) << text.out;
+  const auto js = test::run_tandem("inspect --json " + (tmp / "e2b.gguf").string());
+  ASSERT_EQ(js.exit_code, 0) << js.out;
+  const json j = json::parse(js.out);
+  ASSERT_EQ(j["layers"].size(), 4u);
+  EXPECT_EQ(j["layers"][3]["attention"], "global");
+  EXPECT_EQ(j["layers"][3]["kv_source_layer"], 1);
+  EXPECT_TRUE(j["layers"][0]["kv_source_layer"].is_null());
+  EXPECT_EQ(j["layers"][2]["n_ff"], 192);
+
+  // MoE: the expert columns.
+  G4 m;
+  m.moe = true;
+  write_g4(tmp / "moe", m, g4_config(m));
+  run_convert(tmp / "moe", tmp / "moe.gguf");
+  const auto mp = gemma4_layer_plan(gguf::GgufFile::open((tmp / "moe.gguf").string()));
+  EXPECT_EQ(mp[1].ffn, "dense+moe");
+  EXPECT_EQ(mp[1].n_expert, 4);
+  EXPECT_EQ(mp[1].n_expert_used, 2);
+  EXPECT_EQ(mp[1].n_ff_exp, 32);
 }
 
 }  // namespace
