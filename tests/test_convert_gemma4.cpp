@@ -286,6 +286,7 @@ TEST(ConvertGemma4, DenseKeysTensorsAndRopeFreqs) {
   EXPECT_TRUE(f.find("tokenizer.ggml.add_bos_token")->as_bool());
   EXPECT_FALSE(f.find("tokenizer.ggml.add_space_prefix")->as_bool());
   EXPECT_EQ(f.find("tokenizer.ggml.tokens")->as_array().size(), 261u);  // not padded to vocab_size
+  EXPECT_EQ(f.get_string("tokenizer.ggml.model"), "gemma4");            // facts C.1
 
   // rope_freqs: global_head_dim/2 = 32 entries; the first 64 * 0.25 / 2 = 8 are 1, the rest 1e30.
   const gguf::TensorInfo* rf = f.find_tensor("rope_freqs.weight");
