@@ -116,7 +116,7 @@ std::string gguf_arch_for(std::string_view hf_architecture) {
 std::string supported_architectures() {
   std::string s;
   for (const auto& a : kArchs) s += std::string(s.empty() ? "" : ", ") + a.hf;
-  return s;
+  return s + ", Gemma4ForCausalLM, Gemma4ForConditionalGeneration";  // gemma4: convert/gemma4_config.h
 }
 
 ModelHparams parse_hf_config(std::string_view json_text, const std::string& source) {
