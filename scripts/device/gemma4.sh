@@ -6,7 +6,7 @@
 #    transformers' Gemma4ForCausalLM on random weights, logits within 1e-3 relative and 32 greedy tokens equal;
 #    writes the CI fixture (gemma4_tiny.gguf/.json) to $OUT/fixtures;
 # 3. tandem bench of the 26B-A4B attention/dense shape with 3 layers (no MoE block: tandem has none yet), bf16
-#    and q4_k, pp512 / tg128.
+#    and q4_k, pp512 / tg128, with --bw 4280 so tg fractions are of 4.28 TB/s (weight bytes per token = the file).
 # Prints a PASS/FAIL line per part; results are small text files under $OUT. Budget: about 240 s.
 set -uo pipefail
 BIN=${BIN:-build-gpu/bin}
@@ -39,7 +39,7 @@ if [ -f "$SRC" ]; then
   for t in bf16 q4_k; do
     dst=/tmp/gemma4_bench_$t.gguf
     if "$BIN/tandem" bench -m "$SRC" --random-weights "$t" --to "$dst" >"$OUT/bench_make_$t.txt" 2>&1; then
-      part "bench_$t" "$BIN/tandem" bench -m "$dst" -p 512 -n 128 -r 2 --device cuda:0
+      part "bench_$t" "$BIN/tandem" bench -m "$dst" -p 512 -n 128 -r 2 --device cuda:0 --bw 4280
       grep -iE 'tg|pp|bytes|TB/s|%' "$OUT/bench_$t.txt" | head -20
     else
       echo "FAIL bench_$t: could not write random $t weights:"
