@@ -37,7 +37,7 @@ TEST(Gemma4, PromptLogitsMatchTheDoubleReference) {
     TempFile f("ref");
     write_g4(m, f.path);
     const std::vector<int32_t> p = prompt_of(c.n_vocab);
-    const Run r = run(load(f.path.string()), p);
+    const G4Run r = run(load(f.path.string()), p);
     const std::vector<Vec> ref = reference_logits(m, p);
     EXPECT_LE(row_error(r.prompt, ref), 1e-4);
     // The decode steps see the same cache: continuing the reference sequence gives their logits too.
@@ -45,9 +45,10 @@ TEST(Gemma4, PromptLogitsMatchTheDoubleReference) {
     seq.insert(seq.end(), r.tokens.begin(), r.tokens.end() - 1);
     const std::vector<Vec> ref_all = reference_logits(m, seq);
     EXPECT_LE(row_error(r.steps, std::vector<Vec>(ref_all.end() - 5, ref_all.end())), 1e-4);
-    if (softcap > 0)  // c * tanh(z / c) is strictly inside (-c, c)
+    if (softcap > 0) {  // c * tanh(z / c) is strictly inside (-c, c)
       for (const auto& row : r.prompt)
         for (float v : row) ASSERT_LT(std::abs(v), softcap);
+    }
   }
 }
 
@@ -68,7 +69,7 @@ TEST(Gemma4, TheReferenceCanFail) {
   {
     G4Model with_v = m;
     Rng rng(3);
-    std::vector<float> v(size_t(c.n_embd * c.n_kv_global * c.hd_global));
+    std::vector<float> v(static_cast<size_t>(c.n_embd * c.n_kv_global * c.hd_global));
     for (float& x : v) x = float((rng.uniform() * 2 - 1) * 0.2);
     with_v.w[bn(2, "attn_v.weight")] = v;
     with_v.ne[bn(2, "attn_v.weight")] = {c.n_embd, c.n_kv_global * c.hd_global};
@@ -86,10 +87,10 @@ TEST(Gemma4, LayerAndTensorSplitsOverTwoCpuRanksGiveTheSingleDeviceLogits) {
   TempFile f("split");
   write_g4(m, f.path);
   const std::vector<int32_t> p = prompt_of(c.n_vocab);
-  const Run single = run(load(f.path.string()), p);
+  const G4Run single = run(load(f.path.string()), p);
   for (const char* mode : {"layer", "tensor"}) {
     SCOPED_TRACE(mode);
-    const Run split = run(load(f.path.string(), mode, "cpu:0,cpu:1"), p);
+    const G4Run split = run(load(f.path.string(), mode, "cpu:0,cpu:1"), p);
     EXPECT_LE(row_error(split.prompt, as_double(single.prompt)), 1e-5);
     EXPECT_LE(row_error(split.steps, as_double(single.steps)), 1e-5);
     EXPECT_EQ(split.tokens, single.tokens);

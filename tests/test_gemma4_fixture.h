@@ -55,13 +55,13 @@ inline G4Model make_g4(const G4Config& c, uint64_t seed) {
   Rng rng(seed);
   auto r = [&] { return rng.uniform() * 2 - 1; };
   auto matrix = [&](const std::string& name, int64_t in, int64_t out, double scale) {
-    std::vector<float> v(size_t(in * out));
+    std::vector<float> v(static_cast<size_t>(in * out));
     for (float& x : v) x = float(r() * scale / std::sqrt(double(in)));
     m.w[name] = v;
     m.ne[name] = {in, out};
   };
   auto vec = [&](const std::string& name, int64_t n, double center, double spread) {
-    std::vector<float> v(size_t(n));
+    std::vector<float> v(static_cast<size_t>(n));
     for (float& x : v) x = float(center + r() * spread);
     m.w[name] = v;
     m.ne[name] = {n};
@@ -70,7 +70,7 @@ inline G4Model make_g4(const G4Config& c, uint64_t seed) {
   matrix("token_embd.weight", E, c.n_vocab, 3.0);  // tied head
   vec("output_norm.weight", E, 1.0, 0.3);
   {
-    std::vector<float> f(size_t(c.hd_global / 2), 1e30f);
+    std::vector<float> f(static_cast<size_t>(c.hd_global / 2), 1e30f);
     for (int64_t i = 0; i < int64_t(double(c.hd_global) * c.prf_global / 2); ++i) f[size_t(i)] = 1.0f;
     m.w["rope_freqs.weight"] = f;
     m.ne["rope_freqs.weight"] = {c.hd_global / 2};
@@ -150,7 +150,7 @@ inline void write_g4(const G4Model& m, const std::filesystem::path& path,
 using Vec = std::vector<double>;
 
 inline Vec matvec(const std::vector<float>& W, int64_t in, int64_t out, const Vec& x) {
-  Vec y(size_t(out), 0.0);
+  Vec y(static_cast<size_t>(out), 0.0);
   for (int64_t o = 0; o < out; ++o) {
     double s = 0;
     for (int64_t i = 0; i < in; ++i) s += double(W[size_t(o * in + i)]) * x[size_t(i)];
@@ -185,7 +185,7 @@ inline std::vector<Vec> reference_logits(const G4Model& m, const std::vector<int
   const int64_t E = c.n_embd, T = int64_t(toks.size());
   const double eps = c.eps;
   auto W = [&](const std::string& n) -> const std::vector<float>& { return m.w.at(n); };
-  std::vector<Vec> x(size_t(T), Vec(size_t(E)));
+  std::vector<Vec> x(static_cast<size_t>(T), Vec(static_cast<size_t>(E)));
   for (int64_t t = 0; t < T; ++t)
     for (int64_t i = 0; i < E; ++i)
       x[size_t(t)][size_t(i)] =
@@ -196,7 +196,7 @@ inline std::vector<Vec> reference_logits(const G4Model& m, const std::vector<int
     const int64_t n_rot = s ? c.n_rot_swa : c.hd_global;
     const double base = s ? c.base_swa : c.base;
     const std::vector<float>* factors = s ? nullptr : &W("rope_freqs.weight");
-    std::vector<Vec> Q(size_t(T)), K(size_t(T)), V(size_t(T));
+    std::vector<Vec> Q(static_cast<size_t>(T)), K(static_cast<size_t>(T)), V(static_cast<size_t>(T));
     for (int64_t t = 0; t < T; ++t) {
       Vec h = x[size_t(t)];
       rms(h, 0, size_t(E), &W(bn(l, "attn_norm.weight")), eps);
@@ -214,7 +214,7 @@ inline std::vector<Vec> reference_logits(const G4Model& m, const std::vector<int
       }
     }
     for (int64_t t = 0; t < T; ++t) {
-      Vec att(size_t(c.n_head * hd), 0.0);
+      Vec att(static_cast<size_t>(c.n_head * hd), 0.0);
       for (int64_t hh = 0; hh < c.n_head; ++hh) {
         const int64_t g = hh / (c.n_head / nkv);
         const int64_t lo = s ? std::max<int64_t>(0, t - c.window + 1) : 0;  // SWA: q - k < window
@@ -287,13 +287,14 @@ inline std::shared_ptr<Model> load(const std::string& path, const std::string& m
   return Model::load(path, mp);
 }
 
-// Logits of every prompt row (the prompt in one step), then of 5 greedy steps one row each.
-struct Run {
+// Logits of every prompt row (the prompt in one step), then of 5 greedy steps one row each; tokens: the
+// greedy tokens (6: the prompt's argmax, then each step's; the first 5 were fed).
+struct G4Run {
   std::vector<std::vector<float>> prompt, steps;
   std::vector<int32_t> tokens;
 };
 
-inline Run run(const std::shared_ptr<Model>& model, const std::vector<int32_t>& prompt) {
+inline G4Run run(const std::shared_ptr<Model>& model, const std::vector<int32_t>& prompt) {
   SessionParams sp;
   sp.n_ctx = 64;
   sp.n_seq_max = 1;
@@ -304,12 +305,13 @@ inline Run run(const std::shared_ptr<Model>& model, const std::vector<int32_t>& 
   Batch b;
   for (size_t i = 0; i < prompt.size(); ++i) b.add(prompt[i], int32_t(i), 0, true);
   s.decode(b);
-  Run out;
+  G4Run out;
   for (size_t i = 0; i < b.size(); ++i) out.prompt.emplace_back(s.logits(i).begin(), s.logits(i).end());
   auto argmax = [](std::span<const float> l) {
     return int32_t(std::max_element(l.begin(), l.end()) - l.begin());
   };
   int32_t t = argmax(s.logits(b.size() - 1));
+  out.tokens.push_back(t);  // the fed tokens: this one, then each step's argmax
   int32_t pos = int32_t(prompt.size());
   for (int step = 0; step < 5; ++step) {
     Batch g;

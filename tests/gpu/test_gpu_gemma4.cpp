@@ -19,8 +19,8 @@ TEST(GpuGemma4, LogitsMatchTheReferenceAndTheCpu) {
   TempFile f("gpu");
   write_g4(m, f.path);
   const std::vector<int32_t> p = prompt_of(c.n_vocab);
-  const Run gpu = run(load(f.path.string(), "", "cuda:0"), p);
-  const Run cpu = run(load(f.path.string()), p);
+  const G4Run gpu = run(load(f.path.string(), "", "cuda:0"), p);
+  const G4Run cpu = run(load(f.path.string()), p);
   EXPECT_LE(row_error(gpu.prompt, reference_logits(m, p)), 1e-4);
   std::vector<int32_t> seq = p;
   seq.insert(seq.end(), gpu.tokens.begin(), gpu.tokens.end() - 1);
@@ -38,10 +38,10 @@ TEST(GpuGemma4, LayerAndTensorSplitsGiveTheSingleGpuLogits) {
   TempFile f("gpu_split");
   write_g4(m, f.path);
   const std::vector<int32_t> p = prompt_of(c.n_vocab);
-  const Run single = run(load(f.path.string(), "", "cuda:0"), p);
+  const G4Run single = run(load(f.path.string(), "", "cuda:0"), p);
   for (const char* mode : {"layer", "tensor"}) {
     SCOPED_TRACE(mode);
-    const Run split = run(load(f.path.string(), mode, "cuda:0,cuda:0"), p);
+    const G4Run split = run(load(f.path.string(), mode, "cuda:0,cuda:0"), p);
     EXPECT_LE(row_error(split.prompt, as_double(single.prompt)), 1e-5);
     EXPECT_LE(row_error(split.steps, as_double(single.steps)), 1e-5);
     EXPECT_EQ(split.tokens, single.tokens);
