@@ -79,7 +79,7 @@ TEST(Gemma4, TheReferenceCanFail) {
   }
 }
 
-TEST(Gemma4, LayerAndTensorSplitsOverTwoCpuRanksGiveTheSingleDeviceLogits) {
+TEST(Gemma4, LayerTensorAndRowSplitsOverTwoCpuRanksGiveTheSingleDeviceLogits) {
   G4Config c;
   c.softcap = 10.0f;
   c.n_kv_global = 2;  // a tensor split over two ranks needs a KV head per rank on every layer
@@ -88,9 +88,12 @@ TEST(Gemma4, LayerAndTensorSplitsOverTwoCpuRanksGiveTheSingleDeviceLogits) {
   write_g4(m, f.path);
   const std::vector<int32_t> p = prompt_of(c.n_vocab);
   const G4Run single = run(load(f.path.string()), p);
-  for (const char* mode : {"layer", "tensor"}) {
+  for (const char* mode : {"layer", "tensor", "row"}) {
     SCOPED_TRACE(mode);
-    const G4Run split = run(load(f.path.string(), mode, "cpu:0,cpu:1"), p);
+    const auto model = load(f.path.string(), mode, "cpu:0,cpu:1");
+    EXPECT_EQ(model->info().split_mode, mode);
+    EXPECT_EQ(model->info().devices.size(), 2u);
+    const G4Run split = run(model, p);
     EXPECT_LE(row_error(split.prompt, as_double(single.prompt)), 1e-5);
     EXPECT_LE(row_error(split.steps, as_double(single.steps)), 1e-5);
     EXPECT_EQ(split.tokens, single.tokens);

@@ -41,7 +41,10 @@ TEST(GpuGemma4, LayerAndTensorSplitsGiveTheSingleGpuLogits) {
   const G4Run single = run(load(f.path.string(), "", "cuda:0"), p);
   for (const char* mode : {"layer", "tensor"}) {
     SCOPED_TRACE(mode);
-    const G4Run split = run(load(f.path.string(), mode, "cuda:0,cuda:0"), p);
+    const auto model = load(f.path.string(), mode, "cuda:0,cuda:0");
+    EXPECT_EQ(model->info().split_mode, mode);
+    EXPECT_EQ(model->info().devices.size(), 2u);
+    const G4Run split = run(model, p);
     EXPECT_LE(row_error(split.prompt, as_double(single.prompt)), 1e-5);
     EXPECT_LE(row_error(split.steps, as_double(single.steps)), 1e-5);
     EXPECT_EQ(split.tokens, single.tokens);
