@@ -143,7 +143,9 @@ void run_spec_generate(const GenerateArgs& a, const std::shared_ptr<Model>& mode
       run_speculative(a.spec, model, device, a.threads, a.ctx, prompts, a.n_predict, sampling, stop_ids);
   size_t n_generated = 0;
   for (int i = 0; i < n_seq; ++i) {
-    const std::vector<int32_t>& g = r.tokens[size_t(i)];
+    std::vector<int32_t> g = r.tokens[size_t(i)];
+    // As the plain path prints it: the end-of-generation token that stopped a sequence is not shown.
+    if (!g.empty() && std::find(stop_ids.begin(), stop_ids.end(), g.back()) != stop_ids.end()) g.pop_back();
     n_generated += g.size();
     if (a.ids) {
       std::string line;
