@@ -52,5 +52,18 @@ TEST(SpecCli, BadFlagsAreClearErrors) {
   }
 }
 
+TEST(SpecCli, BenchReportsSpeedupAndAcceptance) {
+  const auto r = run_tandem("bench " + kTarget + kDraft + "--draft-max 3 -p 0 -n 16 -b 1 -r 1 --device cpu");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("speedup over AR:"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("mean accepted length"), std::string::npos) << r.out;
+  const auto json = run_tandem("bench " + kTarget + kDraft + "-p 0 -n 4 -b 1 -r 1 -o json --device cpu");
+  EXPECT_NE(json.exit_code, 0);
+  EXPECT_NE(json.out.find("--draft reports in markdown only"), std::string::npos) << json.out;
+  const auto no_model = run_tandem("bench " + kDraft + "--kernels -r 1 --device cpu");
+  EXPECT_NE(no_model.exit_code, 0);
+  EXPECT_NE(no_model.out.find("--draft needs the target model with -m"), std::string::npos) << no_model.out;
+}
+
 }  // namespace
 }  // namespace tandem
