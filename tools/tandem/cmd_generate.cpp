@@ -268,7 +268,8 @@ void run_generate(const GenerateArgs& a) {
   }
   base.seed = seed;  // sequence i: seed + i
   if (a.spec.enabled()) {
-    run_spec_generate(a, model, mp.device, prompts, n_seq, base, tok);
+    run_spec_generate(a, model, mesh.devices[size_t(mesh.main_device)].to_string(), prompts, n_seq, base,
+                      tok);
     return;
   }
 
