@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "bench.h"
+#include "bench_spec.h"
 #include "commands.h"
 #include "core/error.h"
 #include "flag_checks.h"
@@ -44,6 +45,7 @@ struct BenchArgs {
   std::string random_type;  // --random-weights: write -m's model with random TYPE matrices to --to, then exit
   std::string random_to;
   SplitOptions split;
+  SpecOptions spec;  // --draft: speculative vs AR (bench_spec.h)
 };
 
 std::vector<int> parse_int_list(const std::string& s, const char* what) {
@@ -79,6 +81,9 @@ void run_bench(const BenchArgs& a) {
   check_real_flag("--tflops", a.tflops, 0, "TFLOP/s; 0 = default");
   check_threads_flag(a.threads, "-t");
   const std::vector<int> batches = parse_int_list(a.batches, "-b");
+  check_spec_options(a.spec);
+  check(!a.spec.enabled() || !a.model.empty(), "--draft needs the target model with -m");
+  check(!a.spec.enabled() || a.output == "md", "--draft reports in markdown only (-o md)");
   check(a.device.empty() || a.split.devices.empty(),
         "--device and --devices: give one of them (--devices lists every device of the mesh, "
         "--main-device picks the main one)");
@@ -128,6 +133,7 @@ void run_bench(const BenchArgs& a) {
     bench::print_json(report);
   else
     bench::print_markdown(report);
+  if (a.spec.enabled()) bench_speculative(a.spec, model, mp.device, a.threads, std::max(a.n_gen, 1), a.reps);
 }
 
 }  // namespace
@@ -154,6 +160,7 @@ void add_bench_command(CLI::App& app) {
       "--random-weights", args->random_type,
       "instead of benchmarking: write a copy of -m whose matrices are random values of this type "
       "(q8_0, q4_k, ...) to --to (benchmark models in seconds; speed does not depend on the values)");
+  add_spec_options(cmd, &args->spec);
   cmd->add_option("--to", args->random_to, "output file of --random-weights");
   cmd->callback([args] {
     if (parse_only()) return;
