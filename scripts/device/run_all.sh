@@ -24,6 +24,10 @@ pack() { tar czf "$FINAL_OUT/results.tar.gz" -C "$WORK" . 2>/dev/null; }
 echo "=== $(date +%T) start; $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader)"
 gcc --version | head -1; nvcc --version | tail -1
 
+# PEER=src: the peer's sources only (its converter, for interop checks), no build.
+if [ "${PEER:-0}" = src ] && [ -f .peer/llama.cpp.tar.gz ]; then
+  mkdir -p /tmp/llama.cpp && tar xzf .peer/llama.cpp.tar.gz -C /tmp/llama.cpp && export LLAMA_CPP_SRC=/tmp/llama.cpp
+fi
 # Peer build in the background (only the tools we compare with).
 if [ "${PEER:-0}" = 1 ] && [ -f .peer/llama.cpp.tar.gz ]; then
   mkdir -p /tmp/llama.cpp && tar xzf .peer/llama.cpp.tar.gz -C /tmp/llama.cpp
