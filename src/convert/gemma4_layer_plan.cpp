@@ -33,7 +33,8 @@ int64_t int_or(const gguf::GgufFile& f, const std::string& key, int64_t fallback
 std::vector<Gemma4LayerPlan> gemma4_layer_plan(const gguf::GgufFile& f) {
   const std::string a = "gemma4.";
   const int n_layer = int(need(f, a + "block_count").as_int());
-  const gguf::Value& pattern = need(f, a + "attention.sliding_window_pattern");
+  const std::string pattern_key = a + "attention.sliding_window_pattern";  // named: GCC 13 flags a reference
+  const gguf::Value& pattern = need(f, pattern_key);                       // bound through a temporary key
   check(pattern.type() == gguf::ValueType::ARRAY && int64_t(pattern.as_array().size()) == n_layer,
         f.path() + ": " + a + "attention.sliding_window_pattern must have one entry per layer (" +
             std::to_string(n_layer) + ")");
