@@ -31,9 +31,13 @@ for t in "${targets[@]}"; do
   seeds=()
   [ -d "$here/corpus/$t" ] && seeds=("$here/corpus/$t")
   echo "--- $t: ${seconds}s"
+  # A crashing input is kept in $build/fuzz-artifacts/<target>/ (the scratch corpus is deleted on exit), and
+  # the whole log in $build/fuzz-artifacts/<target>.log.
+  mkdir -p "$build/fuzz-artifacts/$t"
+  status=0
   (cd "$scratch/$t" && "$build/fuzz/$t" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=4096 \
-    -print_final_stats=1 "$scratch/$t" "${seeds[@]}" 2>&1 | tail -15)
-  status=${PIPESTATUS[0]}
+    -artifact_prefix="$build/fuzz-artifacts/$t/" -print_final_stats=1 "$scratch/$t" "${seeds[@]}" \
+    >"$build/fuzz-artifacts/$t.log" 2>&1; rc=$?; tail -15 "$build/fuzz-artifacts/$t.log"; exit $rc) || status=$?
   [ "$status" -eq 0 ] || { echo "FAIL: $t found a problem (exit $status)"; exit 1; }
 done
 echo "all fuzzers clean"
