@@ -4,9 +4,9 @@
 # go to a scratch corpus). Exits non-zero on the first finding (libFuzzer writes the crashing input to the
 # scratch directory and prints it). ctest fuzz_smoke runs it with 30 s each; docs/RELIABILITY.md has long runs.
 #
-# usage: fuzz/run_fuzzers.sh SECONDS [BUILD_DIR] [TARGETS...]
+# usage: fuzz/run_fuzzers.sh SECONDS|runs=N [BUILD_DIR] [TARGETS...]
 set -euo pipefail
-seconds=${1:?usage: fuzz/run_fuzzers.sh SECONDS [BUILD_DIR] [TARGETS...]}
+seconds=${1:?usage: fuzz/run_fuzzers.sh SECONDS|runs=N [BUILD_DIR] [TARGETS...]}
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 build=${2:-$root/build-fuzz}
@@ -35,7 +35,9 @@ for t in "${targets[@]}"; do
   # the whole log in $build/fuzz-artifacts/<target>.log.
   mkdir -p "$build/fuzz-artifacts/$t"
   status=0
-  (cd "$scratch/$t" && "$build/fuzz/$t" -max_total_time="$seconds" -timeout=20 -rss_limit_mb=4096 \
+  # "runs=N": N inputs from a fixed seed (the same inputs on every machine: what CI runs); else SECONDS of time.
+  if [ "${seconds#runs=}" != "$seconds" ]; then limit=(-runs="${seconds#runs=}" -seed=1); else limit=(-max_total_time="$seconds"); fi
+  (cd "$scratch/$t" && "$build/fuzz/$t" "${limit[@]}" -timeout=20 -rss_limit_mb=4096 \
     -artifact_prefix="$build/fuzz-artifacts/$t/" -print_final_stats=1 "$scratch/$t" "${seeds[@]}" \
     >"$build/fuzz-artifacts/$t.log" 2>&1; rc=$?; tail -15 "$build/fuzz-artifacts/$t.log"; exit $rc) || status=$?
   [ "$status" -eq 0 ] || { echo "FAIL: $t found a problem (exit $status)"; exit 1; }
