@@ -29,14 +29,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   CLI::App app{"tandem"};
   app.option_defaults()->always_capture_default();
   app.require_subcommand(1);
-  tandem::cli::add_inspect_command(app);
-  tandem::cli::add_convert_command(app);
-  tandem::cli::add_quantize_command(app);
-  tandem::cli::add_generate_command(app);
-  tandem::cli::add_tokenize_command(app);
-  tandem::cli::add_bench_command(app);
-  tandem::cli::add_perplexity_command(app);
-  tandem::cli::add_chat_command(app);
+  tandem::cli::add_all_commands(app);
   tandem::cli::parse_only() = true;
   try {
     app.parse(int(argv.size()), argv.data());

@@ -22,4 +22,17 @@ void add_bench_command(CLI::App& app);
 void add_perplexity_command(CLI::App& app);
 void add_chat_command(CLI::App& app);
 
+// Every subcommand, in the order `tandem --help` lists them: the binary and the command-line fuzzer register
+// the same set from here, so a new command is fuzzed as soon as it exists.
+inline void add_all_commands(CLI::App& app) {
+  add_inspect_command(app);
+  add_convert_command(app);
+  add_quantize_command(app);
+  add_generate_command(app);
+  add_tokenize_command(app);
+  add_bench_command(app);
+  add_perplexity_command(app);
+  add_chat_command(app);
+}
+
 }  // namespace tandem::cli
