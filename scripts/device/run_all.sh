@@ -64,7 +64,7 @@ wait_background() {
 # tandem: GCC 13 with warnings as errors (what CI uses), CUDA on, MPI off (the image's MPI is not checked).
 source bench/device_prep.sh >/dev/null
 t0=$SECONDS
-cmake -S . -B build-gpu -G Ninja -DTANDEM_CUDA=ON -DTANDEM_WERROR=ON -DTANDEM_MPI=OFF -DCMAKE_BUILD_TYPE=Release \
+cmake -S . -B build-gpu -G Ninja -DTANDEM_CUDA=ON -DTANDEM_WERROR=ON -DTANDEM_MPI=OFF -DCMAKE_BUILD_TYPE=Release ${TANDEM_EXTRA_CMAKE:-} \
   >"$WORK/build.log" 2>&1 && cmake --build build-gpu -j 12 >>"$WORK/build.log" 2>&1
 rc=$?
 echo "=== $(date +%T) tandem build (-Werror) rc=$rc in $((SECONDS - t0)) s"

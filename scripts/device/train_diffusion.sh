@@ -15,10 +15,11 @@ else
   echo "FAIL smoke run"; tail -30 "$OUT/smoke.log"; exit 1
 fi
 python3 models/training/train_diffusion.py --tokenizer-dir .train/tok --corpus .train/train.txt.xz \
-  --out "$OUT/train" --deadline-s "${DEADLINE_S:-200}" 2>&1 | tee "$OUT/train.log" | tail -25
+  --out "$OUT/train" --deadline-s "${DEADLINE_S:-200}" --batch "${TRAIN_BATCH:-96}" --lr "${TRAIN_LR:-2e-3}" 2>&1 | tee "$OUT/train.log" | tail -25
 if ls "$OUT"/train/diffusion.tar.gz.part* > /dev/null 2>&1; then
   mv "$OUT"/train/diffusion.tar.gz.part* "${FINAL_OUT:-$OUT}/"
   echo "PASS trained; pieces in ${FINAL_OUT:-$OUT}"
+  rm -rf "$OUT/train/hf" "$OUT/smoke/hf"  # the pieces carry them; the results archive must stay small
 else
   echo "FAIL no trained model"
 fi
