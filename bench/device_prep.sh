@@ -14,10 +14,10 @@ if [ -n "$deb" ] && ! pkg-config --exists libpcre2-8 2>/dev/null; then
 fi
 # cpp-httplib (tandem serve): the image has none; carry Debian's libcpp-httplib-dev and libcpp-httplib0.11
 # (`apt-get download libcpp-httplib-dev libcpp-httplib0.11`). Its runtime needs libssl3, libbrotli1 and zlib,
-# which Ubuntu 24.04 has. TANDEM_EXTRA_CMAKE tells run_all.sh's configure where it is.
+# which Ubuntu 24.04 has; its header needs the OpenSSL headers (without them: the serve stub). TANDEM_EXTRA_CMAKE tells run_all.sh's configure where it is.
 hdev=$(ls .debs/libcpp-httplib-dev_*.deb 2>/dev/null | head -1)
 hlib=$(ls .debs/libcpp-httplib0*.deb 2>/dev/null | head -1)
-if [ -n "$hdev" ] && [ -n "$hlib" ] && [ ! -f /usr/include/httplib.h ]; then
+if [ -n "$hdev" ] && [ -n "$hlib" ] && [ ! -f /usr/include/httplib.h ] && [ -f /usr/include/openssl/ssl.h ]; then
   mkdir -p /tmp/httplib && dpkg -x "$hdev" /tmp/httplib && dpkg -x "$hlib" /tmp/httplib
   hl=/tmp/httplib/usr/lib/x86_64-linux-gnu
   so=$(ls "$hl"/libcpp-httplib.so.* | head -1)
