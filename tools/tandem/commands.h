@@ -13,5 +13,7 @@ void add_generate_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_perplexity_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
+void add_parallel_command(CLI::App& app);
 
 }  // namespace tandem::cli

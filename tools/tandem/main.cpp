@@ -39,6 +39,8 @@ int main(int argc, char** argv) {
   tandem::cli::add_tokenize_command(app);
   tandem::cli::add_bench_command(app);
   tandem::cli::add_perplexity_command(app);
+  tandem::cli::add_serve_command(app);
+  tandem::cli::add_parallel_command(app);
 
   // An unknown first word is a mistyped command: name it and list the commands (CLI11 would only say that a
   // subcommand is required).
