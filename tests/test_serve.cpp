@@ -149,8 +149,14 @@ TEST_F(Serve, GreedyCompletionEqualsGenerate) {
   EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(r["usage"]["completion_tokens"], 24);
   // Token ids as the prompt give the same text.
-  const json ids = post("/tokenize", {{"content", "Once upon a time"}});
-  const json r2 = post("/v1/completions", {{"prompt", ids["tokens"]}, {"max_tokens", 24}, {"temperature", 0}});
+  const json ids = post("/tokenize", json{{"content", "Once upon a time"}});
+  ASSERT_TRUE(ids.is_object() && ids.contains("tokens")) << ids.dump();
+  json with_ids = json::object();
+  with_ids["prompt"] = ids["tokens"];
+  with_ids["max_tokens"] = 24;
+  with_ids["temperature"] = 0;
+  const json r2 = post("/v1/completions", with_ids);
+  ASSERT_TRUE(r2.contains("choices")) << r2.dump();
   EXPECT_EQ(r2["choices"][0]["text"], r["choices"][0]["text"]);
   // Streaming gives the same text.
   auto c = client();
