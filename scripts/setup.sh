@@ -1,17 +1,30 @@
 #!/usr/bin/env bash
-# Installs the Debian packages tandem builds with. Safe to run again: installs only what is missing.
-# The CUDA toolkit (nvcc, cuBLAS, NCCL) is expected under /usr/local/cuda when present; without it tandem
-# builds its CPU backend only.
+# Installs the Debian / Ubuntu packages tandem builds with. Safe to run again: installs only what is missing.
+# Works on Debian 12 and 13 and Ubuntu 24.04 (GCC and clang): package names that differ between them (the
+# clang runtime with libFuzzer and the sanitizers is libclang-rt-<clang major>-dev) are picked for the clang
+# this distribution installs. The CUDA toolkit (nvcc, cuBLAS, NCCL) is expected under /usr/local/cuda when
+# present; without it tandem builds its CPU backend only.
 set -euo pipefail
-packages=(cmake ninja-build g++ pkg-config git python3 libgtest-dev libcli11-dev nlohmann-json3-dev libpcre2-dev
-  libcpp-httplib-dev clang libclang-rt-14-dev openmpi-bin libopenmpi-dev)
-missing=()
-for p in "${packages[@]}"; do
-  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  SUDO=""
-  [[ $(id -u) -ne 0 ]] && SUDO=sudo
-  $SUDO apt-get update -qq
+SUDO=""
+[[ $(id -u) -ne 0 ]] && SUDO=sudo
+updated=0
+install_missing() {
+  local missing=()
+  for p in "$@"; do
+    dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+  done
+  ((${#missing[@]})) || return 0
+  if ((updated == 0)); then
+    $SUDO apt-get update -qq
+    updated=1
+  fi
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y --no-install-recommends "${missing[@]}"
+}
+install_missing cmake ninja-build g++ pkg-config git python3 libgtest-dev libcli11-dev nlohmann-json3-dev \
+  libpcre2-dev libcpp-httplib-dev clang openmpi-bin libopenmpi-dev curl ca-certificates
+# The runtime of the clang just installed (fuzzers, sanitizers): libclang-rt-14-dev on Debian 12, -18- on
+# Ubuntu 24.04, -19- on Debian 13.
+clang_major=$(clang --version | sed -n 's/.*clang version \([0-9]*\).*/\1/p' | head -1)
+if [[ -n "$clang_major" ]] && apt-cache show "libclang-rt-$clang_major-dev" >/dev/null 2>&1; then
+  install_missing "libclang-rt-$clang_major-dev"
 fi

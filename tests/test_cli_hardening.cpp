@@ -3,8 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -99,6 +101,96 @@ TEST(CliHardening, PerplexityWithNoScoredTokenIsAnError) {
   expect_error("perplexity -m " + model + " -f " + text + " --ctx 2", "no token was scored");
   EXPECT_EQ(run_tandem("perplexity -m " + model + " -f " + text + " --ctx 8").exit_code, 0);
   std::filesystem::remove(text);
+}
+
+// Numeric flags of every command name the flag and the allowed range (no 300-digit range from the parser).
+TEST(CliHardening, NumericFlagsOfEveryCommandNameTheFlagAndRange) {
+  const std::string model = std::string(TANDEM_SOURCE_DIR) + "/models/tandem-small-q8_0.gguf";
+  const std::string text = std::string(TANDEM_SOURCE_DIR) + "/README.md";
+  expect_error("quantize '" + model + "' /tmp/tandem_never_written.gguf q4_k --threads -1",
+               "--threads must be in [0, 1024]");
+  const auto q = run_tandem("quantize '" + model + "' /tmp/tandem_never_written.gguf q4_k --threads -1");
+  EXPECT_LT(q.out.size(), 200u) << q.out;
+  expect_error("convert /tmp -o /tmp/tandem_never_written.gguf --threads 5000",
+               "--threads must be in [0, 1024]");
+  expect_error("perplexity -f " + text + " --stride -3", "--stride must be at least 0");
+  expect_error("perplexity -f " + text + " --batch 0", "--batch must be at least 1");
+  expect_error("perplexity -f " + text + " --ctx 1", "--ctx must be in [2,");
+  expect_error("bench -m '" + model + "' -t -1 --device cpu", "-t must be in [0, 1024]");
+  expect_error("bench -m '" + model + "' -r 0 --device cpu", "-r must be in [1,");
+  expect_error("bench -m '" + model + "' --bw nan --device cpu", "--bw must be a finite number");
+  EXPECT_FALSE(std::filesystem::exists("/tmp/tandem_never_written.gguf"));
+}
+
+// A context the machine cannot hold names --ctx and the bytes the KV cache needs.
+TEST(CliHardening, AContextTooLargeForMemoryNamesCtxAndTheBytes) {
+  const auto r = run_tandem("generate -n 1 -p hi --ctx 2147483647");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("(--ctx) needs"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("bytes"), std::string::npos) << r.out;
+}
+
+// quantize does not replace a read-only output unless told to.
+TEST(CliHardening, QuantizeRefusesAReadOnlyOutputWithoutForce) {
+  const std::string model = std::string(TANDEM_SOURCE_DIR) + "/models/tandem-draft-q8_0.gguf";
+  const std::string out =
+      (std::filesystem::temp_directory_path() / ("tandem_ro_" + std::to_string(::getpid()) + ".gguf"))
+          .string();
+  { std::ofstream(out) << "keep me"; }
+  ::chmod(out.c_str(), 0444);
+  const auto r = run_tandem("quantize '" + model + "' '" + out + "' q8_0 -q");
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("is read-only; pass --force"), std::string::npos) << r.out;
+  {
+    std::ifstream in(out);
+    std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    EXPECT_EQ(content, "keep me");
+  }
+  const auto forced = run_tandem("quantize '" + model + "' '" + out + "' q8_0 -q --force");
+  EXPECT_EQ(forced.exit_code, 0) << forced.out;
+  std::filesystem::remove(out);
+}
+
+// Ctrl-C (SIGINT) or SIGTERM during quantize leaves no OUTPUT.tmp behind and exits 128 + signal.
+TEST(CliHardening, AnInterruptedQuantizeRemovesItsTemporaryFile) {
+  const std::string model = std::string(TANDEM_SOURCE_DIR) + "/models/tandem-small-q8_0.gguf";
+  for (int sig : {SIGINT, SIGTERM}) {
+    SCOPED_TRACE(sig);
+    const std::string out =
+        (std::filesystem::temp_directory_path() /
+         ("tandem_int_" + std::to_string(::getpid()) + "_" + std::to_string(sig) + ".gguf"))
+            .string();
+    const std::string tmp = out + ".tmp";
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      ::execl(TANDEM_BIN, TANDEM_BIN, "quantize", model.c_str(), out.c_str(), "q4_k", "-q", "--threads", "1",
+              static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    bool seen = false;
+    for (int i = 0; i < 4000 && !seen; ++i) {  // up to 20 s for the temporary file to appear
+      seen = std::filesystem::exists(tmp);
+      if (!seen) ::usleep(5000);
+    }
+    ASSERT_TRUE(seen) << "quantize never created " << tmp;
+    ::kill(child, sig);
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status)) << "ended by a signal";
+    EXPECT_EQ(WEXITSTATUS(status), 128 + sig);
+    EXPECT_FALSE(std::filesystem::exists(tmp));
+    EXPECT_FALSE(std::filesystem::exists(out));
+  }
+}
+
+// generate's one output file (--dump-logits) is refused when it is the model.
+TEST(CliHardening, DumpLogitsOverTheModelIsRefused) {
+  const std::string model = std::string(TANDEM_SOURCE_DIR) + "/models/tandem-draft-q8_0.gguf";
+  const auto before = std::filesystem::file_size(model);
+  expect_error("generate -m '" + model + "' -p hi -n 1 --dump-logits '" + model + "'",
+               "--dump-logits '" + model + "' is the model file");
+  EXPECT_EQ(std::filesystem::file_size(model), before);
 }
 
 }  // namespace

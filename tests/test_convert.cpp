@@ -687,6 +687,23 @@ TEST(ConvertErrors, BadConfigValues) {
   EXPECT_THROW(parse_hf_config(c.dump(), "config.json"), Error);
 }
 
+// A hyperparameter too large for GGUF's uint32 names the config.json key it came from.
+TEST(ConvertErrors, HyperparameterOverflowNamesTheConfigKey) {
+  Spec s;
+  json c = config_of(s);
+  c["max_position_embeddings"] = 5000000000LL;
+  const ModelHparams hp = parse_hf_config(c.dump(), "config.json");
+  gguf::GgufWriter w;
+  try {
+    add_hparams_metadata(hp, w);
+    FAIL() << "no error for a context length of 5e9";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("config.json: max_position_embeddings = 5000000000 does not fit"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // ---- the command line ------------------------------------------------------------------------------------
 
 TEST(ConvertCli, EndToEndQ8_0) {

@@ -267,7 +267,7 @@ TEST_F(Generate, BadInputGivesOneClearLineAndNonZeroExit) {
   testing::WriteOptions o;
   o.extra_keys["general.architecture"] = gguf::Value::string("rwkv42");
   expect_error("-m " + model_file("arch", qwen3(), o).string() + " --prompt-ids 1 --ids",
-               "unknown architecture 'rwkv42'; supported: llama, qwen3");
+               "unknown architecture 'rwkv42'; supported: llama, qwen3, gemma4");
   testing::WriteOptions miss;
   miss.skip_tensors = {"blk.1.ffn_up.weight"};
   expect_error("-m " + model_file("miss", qwen3(), miss).string() + " --prompt-ids 1 --ids",

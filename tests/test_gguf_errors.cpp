@@ -171,7 +171,13 @@ TEST(GgufErrors, TensorDims) {
   Bytes n;
   n.header(1, 0).str("w");
   size_t at = n.pos();
-  expect_error(n.u32(5).zeros(64).bytes(), "tensor 'w' has 5 dimensions, at most 4 are allowed", at);
+  expect_error(n.u32(5).zeros(64).bytes(), "tensor 'w' has 5 dimensions; a tensor has 0 (a scalar) to 4", at);
+  // n_dims = 0 followed by dimensions: the dimension bytes read as the type; the message says why
+  Bytes zero;
+  zero.header(1, 0).str("w");
+  at = zero.pos();
+  expect_error(zero.u32(0).i64(512).i32(0).u64(0).zeros(64).bytes(),
+               "tensor 'w' has invalid type id 512 after a dimension count of 0 (a scalar)", at + 4);
 
   Bytes neg;
   neg.header(1, 0).str("w").u32(2).i64(4);

@@ -168,7 +168,7 @@ TEST(ShippedModel, PerplexityCommandBadInput) {
   for (const Case& c : {Case{"-f /nonexistent/text.txt", "cannot open text file"},
                         Case{"-f " + kExcerptPath + " --ctx 1024", "exceeds the model's training context"},
                         Case{"-f " + kExcerptPath + " --ctx 64 --stride 64", "exceeds --ctx - 1"},
-                        Case{"-f " + kExcerptPath + " --ctx 1", "at least 2"}}) {
+                        Case{"-f " + kExcerptPath + " --ctx 1", "--ctx must be in [2,"}}) {
     auto [rc, out] = run(base + c.args);
     EXPECT_EQ(rc, 1) << c.args << ": " << out;
     EXPECT_NE(out.find("error: "), std::string::npos) << out;

@@ -204,6 +204,40 @@ TEST_P(SplitModes, UnevenRatiosGiveTheSameResult) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, SplitModes, ::testing::Values("qwen3", "llama"));
 
+// Sessions of one split model own their split's machinery (comm, rank threads, row-split buffers): two
+// sessions stepped alternately give what each gives alone.
+TEST(Split, TwoSessionsOfOneSplitModelSteppedAlternately) {
+  ModelFile f(qwen3_config(), "two_sessions");
+  for (const char* mode : {"tensor", "row", "layer"}) {
+    SCOPED_TRACE(mode);
+    auto model = load(f.path.string(), mode, 2);
+    SessionParams sp;
+    sp.n_ctx = 64;
+    sp.kv_type = KvType::F32;
+    auto step = [](Session& s, std::vector<int32_t>& out, int32_t first) {
+      Batch b;
+      b.add(out.empty() ? first : out.back(), int32_t(out.size()), 0, true);
+      s.decode(b);
+      const auto l = s.logits(0);
+      out.push_back(int32_t(std::max_element(l.begin(), l.end()) - l.begin()));
+    };
+    std::vector<int32_t> a_alone, b_alone, a_mixed, b_mixed;
+    {
+      Session a(model, sp);
+      for (int i = 0; i < 8; ++i) step(a, a_alone, 3);
+      Session b(model, sp);
+      for (int i = 0; i < 8; ++i) step(b, b_alone, 7);
+    }
+    Session a(model, sp), b(model, sp);
+    for (int i = 0; i < 8; ++i) {
+      step(a, a_mixed, 3);
+      step(b, b_mixed, 7);
+    }
+    EXPECT_EQ(a_mixed, a_alone);
+    EXPECT_EQ(b_mixed, b_alone);
+  }
+}
+
 TEST(Split, QuantizedWeightsAreCutOnBlockBoundaries) {
   // q8_0 (blocks of 32): attention output and down are cut by columns, which must fall on block boundaries;
   // the activations are quantized per block too, so the split run sees the same blocks as the single one.

@@ -92,7 +92,7 @@ TEST(SplitCli, FlagsAreCheckedBeforeTheModelIsRead) {
 // main device of --devices is the one the model runs on and the limits are measured on.
 TEST(SplitCli, BenchReportsSplitModeAndDevices) {
   const std::string run = "bench -m '" + kModel + "' -p 4 -n 2 -b 1 -r 1 --bw 10 --tflops 1 -t 1 ";
-  const test::CommandResult md = run_tandem(run);
+  const test::CommandResult md = run_tandem(run + "--device cpu");  // bench picks cuda:0 where there is one
   ASSERT_EQ(md.exit_code, 0) << md.out;
   EXPECT_NE(md.out.find("\nsplit: none on cpu:0\n"), std::string::npos) << md.out;
 

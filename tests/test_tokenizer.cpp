@@ -65,6 +65,35 @@ TEST(TokenizerRegex, SequentialSplitsKeepTheGaps) {
   EXPECT_EQ(split_with(*tokenizer::pre_regexes("starcoder"), "ab 12"), (Pieces{"ab", " ", "1", "2"}));
 }
 
+// Every pre-tokenizer tandem lists compiles (the DeepSeek LLM letter class did not: its literal characters
+// had been Unicode-normalised into reversed ranges).
+TEST(TokenizerRegex, EveryKnownPreTokenizerCompiles) {
+  std::string names = tokenizer::supported_pre_types();
+  size_t n = 0;
+  for (size_t b = 0; b < names.size();) {
+    size_t e = names.find(", ", b);
+    if (e == std::string::npos) e = names.size();
+    const std::string name = names.substr(b, e - b);
+    SCOPED_TRACE(name);
+    EXPECT_NO_THROW(tokenizer::RegexSplitter(*tokenizer::pre_regexes(name)));
+    ++n;
+    b = e + 2;
+  }
+  EXPECT_GE(n, 50u);
+}
+
+// DeepSeek LLM: its letter class covers Latin-1, Greek and the Kelvin/Ohm signs; its punctuation class
+// [!-/:-~...] also holds the ASCII letters (":-~" spans them), so it re-cuts ASCII runs out of a word.
+TEST(TokenizerRegex, DeepseekLlmPattern) {
+  const auto re = *tokenizer::pre_regexes("deepseek-llm");
+  EXPECT_EQ(split_with(re, "Hello World! \u0391\u0392\u0393 123 \u4e2d\u6587\n"),
+            (Pieces{"Hello", " World", "!", " \u0391\u0392\u0393", " ", "123", " ", "\u4e2d\u6587", "\n"}));
+  // U+212A KELVIN SIGN and U+1FD3 are letters of the class (normalised, they were not, and the class broke);
+  // the CJK step's range U+0800-U+4E00 then cuts them from the leading space, as it does U+2126.
+  EXPECT_EQ(split_with(re, " \u212a\u1fd3\u1fd0"), (Pieces{" ", "\u212a\u1fd3\u1fd0"}));
+  EXPECT_EQ(split_with(re, "\u00c0\u00df\u00f6 \u2126"), (Pieces{"\u00c0\u00df\u00f6", " ", "\u2126"}));
+}
+
 TEST(TokenizerRegex, BadPatternIsAnError) {
   EXPECT_THROW(tokenizer::RegexSplitter({"(unclosed"}), Error);
 }

@@ -269,8 +269,25 @@ TEST(TokenizerLoadErrors, NoTokenizerKeys) {
 TEST(TokenizerLoadErrors, UnknownModel) {
   TempDir dir;
   auto w = good_metadata();
+  // WordPiece (bert), Unigram (t5) and RWKV vocabularies are refused at load, naming the kind.
   w.set("tokenizer.ggml.model", gguf::Value::string("bert"));
-  expect_error([&] { load_written(dir, w); }, "tokenizer.ggml.model = \"bert\" is not supported");
+  expect_error([&] { load_written(dir, w); },
+               "tokenizer.ggml.model = \"bert\" (WordPiece, BERT-style) is not supported");
+  w.set("tokenizer.ggml.model", gguf::Value::string("t5"));
+  expect_error([&] { load_written(dir, w); }, "\"t5\" (Unigram / UGM, T5-style) is not supported");
+  w.set("tokenizer.ggml.model", gguf::Value::string("rwkv"));
+  expect_error([&] { load_written(dir, w); }, "\"rwkv\" (RWKV's trie tokenizer) is not supported");
+}
+
+// The pre-tokenizer names llama.cpp's converter writes for GPT-2-style vocabularies load (they were refused).
+TEST(TokenizerLoadErrors, LlamaCppPreNamesLoad) {
+  for (const char* pre : {"gpt-2", "mpt", "phi-2", "jina-es", "olmo", "stablelm2", "command-r", "falcon3"}) {
+    SCOPED_TRACE(pre);
+    TempDir dir;
+    auto w = good_metadata();
+    w.set("tokenizer.ggml.pre", gguf::Value::string(pre));
+    EXPECT_EQ(load_written(dir, w).encode("ab", false), std::vector<int32_t>{256});
+  }
 }
 
 TEST(TokenizerLoadErrors, UnknownPre) {
@@ -278,6 +295,7 @@ TEST(TokenizerLoadErrors, UnknownPre) {
   auto w = good_metadata();
   w.set("tokenizer.ggml.pre", gguf::Value::string("no-such-pre"));
   expect_error([&] { load_written(dir, w); }, "\"no-such-pre\" is not a pre-tokenizer tandem knows");
+  expect_error([&] { load_written(dir, w); }, "gpt-2, phi-2, jina-es");  // the list of known names
 }
 
 TEST(TokenizerLoadErrors, MalformedMerges) {

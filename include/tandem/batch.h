@@ -65,8 +65,8 @@ struct Batch {
   std::vector<int32_t> tokens;  // one per row (kNoToken: none); empty = no row has a token
   std::vector<int32_t>
       embd_rows;  // one per row: row of the embedding source added to it, -1 = none; empty = none
-  std::vector<float> embeddings;  // host source rows, n_embd values each (used when embedding_source is
-                                  // unset); with no tokens and no embd_rows, row r reads host row r
+  std::vector<float> embeddings;     // host source rows, n_embd values each (used when embedding_source is
+                                     // unset); with no tokens and no embd_rows, row r reads host row r
   EmbeddingSource embedding_source;  // a device source instead of `embeddings`
   std::vector<int32_t> positions;    // one per row
   std::vector<int32_t> seq_ids;      // one per row

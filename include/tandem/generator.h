@@ -188,6 +188,7 @@ class Generator {
   std::vector<int> row_request_;  // per row of batch_: the request it belongs to
   std::chrono::steady_clock::time_point step_start_{};
   std::vector<RowRef> sample_rows_;  // the rows of batch_ to sample, one per request
+  bool finite_checked_ = false;      // the first sampled logits were checked for NaN / Inf
   std::vector<int> prefilled_;       // requests whose prompt batch_ decodes (their timing starts this step)
   std::vector<LogitsRow> logits_rows_;
 };

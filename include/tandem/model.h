@@ -58,7 +58,8 @@ struct ModelInfo {
   std::vector<std::string> devices;  // every device of the mesh, rank order: "cpu:0 (...)", ...
 };
 
-class Model {
+// Shared ownership (Model::load returns a shared_ptr): sessions keep their model alive.
+class Model : public std::enable_shared_from_this<Model> {
  public:
   // Loads and validates path. Throws tandem::Error (bad split flags, a split the model cannot take, bad file,
   // unknown architecture, missing or mis-shaped tensor).

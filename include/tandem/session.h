@@ -64,6 +64,10 @@ struct TapDestination {
   Event* read = nullptr;
 };
 
+// Threading: a session is used from one thread at a time. Sessions of one model (split or not) share its
+// devices, whose streams, op workspaces and recorded graphs serve one step at a time: step them from one
+// thread (as the generator and a server's scheduler do), or give each thread its own model. A split needs
+// no lock of its own: each session owns its split's communicator, rank threads and row-split buffers.
 class Session {
  public:
   Session(std::shared_ptr<Model> model, const SessionParams& params = {});

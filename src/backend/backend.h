@@ -368,6 +368,23 @@ class Device {
     (void)key;
     body(stream);
   }
+
+  // The same for work that spans several streams (a tensor split's ranks, a row split's peers): `body`
+  // enqueues on `origin` (a stream of this device) and on `joined` (streams of `devices`, possibly other
+  // host threads enqueueing on them while body runs), ordering them with events; one recording covers all of
+  // it and a replay is one launch on `origin`. Before and after, every stream waits for every other (on the
+  // device, not the host), so work enqueued on any of them before the call happens before the body and work
+  // enqueued after it sees the body's results — also when body runs directly. Events the body records are
+  // therefore only meaningful within one call (see Comm::new_epoch). Recordings are dropped when the Ops
+  // workspace of this device or of any of `devices` is reallocated. The default runs body directly.
+  virtual void run_recorded_across(Stream& origin, uint64_t key, std::span<Device* const> devices,
+                                   std::span<Stream* const> joined, const std::function<void()>& body) {
+    (void)origin;
+    (void)key;
+    (void)devices;
+    (void)joined;
+    body();
+  }
 };
 
 // Creates the device `id` (cpu:N, or cuda:N when built with CUDA). Throws Error for a device that does not

@@ -116,7 +116,7 @@ std::string gguf_arch_for(std::string_view hf_architecture) {
 std::string supported_architectures() {
   std::string s;
   for (const auto& a : kArchs) s += std::string(s.empty() ? "" : ", ") + a.hf;
-  return s;
+  return s + ", Gemma4ForCausalLM, Gemma4ForConditionalGeneration";  // gemma4: convert/gemma4_config.h
 }
 
 ModelHparams parse_hf_config(std::string_view json_text, const std::string& source) {
@@ -195,33 +195,36 @@ ModelHparams load_hf_config(const fs::path& hf_dir) {
 void add_hparams_metadata(const ModelHparams& hp, gguf::GgufWriter& w) {
   using gguf::Value;
   const std::string a = hp.arch + ".";
-  auto u32 = [](int64_t v) {
+  // Every integer names the config.json key it came from, so an overflow says which value to fix.
+  auto u32 = [](int64_t v, const char* config_key) {
     check(v >= 0 && v <= int64_t(UINT32_MAX),
-          "hyperparameter " + std::to_string(v) + " does not fit in uint32");
+          std::string("config.json: ") + config_key + " = " + std::to_string(v) +
+              " does not fit in a GGUF uint32 (0 .. " + std::to_string(UINT32_MAX) + ")");
     return Value::u32(uint32_t(v));
   };
-  w.set(a + "block_count", u32(hp.n_layer));
-  w.set(a + "context_length", u32(hp.n_ctx));
-  w.set(a + "embedding_length", u32(hp.n_embd));
-  w.set(a + "feed_forward_length", u32(hp.n_ff));
-  w.set(a + "attention.head_count", u32(hp.n_head));
-  w.set(a + "attention.head_count_kv", u32(hp.n_head_kv));
+  w.set(a + "block_count", u32(hp.n_layer, "num_hidden_layers"));
+  w.set(a + "context_length", u32(hp.n_ctx, "max_position_embeddings"));
+  w.set(a + "embedding_length", u32(hp.n_embd, "hidden_size"));
+  w.set(a + "feed_forward_length", u32(hp.n_ff, "intermediate_size"));
+  w.set(a + "attention.head_count", u32(hp.n_head, "num_attention_heads"));
+  w.set(a + "attention.head_count_kv", u32(hp.n_head_kv, "num_key_value_heads"));
   w.set(a + "rope.freq_base", Value::f32(float(hp.rope_theta)));
   w.set(a + "attention.layer_norm_rms_epsilon", Value::f32(float(hp.rms_norm_eps)));
   if (hp.head_dim_in_config) {
-    w.set(a + "attention.key_length", u32(hp.head_dim));
-    w.set(a + "attention.value_length", u32(hp.head_dim));
+    w.set(a + "attention.key_length", u32(hp.head_dim, "head_dim"));
+    w.set(a + "attention.value_length", u32(hp.head_dim, "head_dim"));
   }
   const auto& rs = hp.rope_scaling;
   if (rs.type == "linear" || rs.type == "yarn") {
     w.set(a + "rope.scaling.type", Value::string(rs.type));
     w.set(a + "rope.scaling.factor", Value::f32(float(rs.factor)));
     if (rs.type == "yarn" && rs.original_context_length > 0)
-      w.set(a + "rope.scaling.original_context_length", u32(rs.original_context_length));
+      w.set(a + "rope.scaling.original_context_length",
+            u32(rs.original_context_length, "rope_scaling.original_max_position_embeddings"));
   }
   if (hp.arch == "llama") {
-    w.set(a + "vocab_size", u32(hp.n_vocab));
-    w.set(a + "rope.dimension_count", u32(hp.n_rot()));
+    w.set(a + "vocab_size", u32(hp.n_vocab, "vocab_size"));
+    w.set(a + "rope.dimension_count", u32(hp.n_rot(), "head_dim"));
   }
 }
 

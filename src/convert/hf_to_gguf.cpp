@@ -3,10 +3,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <functional>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
+#include <sstream>
 
+#include "convert/gemma4_config.h"
+#include "convert/gemma4_plan.h"
 #include "convert/hf_config.h"
 #include "convert/safetensors.h"
 #include "convert/tensor_plan.h"
@@ -64,8 +70,18 @@ void f32_to_f16_checked(const float* src, uint8_t* dst, int64_t n) {
 
 // Fills dst (the GGUF bytes of `plan`, type out) from the safetensors tensor src. Rows are HF rows (the
 // outermost dim); the llama Q/K permutation reorders them.
-void produce_tensor(const StTensor& src, const PlannedTensor& plan, DType out, int threads, uint8_t* dst) {
-  const int64_t n_rows = src.shape.empty() ? 1 : src.shape[0];
+void produce_tensor(const StTensor& full, const PlannedTensor& plan, DType out, int threads, uint8_t* dst) {
+  // A trimmed tensor (token_embd cut to the tokenizer's size) is a view of the first rows of the source.
+  StTensor src = full;
+  if (plan.hf_rows > 0 && !src.shape.empty()) {
+    src.shape[0] = plan.ne.back();
+    src.nbytes = size_t(src.nelements()) * st_dtype_size(src.dtype);
+  }
+  // Without a permutation any tensor is rows of ne[0] (3-D expert blocks quantize row by row); the llama
+  // permutation moves HF rows (the outermost dim).
+  const int64_t n_rows = plan.permute_heads == 0 && !plan.ne.empty() && plan.ne[0] > 0
+                             ? src.nelements() / plan.ne[0]
+                             : (src.shape.empty() ? 1 : src.shape[0]);
   if (n_rows == 0 || src.nelements() == 0) return;
   const int64_t row_elems = src.nelements() / n_rows;
   const size_t src_row_bytes = size_t(row_elems) * st_dtype_size(src.dtype);
@@ -125,16 +141,24 @@ struct Job {
 };
 
 // Checks every expected tensor against the checkpoint: present, right shape, a float dtype.
-std::vector<Job> match_tensors(const ModelHparams& hp, const SafetensorsModel& model, const fs::path& hf_dir,
+// What match_tensors needs to know of the model, whatever its architecture.
+struct ModelFacts {
+  std::string hf_architecture, arch;
+  bool tie_word_embeddings = false;
+};
+
+std::vector<Job> match_tensors(std::vector<PlannedTensor> plan, const ModelFacts& hp,
+                               const SafetensorsModel& model, const fs::path& hf_dir,
                                std::vector<std::string>& notes) {
   std::vector<Job> jobs;
   std::vector<std::string> missing;
   std::set<std::string> used;
-  for (auto& p : plan_tensors(hp)) {
+  for (auto& p : plan) {
     Job job;
     job.plan = std::move(p);
     if (!job.plan.hf_name.empty()) {
       job.src = model.find(job.plan.hf_name);
+      if (!job.src && job.plan.optional) continue;
       if (!job.src) {
         missing.push_back(job.plan.hf_name);
         continue;
@@ -215,11 +239,32 @@ void log_line(const ConvertOptions& o, const std::string& s) {
   if (o.log) o.log(s);
 }
 
+// True when config.json names a Gemma 4 text architecture (converted by convert_gemma4, facts C).
+bool is_gemma4_checkpoint(const fs::path& hf_dir) {
+  const fs::path p = hf_dir / "config.json";
+  if (!fs::exists(p)) return false;
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  const auto j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  return j.is_object() && j.contains("architectures") && j["architectures"].is_array() &&
+         !j["architectures"].empty() && j["architectures"][0].is_string() &&
+         is_gemma4_architecture(j["architectures"][0].get<std::string>());
+}
+
+int64_t token_count(const gguf::GgufWriter& w) {
+  for (const auto& [k, v] : w.metadata())
+    if (k == "tokenizer.ggml.tokens") return int64_t(v.as_array().size());
+  return 0;
+}
+
 ConvertResult convert_vocab_only(const ConvertOptions& o, gguf::GgufWriter& w) {
   ConvertResult result;
   result.arch = "llama";  // llama.cpp's vocab-only files of llama-like models use this architecture
   std::optional<ModelHparams> hp;
-  if (fs::exists(o.hf_dir / "config.json")) {
+  if (is_gemma4_checkpoint(o.hf_dir)) {
+    result.arch = "gemma4";
+  } else if (fs::exists(o.hf_dir / "config.json")) {
     hp = load_hf_config(o.hf_dir);
     result.arch = hp->arch;
   } else {
@@ -230,6 +275,115 @@ ConvertResult convert_vocab_only(const ConvertOptions& o, gguf::GgufWriter& w) {
   w.set("general.name", Value::string(o.name.empty() ? model_name_of(o.hf_dir) : o.name));
   add_tokenizer_metadata(o.hf_dir, w);
   if (hp) pad_vocab_to(w, hp->n_vocab, o.hf_dir, result.notes);
+  return result;
+}
+
+// Adds every job's tensor to w; generated tensors (rope_freqs) get their values from generate. The tensors
+// are produced while w writes, so jobs must outlive w.write().
+void add_tensor_jobs(const ConvertOptions& o, gguf::GgufWriter& w, const std::vector<Job>& jobs,
+                     const std::function<std::vector<float>(const PlannedTensor&)>& generate) {
+  const size_t total = jobs.size();
+  for (size_t i = 0; i < total; ++i) {
+    const Job& j = jobs[i];
+    // Appended piece by piece: GCC 12 at -O3 misreports a chain of string + as overlapping (-Wrestrict).
+    std::string progress = "[";
+    progress += std::to_string(i + 1);
+    progress += '/';
+    progress += std::to_string(total);
+    progress += "] ";
+    progress += j.plan.gguf_name;
+    if (!j.src) {  // generated: rope_freqs
+      const std::vector<float> freqs = generate(j.plan);
+      std::vector<uint8_t> bytes(freqs.size() * 4);
+      std::memcpy(bytes.data(), freqs.data(), bytes.size());
+      w.add_tensor(j.plan.gguf_name, DType::F32, j.plan.ne, std::move(bytes));
+      log_line(o, progress + " f32 " + ne_string(j.plan.ne) + " (generated)");
+      continue;
+    }
+    const int threads = o.threads;
+    w.add_tensor(j.plan.gguf_name, j.type, j.plan.ne, gguf_nbytes(j.type, j.plan.ne),
+                 [&o, &j, threads, progress](uint8_t* dst) {
+                   log_line(o, progress + " " + st_dtype_name(j.src->dtype) + " " + j.src->shape_string() +
+                                   " -> " + dtype_name(j.type) + " " + ne_string(j.plan.ne) +
+                                   (j.plan.permute_heads ? " (q/k rows permuted)" : ""));
+                   try {
+                     produce_tensor(*j.src, j.plan, j.type, threads, dst);
+                   } catch (const Error& e) {
+                     throw Error(j.src->file + ": tensor '" + j.src->name + "' -> " + j.plan.gguf_name +
+                                 ": " + e.what());
+                   }
+                 });
+  }
+}
+
+// Sets each job's stored type for --type; the fallback notes go to notes.
+void choose_types(std::vector<Job>& jobs, OutType type, int64_t n_layer, std::vector<std::string>& notes) {
+  const bool has_output =
+      std::any_of(jobs.begin(), jobs.end(), [](const Job& j) { return j.plan.gguf_name == "output.weight"; });
+  std::map<std::string, int> fallbacks;
+  for (auto& j : jobs) {
+    j.type = tensor_type_for(type, j.plan, n_layer, has_output);
+    // llama.cpp's converter keeps the MoE router in F32 whatever the output type.
+    if (j.plan.gguf_name.find("ffn_gate_inp.") != std::string::npos)
+      j.type = DType::F32;
+    else if (j.plan.ne.size() >= 2 && is_fallback_type(type, j.type))
+      ++fallbacks[dtype_name(j.type)];
+  }
+  for (const auto& [t, count] : fallbacks)
+    notes.push_back(std::to_string(count) + " matrices have rows (ne[0]) that are not a multiple of the " +
+                    out_type_name(type) + " block size; they are stored as " + t);
+}
+
+StDType first_matrix_dtype(const std::vector<Job>& jobs) {
+  for (const auto& j : jobs)
+    if (j.src && j.src->shape.size() == 2) return j.src->dtype;
+  return StDType::F32;
+}
+
+// Gemma 4 (facts C): keys, tokenizer, trimmed embeddings, generated rope_freqs, per-layer shapes.
+ConvertResult convert_gemma4(const ConvertOptions& o, gguf::GgufWriter& w) {
+  ConvertResult result;
+  result.arch = "gemma4";
+  const fs::path cfg = o.hf_dir / "config.json";
+  std::ifstream in(cfg, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  const Gemma4Hparams hp = parse_gemma4_config(ss.str(), cfg.string());
+
+  // The tokenizer first: its token count is the number of embedding rows kept.
+  gguf::GgufWriter tok;
+  add_tokenizer_metadata(o.hf_dir, tok);
+  const int64_t n_tokens = token_count(tok);
+  check(n_tokens > 0, (o.hf_dir / "tokenizer.json").string() + ": no tokens");
+  check(n_tokens <= hp.n_vocab, (o.hf_dir / "tokenizer.json").string() + " has " + std::to_string(n_tokens) +
+                                    " tokens, more than config.json vocab_size " +
+                                    std::to_string(hp.n_vocab));
+
+  const SafetensorsModel model = SafetensorsModel::open_dir(o.hf_dir);
+  std::vector<Job> jobs =
+      match_tensors(plan_gemma4_tensors(hp, n_tokens), {hp.hf_architecture, "gemma4", hp.tie_word_embeddings},
+                    model, o.hf_dir, result.notes);
+  if (n_tokens < hp.n_vocab)
+    result.notes.push_back("token_embd trimmed from " + std::to_string(hp.n_vocab) + " to " +
+                           std::to_string(n_tokens) + " rows (the tokenizer's size)");
+  result.type = resolve_auto(o.type, first_matrix_dtype(jobs));
+  choose_types(jobs, result.type, hp.n_layer, result.notes);
+
+  w.set("general.architecture", Value::string("gemma4"));
+  w.set("general.type", Value::string("model"));
+  w.set("general.name", Value::string(o.name.empty() ? model_name_of(o.hf_dir) : o.name));
+  add_gemma4_metadata(hp, w);
+  w.set("general.file_type", Value::u32(file_type_of(result.type)));
+  w.set("general.quantization_version", Value::u32(2));
+  for (const auto& [k, v] : tok.metadata()) w.set(k, v);
+  // facts C.1: Gemma 4 tokenizers add BOS and no space prefix.
+  w.set("tokenizer.ggml.add_bos_token", Value::boolean(true));
+  w.set("tokenizer.ggml.add_space_prefix", Value::boolean(false));
+
+  add_tensor_jobs(o, w, jobs, [&hp](const PlannedTensor&) { return gemma4_rope_freqs(hp); });
+  result.n_tensors = jobs.size();
+  for (const auto& n : result.notes) log_line(o, "note: " + n);
+  w.write(o.output.string());
   return result;
 }
 
@@ -267,9 +421,12 @@ ConvertResult convert_hf_to_gguf(const ConvertOptions& o) {
     return result;
   }
 
+  if (is_gemma4_checkpoint(o.hf_dir)) return convert_gemma4(o, w);
+
   const ModelHparams hp = load_hf_config(o.hf_dir);
   const SafetensorsModel model = SafetensorsModel::open_dir(o.hf_dir);
-  std::vector<Job> jobs = match_tensors(hp, model, o.hf_dir, result.notes);
+  std::vector<Job> jobs = match_tensors(
+      plan_tensors(hp), {hp.hf_architecture, hp.arch, hp.tie_word_embeddings}, model, o.hf_dir, result.notes);
 
   // llama.cpp's "auto": the type of the first weight (the embeddings).
   StDType source_dtype = StDType::F32;
@@ -281,17 +438,7 @@ ConvertResult convert_hf_to_gguf(const ConvertOptions& o) {
   result.arch = hp.arch;
   result.type = resolve_auto(o.type, source_dtype);
 
-  const bool has_output =
-      std::any_of(jobs.begin(), jobs.end(), [](const Job& j) { return j.plan.gguf_name == "output.weight"; });
-  std::map<std::string, int> fallbacks;
-  for (auto& j : jobs) {
-    j.type = tensor_type_for(result.type, j.plan, hp.n_layer, has_output);
-    if (j.plan.ne.size() >= 2 && is_fallback_type(result.type, j.type)) ++fallbacks[dtype_name(j.type)];
-  }
-  for (const auto& [type, count] : fallbacks)
-    result.notes.push_back(std::to_string(count) +
-                           " matrices have rows (ne[0]) that are not a multiple of the " +
-                           out_type_name(result.type) + " block size; they are stored as " + type);
+  choose_types(jobs, result.type, hp.n_layer, result.notes);
 
   // Metadata, in the order llama.cpp's converter writes it.
   w.set("general.architecture", Value::string(hp.arch));
@@ -304,32 +451,7 @@ ConvertResult convert_hf_to_gguf(const ConvertOptions& o) {
   pad_vocab_to(w, hp.n_vocab, o.hf_dir, result.notes);
 
   const size_t total = jobs.size();
-  for (size_t i = 0; i < total; ++i) {
-    const Job& j = jobs[i];
-    const std::string progress =
-        "[" + std::to_string(i + 1) + "/" + std::to_string(total) + "] " + j.plan.gguf_name;
-    if (!j.src) {  // generated: rope_freqs of llama3 rope scaling
-      const std::vector<float> freqs = llama3_rope_freqs(hp);
-      std::vector<uint8_t> bytes(freqs.size() * 4);
-      std::memcpy(bytes.data(), freqs.data(), bytes.size());
-      w.add_tensor(j.plan.gguf_name, DType::F32, j.plan.ne, std::move(bytes));
-      log_line(o, progress + " f32 " + ne_string(j.plan.ne) + " (generated from rope_scaling)");
-      continue;
-    }
-    const int threads = o.threads;
-    w.add_tensor(j.plan.gguf_name, j.type, j.plan.ne, gguf_nbytes(j.type, j.plan.ne),
-                 [&o, &j, threads, progress](uint8_t* dst) {
-                   log_line(o, progress + " " + st_dtype_name(j.src->dtype) + " " + j.src->shape_string() +
-                                   " -> " + dtype_name(j.type) + " " + ne_string(j.plan.ne) +
-                                   (j.plan.permute_heads ? " (q/k rows permuted)" : ""));
-                   try {
-                     produce_tensor(*j.src, j.plan, j.type, threads, dst);
-                   } catch (const Error& e) {
-                     throw Error(j.src->file + ": tensor '" + j.src->name + "' -> " + j.plan.gguf_name +
-                                 ": " + e.what());
-                   }
-                 });
-  }
+  add_tensor_jobs(o, w, jobs, [&hp](const PlannedTensor&) { return llama3_rope_freqs(hp); });
   result.n_tensors = total;
   for (const auto& n : result.notes) log_line(o, "note: " + n);
   w.write(o.output.string());

@@ -26,7 +26,8 @@ DType mixed_type(DType base, const PlannedTensor& t, int64_t n_layer, bool has_o
   if (t.gguf_name == "output.weight" || (!has_output && t.gguf_name == "token_embd.weight"))
     return DType::Q6_K;
   if (t.layer >= 0 &&
-      (ends_with(t.gguf_name, ".attn_v.weight") || ends_with(t.gguf_name, ".ffn_down.weight")) &&
+      (ends_with(t.gguf_name, ".attn_v.weight") || ends_with(t.gguf_name, ".ffn_down.weight") ||
+       ends_with(t.gguf_name, ".ffn_down_exps.weight")) &&  // llama.cpp's rule matches ffn_down*
       quant::more_bits_layer(t.layer, int(n_layer)))
     return DType::Q6_K;
   return base;

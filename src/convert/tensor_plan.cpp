@@ -11,7 +11,7 @@ std::vector<PlannedTensor> plan_tensors(const ModelHparams& hp) {
   const int64_t kv_width = hp.n_head_kv * hp.head_dim;
   auto add = [&](std::string gguf, std::string hf, std::vector<int64_t> ne, int64_t permute = 0,
                  int layer = -1) {
-    out.push_back({std::move(gguf), std::move(hf), std::move(ne), permute, layer});
+    out.push_back({std::move(gguf), std::move(hf), std::move(ne), permute, layer, false, 0});
   };
 
   if (hp.rope_scaling.type == "llama3") add("rope_freqs.weight", "", {hp.n_rot() / 2});
@@ -53,7 +53,9 @@ std::vector<PlannedTensor> plan_tensors(const ModelHparams& hp) {
 }
 
 std::vector<int64_t> hf_shape(const PlannedTensor& t) {
-  return {t.ne.rbegin(), t.ne.rend()};
+  std::vector<int64_t> shape(t.ne.rbegin(), t.ne.rend());
+  if (t.hf_rows > 0) shape[0] = t.hf_rows;
+  return shape;
 }
 
 int64_t llama_permuted_source_row(int64_t row, int64_t n_rows, int64_t n_heads) {

@@ -17,6 +17,8 @@ struct PlannedTensor {
   std::vector<int64_t> ne;    // GGUF order, innermost first
   int64_t permute_heads = 0;  // > 0: apply the llama Q/K row permutation with this many heads
   int layer = -1;             // block index, -1 for tensors outside the blocks
+  bool optional = false;      // skipped (not an error) when the checkpoint does not have it
+  int64_t hf_rows = 0;        // > 0: the HF tensor has this many outer rows; the first ne.back() are kept
 };
 
 // Every tensor the GGUF gets, in the order it is written: rope_freqs (llama3 scaling only), token_embd, the
@@ -24,6 +26,7 @@ struct PlannedTensor {
 std::vector<PlannedTensor> plan_tensors(const ModelHparams& hp);
 
 // Expected HF shape (outermost first) of a planned tensor: ne reversed.
+// ne reversed, with hf_rows as the outermost dim when the tensor is trimmed.
 std::vector<int64_t> hf_shape(const PlannedTensor& t);
 
 // Source row of GGUF row `row` under the llama Q/K permutation of a matrix with n_rows rows in n_heads heads:

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "eval/non_finite.h"
 #include "tandem/batch.h"
 #include "tandem/session.h"
 
@@ -110,6 +111,10 @@ PerplexityResult compute_perplexity(const std::shared_ptr<Model>& model, std::sp
       }
       session.decode(batch);
       session.fetch_all_logits();  // every marked row is read: one copy, not one per row
+      for (int64_t r = std::max(r0, first_row); r < r1 && r <= len - 2; ++r)
+        if (!all_finite(session.logits(size_t(r - r0))))
+          throw_non_finite(session, window,
+                           "window " + std::to_string(w + 1) + " of " + std::to_string(windows.size()));
       for (int64_t r = std::max(r0, first_row); r < r1 && r <= len - 2; ++r) {
         stats.add(token_nll(session.logits(size_t(r - r0)), window[size_t(r + 1)]));
       }

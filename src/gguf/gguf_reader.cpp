@@ -308,8 +308,9 @@ class Parser {
       uint64_t ndims_at = c_.pos();
       info.n_dims = c_.read<uint32_t>("a tensor's dimension count");
       if (info.n_dims > 4)
-        c_.fail("tensor " + shown + " has " + str(info.n_dims) + " dimensions, at most 4 are allowed",
-                ndims_at);
+        c_.fail(
+            "tensor " + shown + " has " + str(info.n_dims) + " dimensions; a tensor has 0 (a scalar) to 4",
+            ndims_at);
       pos.dims_at = c_.pos();
       uint64_t elements = 1;
       for (uint32_t d = 0; d < info.n_dims; ++d) {
@@ -327,7 +328,11 @@ class Parser {
       uint64_t type_at = c_.pos();
       int32_t type = c_.read<int32_t>("a tensor type");
       if (!is_ggml_type_id(type))
-        c_.fail("tensor " + shown + " has invalid type id " + std::to_string(type), type_at);
+        c_.fail("tensor " + shown + " has invalid type id " + std::to_string(type) +
+                    (info.n_dims == 0 ? " after a dimension count of 0 (a scalar); if the tensor is not a "
+                                        "scalar, its dimension count is wrong"
+                                      : ""),
+                type_at);
       if (!dtype_is_supported(type))
         c_.fail(
             "tensor " + shown + " has type " + ggml_type_name(type) +

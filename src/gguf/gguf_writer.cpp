@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "core/interrupt_cleanup.h"
 #include "gguf/gguf.h"
 
 namespace tandem::gguf {
@@ -225,6 +226,7 @@ std::vector<uint8_t> GgufWriter::write_to_memory() const {
 
 void GgufWriter::write(const std::string& path) const {
   const std::string tmp = path + ".tmp";
+  const PendingFile pending(tmp);  // removed if the process is interrupted (install_interrupt_cleanup)
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (!f) throw Error(path + ": cannot create " + tmp + ": " + std::strerror(errno));
   try {

@@ -34,6 +34,8 @@ struct KvGroupInputs {
 // Per-step inputs, all device tensors of the compute device. T = number of batch rows.
 //   input row t = (tokens[t] >= 0 ? tok_embd[tokens[t]] * hparams().embedding_scale : 0)
 //               + (added_rows[t] >= 0 ? added[:, added_rows[t]] : 0)
+class Comm;
+
 struct ForwardInputs {
   int64_t n_rows = 0;                  // T
   const Tensor* tokens = nullptr;      // I32 {T} (kNoToken = none), or null when no row has a token
@@ -47,6 +49,9 @@ struct ForwardInputs {
   bool out_rows_all = false;              // out_rows is 0..T-1 (no gather needed)
   Tensor logits;                          // F32 {n_vocab, n_out}
   std::span<const LayerTap> taps;
+  // Tensor split: the communicator of this step's caller (each session owns one, so sessions of one model
+  // never interleave their collectives); null: the one the decoder was loaded with.
+  Comm* comm = nullptr;
 
   const KvGroupInputs& kv_group(size_t local_layer) const {
     return kv_groups[size_t(layer_groups[local_layer])];
@@ -68,7 +73,6 @@ struct KvLayerShape {
       0;  // > 0: the layer reads only the last sliding_window positions (a sliding KV group)
 };
 
-class Comm;
 class RowSplitWeights;
 class DecoderModel;
 

@@ -149,10 +149,9 @@ std::shared_ptr<Model> Model::load(const std::string& path, const ModelParams& p
     impl->ranks.push_back({devs[main], impl->row_ops.get(), impl->decoders.back().get()});
   } else {
     if (mesh.mode == SplitMode::Tensor && n_dev > 1) {
+      // The decoders' own comm (a fallback: sessions pass theirs in ForwardInputs::comm).
       impl->comm = create_comm(devs);
-      Comm* comm = impl->comm.get();
-      impl->rank_threads = std::make_unique<RankThreads>(int(n_dev), [comm] { comm->abort(); });
-      ctx.comm = comm;
+      ctx.comm = impl->comm.get();
     }
     for (size_t r = 0; r < n_dev; ++r) {
       ctx.device = mesh.devices[r];

@@ -33,16 +33,17 @@ struct Model::Impl {
   std::vector<std::unique_ptr<Device>> devices;  // mesh order (one for none)
   std::unique_ptr<Comm> comm;                    // tensor split over 2+ ranks
   std::unique_ptr<RowSplitWeights> row_split;    // row split
-  std::unique_ptr<RowSplitOps> row_ops;
+  std::unique_ptr<RowSplitOps> row_ops;          // the model's own (sessions make theirs: session_impl.h)
   std::vector<std::unique_ptr<DecoderModel>> decoders;
-  std::vector<ModelRank> ranks;  // layer / tensor: one per device; none / row: one, on the main device
-  std::unique_ptr<RankThreads> rank_threads;  // tensor split: one host thread per rank
-  std::vector<RankShard> shards;              // every rank's part, rank order (also ranks of other processes)
+  std::vector<ModelRank> ranks;   // layer / tensor: one per device; none / row: one, on the main device
+  std::vector<RankShard> shards;  // every rank's part, rank order (also ranks of other processes)
   // Tensor split over processes (mpirun, process_world.h): this process holds rank process_rank alone, and
   // `ranks` has that one entry. -1: every rank of the mesh is in this process.
   int process_rank = -1;
-  // A split model runs one forward at a time (its comm and threads serve one step); sessions take this lock.
-  std::mutex run_mutex;
+  // Ranks in separate processes share this process's comm (every process runs the same steps in the same
+  // order), so their sessions take this lock around a step. Splits within one process need no lock: each
+  // session has its own comm, rank threads and row-split buffers (session_impl.h).
+  std::mutex process_step_mutex;
   ModelInfo info;
   // The file's tokenizer, built on first use by Model::tokenizer(); when it cannot be built, tokenizer stays
   // null and tokenizer_error keeps the reason.

@@ -134,7 +134,7 @@ void Transformer::forward(Stream& st, Ops& ops, const ForwardInputs& in, std::sp
   check(T >= 1 && T <= sc.x.ne[1],
         "batch of " + std::to_string(T) + " rows exceeds the planned " + std::to_string(sc.x.ne[1]));
   check(int64_t(kv.size()) == shard_.layers.size(), "KV cache has the wrong number of layers");
-  const BlockRun run{st, ops, hp_.rms_eps, comm_, shard_.rank};
+  const BlockRun run{st, ops, hp_.rms_eps, in.comm ? in.comm : comm_, shard_.rank};
   const Tensor x = cols(sc.x, T);
   // Layer split: a rank that is not first starts from x, the previous rank's output (the session copied it).
   if (shard_.first) embed_block(run, w_.tok_embd, hp_.embedding_scale, in, x);

@@ -53,6 +53,14 @@ class Comm {
   // Returns (on CPU) / lets later work on stream start (on GPUs) only when every rank has reached it.
   virtual void barrier(int rank, Stream& stream) = 0;
 
+  // Starts a new epoch of collectives: later collectives no longer order themselves after device work of
+  // collectives from earlier epochs (e.g. the copy comm's wait for a rank's previous sum to have read its
+  // scratch). The caller guarantees that ordering instead, with a device-side barrier between the ranks'
+  // streams (Device::run_recorded_across does one before and after its body). Needed so that collectives
+  // recorded into a CUDA graph never wait on events recorded outside it, and the reverse (CUDA forbids both).
+  // Not collective: call from one thread while no collective is running.
+  virtual void new_epoch() {}
+
   // Called when one rank fails mid-step: every rank blocked in (or later entering) a collective of this comm
   // throws Error("... aborted ...") instead of waiting forever. Thread-safe; irreversible.
   virtual void abort() = 0;

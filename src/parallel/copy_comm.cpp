@@ -18,6 +18,9 @@
 // A rank's pushes out of x come before its arrive event, so an owner writes x_q's chunk only after q has read
 // it; q's later work waits for every owner's leave event.
 //
+// Epochs (Comm::new_epoch): scratch_free of an earlier epoch is not waited on; the caller has put a
+// device-side barrier between the epochs. Every other event is recorded and waited within one call.
+//
 // Events recorded in call k are re-recorded in call k + 2 at the earliest (arrive and leave are double
 // buffered by call parity); a rank reaches call k + 2 only after every rank has entered call k + 1, i.e. has
 // finished waiting on the events of call k. scratch_free is recorded after step 3 and waited before step 3 of
@@ -95,7 +98,7 @@ class CopyComm final : public Comm {
         const int64_t len = lo(o + 1) - lo(o);
         if (o == rank || len == 0) continue;
         Rank& owner = ranks_[size_t(o)];
-        owner.scratch_free->wait(stream);
+        if (owner.scratch_free_epoch == epoch_) owner.scratch_free->wait(stream);
         copy_between_devices(stream, *owner.device, slot(o, rank), *me.device, x_data + lo(o),
                              size_t(len) * sizeof(float));
       }
@@ -119,6 +122,7 @@ class CopyComm final : public Comm {
           add_floats(me, stream, a, b, out, len);
         }
         me.scratch_free->record(stream);
+        me.scratch_free_epoch = epoch_;
         for (int q = 0; q < R; ++q) {
           if (q == rank) continue;
           float* dst = static_cast<float*>(posts[size_t(q)].ptr) + c0;
@@ -211,6 +215,7 @@ class CopyComm final : public Comm {
   }
 
   void abort() override { board_.abort(); }
+  void new_epoch() override { ++epoch_; }
 
  private:
   struct Rank {
@@ -218,7 +223,10 @@ class CopyComm final : public Comm {
     std::unique_ptr<Event> arrive[2];  // recorded by this rank once its inputs are ready / it has read them
     std::unique_ptr<Event> leave[2];   // recorded by this rank after its last write into other ranks' memory
     std::unique_ptr<Event> scratch_free;  // recorded after this rank's sum has read its scratch
-    Buffer scratch;                       // n_ranks slots of slot_floats_ floats (all_reduce_sum)
+    // The epoch of scratch_free's last record (written by this rank's thread; read by the others after a
+    // meeting, which orders it). A record from an earlier epoch is not waited on (new_epoch).
+    uint64_t scratch_free_epoch = 0;
+    Buffer scratch;  // n_ranks slots of slot_floats_ floats (all_reduce_sum)
   };
 
   DeviceId device_id(int rank) const { return ranks_[size_t(rank)].device->id(); }
@@ -284,6 +292,7 @@ class CopyComm final : public Comm {
   size_t reserved_ = 0;
   size_t slot_floats_ = 0;
   std::vector<uint64_t> call_count_;  // per rank, each element written by its rank's thread only
+  uint64_t epoch_ = 1;  // changed only between collectives (new_epoch); ranks read it inside them
 };
 
 }  // namespace

@@ -59,10 +59,14 @@ RowSplitOps::RowSplitOps(const RowSplitWeights& weights)
     if (int(d) == weights_.main()) continue;
     peers_[d].input_ready = weights_.devices()[size_t(weights_.main())]->create_event();
     peers_[d].slice_ready = weights_.devices()[d]->create_event();
+    peers_[d].stream = weights_.devices()[d]->create_stream();
   }
 }
 
-RowSplitOps::~RowSplitOps() = default;
+RowSplitOps::~RowSplitOps() {
+  for (Peer& p : peers_)  // the buffers go with this object: let the peers' work on them finish first
+    if (p.stream) p.stream->synchronize();
+}
 
 void RowSplitOps::reserve(const WorkspacePlan& plan) {
   main_ops().reserve(plan);
@@ -109,7 +113,7 @@ void RowSplitOps::matmul(Stream& s, const Tensor& W, const Tensor& x, const Tens
     if (d == main || e->rows[d].size() == 0) continue;
     Peer& p = peers_[d];
     Device& dev = *devs[d];
-    Stream& ds = dev.default_stream();
+    Stream& ds = *p.stream;
     copy_between_devices(s, dev, p.x.data(), main_dev, x.data, x.nbytes());
     p.input_ready->record(s);
     p.input_ready->wait(ds);

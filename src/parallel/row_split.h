@@ -57,7 +57,8 @@ class RowSplitWeights {
 
 // The Ops of a row-split model: main's Ops for everything (ForwardingOps), matmul on a RowSplitWeights handle
 // distributed.
-// Other devices work on their default streams, ordered against the main stream by events.
+// Other devices work on streams of this object's own (one per peer), ordered against the main stream by
+// events, so two RowSplitOps of one model (one per session) never share buffers, streams or events.
 class RowSplitOps final : public ForwardingOps {
  public:
   explicit RowSplitOps(const RowSplitWeights& weights);
@@ -73,6 +74,7 @@ class RowSplitOps final : public ForwardingOps {
     Buffer x, y;    // on the peer device: the copied input and its slice of the product
     Buffer y_main;  // on the main device: the slice copied back
     std::unique_ptr<Event> input_ready, slice_ready;
+    std::unique_ptr<Stream> stream;  // on the peer device
   };
   const RowSplitWeights& weights_;
   std::vector<Peer> peers_;  // per device (the main device's entry is unused)

@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "eval/non_finite.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tandem {
@@ -240,6 +241,17 @@ void Generator::prepare_batch() {
 
 void Generator::decode_batch() {
   if (!batch_.empty()) session_.decode(batch_);
+  // A model with broken weights must not print junk: the first step's sampled rows are checked once (they
+  // are read to the host for sampling anyway, or copied here once on the device-sampling path).
+  if (!finite_checked_ && !sample_rows_.empty()) {
+    finite_checked_ = true;
+    for (const RowRef& rr : sample_rows_)
+      if (!eval::all_finite(session_.logits(rr.row))) {
+        const Request& req = *requests_[size_t(rr.request)];
+        const Request& root = req.share_of >= 0 ? *requests_[size_t(req.share_of)] : req;
+        eval::throw_non_finite(session_, root.prompt, "the first step");
+      }
+  }
   // From here on the step is applied.
   if (params_.on_logits && !batch_.empty()) {
     logits_rows_.clear();

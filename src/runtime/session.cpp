@@ -108,7 +108,23 @@ Session::Session(std::shared_ptr<Model> model, const SessionParams& params) {
     s.groups[gi].layers.push_back(int32_t(il));
   }
 
-  for (const ModelRank& mr : s.m.ranks) {
+  // The split's per-step machinery, owned by this session (session_impl.h).
+  std::vector<ModelRank> model_ranks = s.m.ranks;
+  if (s.mode == SplitMode::Row && s.m.row_split) {
+    s.row_ops = std::make_unique<RowSplitOps>(*s.m.row_split);
+    model_ranks.front().ops = s.row_ops.get();
+  }
+  if (s.mode == SplitMode::Tensor && model_ranks.size() > 1 && s.m.process_rank < 0) {
+    std::vector<Device*> devs;
+    for (const ModelRank& mr : model_ranks) devs.push_back(mr.device);
+    s.comm = create_comm(devs);
+    // The step's collectives are all-reduces of the residual stream, {n_embd, rows of a chunk}.
+    s.comm->reserve(size_t(s.n_embd) * size_t(p.n_batch) * sizeof(float));
+    Comm* comm = s.comm.get();
+    s.rank_threads = std::make_unique<RankThreads>(int(devs.size()), [comm] { comm->abort(); });
+  }
+
+  for (const ModelRank& mr : model_ranks) {
     auto r = std::make_unique<RankState>(mr);
     Device& dev = r->device;
     const RankShard& shard = r->decoder.shard();
@@ -123,11 +139,36 @@ Session::Session(std::shared_ptr<Model> model, const SessionParams& params) {
       by_group[gi].push_back(shapes[k]);
       r->layer_groups.push_back(int32_t(gi));
     }
+    // The KV cache is this rank's largest allocation: one that cannot fit names --ctx and the bytes. Checked
+    // against the device's total memory first (on a host that overcommits, a huge allocation would "succeed"
+    // and fail later, page by page), then any allocation failure gets the same message.
+    auto group_bytes = [&](size_t gi) {
+      size_t bytes = 0;
+      for (const KvLayerShape& l : by_group[gi])
+        bytes += (dtype_row_bytes(kv_dtype(p.kv_type), l.head_dim_k * l.n_kv_head) +
+                  dtype_row_bytes(kv_dtype(p.kv_type), l.head_dim_v * l.n_kv_head)) *
+                 size_t(bs) * size_t(s.groups[gi].table->n_blocks());
+      return bytes;
+    };
+    size_t kv_bytes = 0;
+    for (size_t gi = 0; gi < s.groups.size(); ++gi) kv_bytes += group_bytes(gi);
+    const auto kv_error = [&](const std::string& why) {
+      return Error("the KV cache for a context of " + std::to_string(p.n_ctx) + " positions (--ctx) needs " +
+                   std::to_string(kv_bytes) + " bytes (" + std::to_string(kv_bytes >> 20) + " MiB) on " +
+                   dev.name() + ": " + why + "; use a smaller --ctx");
+    };
+    if (kv_bytes > dev.total_memory())
+      throw kv_error("the device has " + std::to_string(dev.total_memory() >> 20) + " MiB in all");
     for (size_t gi = 0; gi < s.groups.size(); ++gi) {
       RankKvGroup& rg = r->groups[gi];
-      if (!by_group[gi].empty())
-        rg.storage = std::make_unique<KvStorage>(dev, by_group[gi], kv_dtype(p.kv_type), kv_dtype(p.kv_type),
-                                                 s.groups[gi].table->n_blocks(), bs);
+      if (!by_group[gi].empty()) {
+        try {
+          rg.storage = std::make_unique<KvStorage>(dev, by_group[gi], kv_dtype(p.kv_type),
+                                                   kv_dtype(p.kv_type), s.groups[gi].table->n_blocks(), bs);
+        } catch (const Error& e) {
+          throw kv_error(e.what());
+        }
+      }
       rg.d_slots.allocate(dev, DType::I32, p.n_batch);
       rg.d_block_tables.allocate(dev, DType::I32, int64_t(s.max_blocks_per_seq) * s.n_table_seqs());
       rg.d_seq_lens.allocate(dev, DType::I32, s.n_table_seqs());
@@ -484,10 +525,74 @@ void Session::Impl::run_layers_over_processes(const Batch& batch, size_t r0, siz
   }
 }
 
+// A tensor split in this process: one host thread per rank runs the forward on its shard, the all-reduces
+// inside (this session's comm) keep the ranks in step; rank 0 writes the taps (the residual stream is the
+// same on every rank). Recorded steps are one CUDA graph over every rank's stream
+// (Device::run_recorded_across): a replay is one launch, with no host thread or host meeting per step.
+void Session::Impl::run_tensor_chunk(const Batch& batch, size_t r0, size_t r1, size_t out0, bool record,
+                                     uint64_t graph_key) {
+  const int64_t T = int64_t(r1 - r0);
+  const int64_t chunk_out = int64_t(h_out_rows.size());
+  struct RankStep {
+    Tensor tokens, added, added_rows;
+    std::vector<KvGroupInputs> kvg;
+    std::vector<LayerTap> taps;
+    ForwardInputs in;
+  };
+  std::vector<RankStep> steps(ranks.size());
+  auto host_copy = [&](RankState& r) {  // more marked rows than fit on the device: to the host per chunk
+    if (logits_on_device || chunk_out == 0) return;
+    copy_logit_rows(r, r.d_logits_buf.data(), r.decoder.shard().vocab, out0, chunk_out);
+  };
+  auto prepare_rank = [&](int rank) {
+    RankState& r = *ranks[size_t(rank)];
+    RankStep& st = steps[size_t(rank)];
+    st.in = prepare(r, batch, r0, r1, out0, record, st.tokens, st.added, st.added_rows, st.kvg, st.taps,
+                    rank == 0);
+    st.in.comm = comm.get();
+  };
+
+  if (!record) {
+    rank_threads->run([&](int rank) {
+      RankState& r = *ranks[size_t(rank)];
+      prepare_rank(rank);
+      r.forward(r.stream, steps[size_t(rank)].in);
+      flush_staged_taps(r, steps[size_t(rank)].taps, tap_layers, tap_dst, n_embd, r0, T);
+      host_copy(r);
+      r.stream.synchronize();
+    });
+  } else {
+    rank_threads->run(prepare_rank);  // the uploads, on each rank's stream (outside any recording)
+    std::vector<Device*> devices;
+    std::vector<Stream*> streams;
+    for (size_t k = 1; k < ranks.size(); ++k) {
+      devices.push_back(&ranks[k]->device);
+      streams.push_back(&ranks[k]->stream);
+    }
+    RankState& first = *ranks.front();
+    first.device.run_recorded_across(first.stream, graph_key, devices, streams, [&] {
+      comm->new_epoch();  // the collectives recorded here wait on nothing recorded outside
+      rank_threads->run([&](int rank) {
+        RankState& r = *ranks[size_t(rank)];
+        r.forward(r.stream, steps[size_t(rank)].in);
+      });
+    });
+    comm->new_epoch();  // and later ones on nothing recorded inside (the call ended with a device barrier)
+    for (auto& r : ranks) host_copy(*r);
+    if (!logits_on_device)
+      for (auto& r : ranks) r->stream.synchronize();
+  }
+  if (!logits_on_device) std::fill_n(host_valid.begin() + ptrdiff_t(out0), chunk_out, 1);
+  if (!tap_layers.empty()) tap_written->record(ranks.front()->stream);
+}
+
 void Session::Impl::run_chunk(const Batch& batch, size_t r0, size_t r1, size_t out0) {
   const int64_t T = int64_t(r1 - r0);
   const int64_t chunk_out = int64_t(h_out_rows.size());
 
+  // Ranks in other processes: this process's comm is the model's, shared by its sessions.
+  std::unique_lock<std::mutex> process_lock(m.process_step_mutex, std::defer_lock);
+  if (m.process_rank >= 0) process_lock.lock();
   if (m.process_rank >= 0 && mode == SplitMode::Layer) {
     run_layers_over_processes(batch, r0, r1, out0);
     return;
@@ -496,27 +601,6 @@ void Session::Impl::run_chunk(const Batch& batch, size_t r0, size_t r1, size_t o
     if (logits_on_device || chunk_out == 0) return;
     copy_logit_rows(r, r.d_logits_buf.data(), r.decoder.shard().vocab, out0, chunk_out);
   };
-
-  if (mode == SplitMode::Tensor && ranks.size() > 1) {
-    // One host thread per rank runs the whole forward on its shard; the all-reduces inside keep the ranks in
-    // step. Rank 0 writes the taps (the residual stream is the same on every rank).
-    std::lock_guard<std::mutex> lock(m.run_mutex);
-    m.rank_threads->run([&](int rank) {
-      RankState& r = *ranks[size_t(rank)];
-      Tensor tokens, added, added_rows;
-      std::vector<KvGroupInputs> kvg;
-      std::vector<LayerTap> taps;
-      ForwardInputs in =
-          prepare(r, batch, r0, r1, out0, false, tokens, added, added_rows, kvg, taps, rank == 0);
-      r.forward(r.stream, in);
-      flush_staged_taps(r, taps, tap_layers, tap_dst, n_embd, r0, T);
-      host_copy(r);
-      r.stream.synchronize();
-    });
-    if (!logits_on_device) std::fill_n(host_valid.begin() + ptrdiff_t(out0), chunk_out, 1);
-    if (!tap_layers.empty()) tap_written->record(ranks.front()->stream);
-    return;
-  }
 
   // Decode-sized chunks of causal token rows run as recorded CUDA graphs (Device::run_recorded), one per
   // (session, rows, logit rows, tap setting) and rank: every pointer is fixed, and max_seq_len is the
@@ -528,8 +612,10 @@ void Session::Impl::run_chunk(const Batch& batch, size_t r0, size_t r1, size_t o
   bool staged_taps = false;
   for (const auto& r : ranks)
     staged_taps |= !tap_layers.empty() && !same_memory_space(tap_dst.device, r->device.id());
-  const bool record = ranks.front()->device.id().kind != DeviceKind::CPU && mode != SplitMode::Row &&
-                      T <= 64 && plain && !staged_taps && m.process_rank < 0;
+  // Over processes only NCCL collectives can be recorded (MPI ones run on the host).
+  const bool comm_records = m.process_rank < 0 || (m.comm && std::string(m.comm->kind()) == "nccl");
+  const bool record =
+      ranks.front()->device.id().kind != DeviceKind::CPU && T <= 64 && plain && !staged_taps && comm_records;
   static std::atomic<uint64_t> next_session_id{1};  // keys never repeat, also after a session is destroyed
   if (record && graph_session_id == 0) graph_session_id = next_session_id++;
   const uint64_t graph_key = (graph_session_id << 40) | (uint64_t(tap_generation & 0xff) << 32) |
@@ -542,8 +628,12 @@ void Session::Impl::run_chunk(const Batch& batch, size_t r0, size_t r1, size_t o
     }
   };
 
+  if (mode == SplitMode::Tensor && ranks.size() > 1) {
+    run_tensor_chunk(batch, r0, r1, out0, record, graph_key);
+    return;
+  }
+
   if (ranks.size() > 1) {  // layer split: rank after rank, the hidden state handed over at each boundary
-    std::lock_guard<std::mutex> lock(m.run_mutex);
     for (size_t k = 0; k < ranks.size(); ++k) {
       RankState& r = *ranks[k];
       Tensor tokens, added, added_rows;
@@ -578,9 +668,14 @@ void Session::Impl::run_chunk(const Batch& batch, size_t r0, size_t r1, size_t o
   std::vector<KvGroupInputs> kvg;
   std::vector<LayerTap> taps;
   ForwardInputs in = prepare(r, batch, r0, r1, out0, record, tokens, added, added_rows, kvg, taps, true);
-  {
-    std::unique_lock<std::mutex> lock(m.run_mutex, std::defer_lock);
-    if (mode == SplitMode::Row) lock.lock();  // the row slices' scratch is the model's, shared by sessions
+  if (mode == SplitMode::Row && record) {
+    // The peers' matmuls run on this session's peer streams, ordered by events inside the body: one
+    // recording on the main stream covers them; it points into every peer device's workspace.
+    std::vector<Device*> peers;
+    for (Device* d : m.row_split->devices())
+      if (d != &r.device) peers.push_back(d);
+    r.device.run_recorded_across(r.stream, graph_key, peers, {}, [&] { r.forward(r.stream, in); });
+  } else {
     forward(r, in);
   }
   flush_staged_taps(r, taps, tap_layers, tap_dst, n_embd, r0, T);

@@ -10,6 +10,9 @@
 #include "backend/backend.h"
 #include "model/decoder.h"
 #include "model/model_impl.h"
+#include "parallel/comm.h"
+#include "parallel/rank_threads.h"
+#include "parallel/row_split.h"
 #include "runtime/kv_cache.h"
 #include "runtime/kv_storage.h"
 #include "tandem/session.h"
@@ -81,6 +84,13 @@ struct Session::Impl {
   SessionParams params;
   Model::Impl& m;
   SplitMode mode;
+  // What a split needs per step is the session's own, so sessions of one model step independently (no lock):
+  // a tensor split in this process has its communicator and rank threads here, a row split its peer buffers,
+  // streams and events (RowSplitOps). Only ranks in separate processes share the model's comm (SPMD: every
+  // process runs the same steps in the same order) and take Model::Impl::process_step_mutex.
+  std::unique_ptr<Comm> comm;
+  std::unique_ptr<RankThreads> rank_threads;
+  std::unique_ptr<RowSplitOps> row_ops;
   std::vector<std::unique_ptr<RankState>> ranks;
   int64_t n_embd = 0;
   int64_t n_vocab = 0;
@@ -126,6 +136,8 @@ struct Session::Impl {
 
   void decode(const Batch& batch);
   void run_chunk(const Batch& batch, size_t r0, size_t r1, size_t out0);
+  void run_tensor_chunk(const Batch& batch, size_t r0, size_t r1, size_t out0, bool record,
+                        uint64_t graph_key);
   ForwardInputs prepare(RankState& r, const Batch& batch, size_t r0, size_t r1, size_t out0, bool record,
                         Tensor& tokens, Tensor& added, Tensor& added_rows, std::vector<KvGroupInputs>& kvg,
                         std::vector<LayerTap>& taps, bool with_taps);

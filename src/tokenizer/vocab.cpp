@@ -64,8 +64,15 @@ Vocab load_vocab(const gguf::GgufFile& f) {
   } else if (v.model == "gemma4") {
     v.kind = VocabKind::Gemma4;
   } else {
-    throw Error(where + ": tokenizer.ggml.model = \"" + v.model +
-                "\" is not supported (tandem supports gpt2, llama and gemma4)");
+    // Name the kind of tokenizer, so that the user knows it is not a corrupt file.
+    const std::string kind = v.model == "bert"     ? " (WordPiece, BERT-style)"
+                             : v.model == "t5"     ? " (Unigram / UGM, T5-style)"
+                             : v.model == "rwkv"   ? " (RWKV's trie tokenizer)"
+                             : v.model == "plamo2" ? " (PLaMo-2's tokenizer)"
+                                                   : "";
+    throw Error(where + ": tokenizer.ggml.model = \"" + v.model + "\"" + kind +
+                " is not supported: tandem tokenizes gpt2 (byte-level BPE), llama (SentencePiece BPE) and "
+                "gemma4 vocabularies");
   }
   if (const auto* pre = f.find("tokenizer.ggml.pre")) {
     check(pre->type() == gguf::ValueType::STRING, where + ": tokenizer.ggml.pre must be a string");

@@ -12,7 +12,9 @@
 #include <unistd.h>
 
 #include "../test_model_fixture.h"
+#include "backend/cuda/cuda_device.h"
 #include "gpu_test_util.h"
+#include "model/model_impl.h"
 #include "tandem/batch.h"
 #include "tandem/model.h"
 #include "tandem/session.h"
@@ -74,6 +76,14 @@ double max_row_error(const SplitRun& a, const SplitRun& b) {
   return worst;
 }
 
+// Replays of recorded CUDA graphs on the model's devices so far.
+uint64_t graph_replays(const Model& model) {
+  uint64_t n = 0;
+  for (const auto& d : model.impl().devices)
+    if (auto* cd = dynamic_cast<cuda::CudaDevice*>(d.get())) n += cd->graph_replays();
+  return n;
+}
+
 TEST(GpuSplit, TwoRanksSharingOneGpuMatchTheSingleGpuRun) {
   TANDEM_REQUIRE_GPU();
   testing::TinyConfig c;
@@ -98,13 +108,68 @@ TEST(GpuSplit, TwoRanksSharingOneGpuMatchTheSingleGpuRun) {
     mp.split_mode = mode;
     auto model = Model::load(path.string(), mp);
     ASSERT_EQ(model->info().split_mode, mode);
+    const uint64_t replays_before = graph_replays(*model);
     const SplitRun split = run(model, &greedy);
+    const uint64_t replays = graph_replays(*model) - replays_before;
     const double err = max_row_error(split, ref);
+    // The 8 greedy steps have one shape: the first records, the others replay (graphs are kept under every
+    // split mode: a tensor split records every rank's stream into one graph).
+    std::printf("[ split ] %s: %llu graph replays over 8 decode steps\n", mode, (unsigned long long)replays);
+    EXPECT_GE(replays, 7u) << mode;
     std::printf("[ split ] %s over cuda:0,cuda:0: max row error %.3g over %zu logits rows\n", mode, err,
                 ref.logits.size());
     ::testing::Test::RecordProperty(std::string(mode) + "_max_rel_error", std::to_string(err));
     EXPECT_LE(err, 1e-4) << mode;
   }
+  std::filesystem::remove(path);
+}
+
+// Two sessions of one tensor-split model, stepped alternately: each has its own comm and rank threads, and
+// each session's graphs are its own, so interleaving them changes nothing.
+TEST(GpuSplit, TwoSessionsOfOneTensorSplitModelInterleaved) {
+  TANDEM_REQUIRE_GPU();
+  testing::TinyConfig c;
+  c.arch = "qwen3";
+  c.n_vocab = 517;
+  c.n_embd = 128;
+  c.n_layer = 2;
+  c.n_head = 4;
+  c.n_head_kv = 2;
+  c.head_dim = 32;
+  c.n_ff = 256;
+  const auto path =
+      std::filesystem::temp_directory_path() / ("tandem_gpu_split2_" + std::to_string(::getpid()));
+  testing::write_tiny_gguf(testing::make_tiny(c), path);
+  ModelParams mp;
+  mp.devices = "cuda:0,cuda:0";
+  mp.split_mode = "tensor";
+  auto model = Model::load(path.string(), mp);
+  SessionParams sp;
+  sp.n_ctx = 128;
+  sp.kv_type = KvType::F32;
+  auto greedy_step = [&](Session& s, int32_t first, std::vector<int32_t>& out) {
+    Batch b;
+    b.add(first, int32_t(out.size()), 0, true);
+    s.decode(b);
+    const auto l = s.logits(0);
+    out.push_back(int32_t(std::max_element(l.begin(), l.end()) - l.begin()));
+  };
+  std::vector<int32_t> a_alone, b_alone, a_mixed, b_mixed;
+  {
+    Session a(model, sp);
+    for (int i = 0; i < 12; ++i) greedy_step(a, a_alone.empty() ? 5 : a_alone.back(), a_alone);
+  }
+  {
+    Session b(model, sp);
+    for (int i = 0; i < 12; ++i) greedy_step(b, b_alone.empty() ? 9 : b_alone.back(), b_alone);
+  }
+  Session a(model, sp), b(model, sp);
+  for (int i = 0; i < 12; ++i) {
+    greedy_step(a, a_mixed.empty() ? 5 : a_mixed.back(), a_mixed);
+    greedy_step(b, b_mixed.empty() ? 9 : b_mixed.back(), b_mixed);
+  }
+  EXPECT_EQ(a_mixed, a_alone);
+  EXPECT_EQ(b_mixed, b_alone);
   std::filesystem::remove(path);
 }
 

@@ -92,7 +92,9 @@ std::vector<KernelResult> bench_kernels(Device& dev, const ModelShape& shape) {
     for (auto& v : src) v = d(rng);
   }
   for (DType t : types) {
-    for (auto [K, N] : {std::pair<int64_t, int64_t>{E, F}, {F, E}}) {
+    for (const auto& shape : {std::pair<int64_t, int64_t>{E, F}, {F, E}}) {
+      // (not a structured binding: lambdas below use K and N, which clang before 16 cannot capture)
+      const int64_t K = shape.first, N = shape.second;
       if (K % dtype_block_size(t) != 0) continue;
       DeviceMatrix m = make_matrix(dev, t, K, N, copies, src);
       // One product of T activation rows, timed over n_calls calls that rotate through the weight copies.

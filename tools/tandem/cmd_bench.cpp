@@ -21,8 +21,10 @@
 #include <vector>
 
 #include "bench.h"
+#include "bench_spec.h"
 #include "commands.h"
 #include "core/error.h"
+#include "flag_checks.h"
 #include "split_options.h"
 
 namespace tandem::cli {
@@ -43,6 +45,7 @@ struct BenchArgs {
   std::string random_type;  // --random-weights: write -m's model with random TYPE matrices to --to, then exit
   std::string random_to;
   SplitOptions split;
+  SpecOptions spec;  // --draft: speculative vs AR (bench_spec.h)
 };
 
 std::vector<int> parse_int_list(const std::string& s, const char* what) {
@@ -71,10 +74,16 @@ void run_bench(const BenchArgs& a) {
     return bench::write_random_weights(a.model, a.random_type, a.random_to, a.threads);
   }
   check(a.output == "md" || a.output == "json", "-o: expected md or json, got '" + a.output + "'");
-  check(a.reps >= 1, "-r: at least one repetition");
-  check(a.n_prompt >= 0 && a.n_gen >= 0, "-p and -n must be >= 0");
-  check(a.bw_gbs >= 0 && a.tflops >= 0, "--bw and --tflops must be >= 0");
+  check_int_flag("-r", a.reps, 1, 1000000, "timed repetitions");
+  check_int_flag("-p", a.n_prompt, 0, 1 << 24, "prompt tokens; 0 = skip pp");
+  check_int_flag("-n", a.n_gen, 0, 1 << 24, "generated tokens; 0 = skip tg");
+  check_real_flag("--bw", a.bw_gbs, 0, "GB/s; 0 = measure");
+  check_real_flag("--tflops", a.tflops, 0, "TFLOP/s; 0 = default");
+  check_threads_flag(a.threads, "-t");
   const std::vector<int> batches = parse_int_list(a.batches, "-b");
+  check_spec_options(a.spec);
+  check(!a.spec.enabled() || !a.model.empty(), "--draft needs the target model with -m");
+  check(!a.spec.enabled() || a.output == "md", "--draft reports in markdown only (-o md)");
   check(a.device.empty() || a.split.devices.empty(),
         "--device and --devices: give one of them (--devices lists every device of the mesh, "
         "--main-device picks the main one)");
@@ -124,6 +133,7 @@ void run_bench(const BenchArgs& a) {
     bench::print_json(report);
   else
     bench::print_markdown(report);
+  if (a.spec.enabled()) bench_speculative(a.spec, model, mp.device, a.threads, std::max(a.n_gen, 1), a.reps);
 }
 
 }  // namespace
@@ -150,8 +160,12 @@ void add_bench_command(CLI::App& app) {
       "--random-weights", args->random_type,
       "instead of benchmarking: write a copy of -m whose matrices are random values of this type "
       "(q8_0, q4_k, ...) to --to (benchmark models in seconds; speed does not depend on the values)");
+  add_spec_options(cmd, &args->spec);
   cmd->add_option("--to", args->random_to, "output file of --random-weights");
-  cmd->callback([args] { run_bench(*args); });
+  cmd->callback([args] {
+    if (parse_only()) return;
+    run_bench(*args);
+  });
 }
 
 }  // namespace tandem::cli

@@ -6,6 +6,8 @@
 #include "commands.h"
 #include "convert/hf_to_gguf.h"
 #include "core/error.h"
+#include "core/interrupt_cleanup.h"
+#include "flag_checks.h"
 
 namespace tandem::cli {
 namespace {
@@ -23,6 +25,8 @@ struct ConvertArgs {
 void run_convert(const ConvertArgs& a) {
   const auto type = convert::out_type_from_name(a.type);
   check(type.has_value(), "--type " + a.type + " is not one of: " + convert::out_type_names());
+  check_threads_flag(a.threads);
+  install_interrupt_cleanup();  // Ctrl-C leaves no OUTPUT.tmp behind
   convert::ConvertOptions o;
   o.hf_dir = a.hf_dir;
   o.output = a.output;
@@ -58,13 +62,15 @@ void add_convert_command(CLI::App& app) {
       "tensor type of the matrices: auto (bf16 if the checkpoint is bf16, else f16), f32, f16, bf16, "
       "q8_0, q4_0, q4_k, q5_k, q6_k, q4_k_m or q5_k_m (q4_k / q5_k with q6_k for the output head and some "
       "attn_v / ffn_down, as `tandem quantize`); 1-D tensors (norms) are always f32");
-  cmd->add_option("--threads", args->threads, "quantization threads (0: one per hardware thread)")
-      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--threads", args->threads, "quantization threads (0: one per hardware thread)");
   cmd->add_flag("--vocab-only", args->vocab_only,
                 "write only the tokenizer (tokenizer.json; config.json optional), no tensors");
   cmd->add_option("--name", args->name, "general.name (default: the directory name)");
   cmd->add_flag("-q,--quiet", args->quiet, "no per-tensor progress lines");
-  cmd->callback([args] { run_convert(*args); });
+  cmd->callback([args] {
+    if (parse_only()) return;
+    run_convert(*args);
+  });
 }
 
 }  // namespace tandem::cli

@@ -23,8 +23,10 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/thread_pool.h"
 #include "eval/default_model.h"
+#include "spec_options.h"
 #include "split_options.h"
 #include "tandem/generator.h"
 #include "tandem/model.h"
@@ -58,6 +60,7 @@ struct GenerateArgs {
   bool ignore_eos = false;
   bool device_sampling = false;
   bool no_bos = false;
+  SpecOptions spec;  // --draft and friends (spec_options.h)
   bool verbose = false;
   std::vector<std::string> stop;
   std::string dump_logits;
@@ -127,6 +130,43 @@ class LogitsDump {
   std::ofstream out_;
 };
 
+// --draft: the speculative loop (one sequence per prompt; a shared prompt is repeated), then the same output
+// as the plain path, and the acceptance statistics on stderr.
+void run_spec_generate(const GenerateArgs& a, const std::shared_ptr<Model>& model, const std::string& device,
+                       std::vector<std::vector<int32_t>> prompts, int n_seq, const SamplingParams& base,
+                       const tokenizer::Tokenizer* tok) {
+  if (prompts.size() == 1) prompts.assign(size_t(n_seq), prompts[0]);
+  std::vector<SamplingParams> sampling(size_t(n_seq), base);
+  for (int i = 0; i < n_seq; ++i) sampling[size_t(i)].seed = base.seed + uint64_t(i);
+  std::vector<int32_t> stop_ids;
+  if (!a.ignore_eos) stop_ids = model->info().eos_ids;
+  const SpecRun r =
+      run_speculative(a.spec, model, device, a.threads, a.ctx, prompts, a.n_predict, sampling, stop_ids);
+  size_t n_generated = 0;
+  for (int i = 0; i < n_seq; ++i) {
+    std::vector<int32_t> g = r.tokens[size_t(i)];
+    // As the plain path prints it: the end-of-generation token that stopped a sequence is not shown.
+    if (!g.empty() && std::find(stop_ids.begin(), stop_ids.end(), g.back()) != stop_ids.end()) g.pop_back();
+    n_generated += g.size();
+    if (a.ids) {
+      std::string line;
+      for (size_t j = 0; j < g.size(); ++j) line += (j ? " " : "") + std::to_string(g[j]);
+      std::printf("%s\n", line.c_str());
+    } else if (n_seq == 1) {
+      std::printf("%s\n", tok->decode(g).c_str());
+    } else {
+      std::printf("=== sequence %d (seed %llu) ===\n%s\n", i, (unsigned long long)sampling[size_t(i)].seed,
+                  tok->decode(g).c_str());
+    }
+  }
+  std::fflush(stdout);
+  std::fprintf(stderr, "generation: %zu tokens in %d sequence%s in %.3f s (%.2f tokens/s, speculative, %s)\n",
+               n_generated, n_seq, n_seq == 1 ? "" : "s", r.seconds,
+               r.seconds > 0 ? double(n_generated) / r.seconds : 0.0,
+               base.greedy() ? "greedy" : ("seed " + std::to_string(base.seed)).c_str());
+  std::fprintf(stderr, "%s\n", r.stats.summary().c_str());
+}
+
 void run_generate(const GenerateArgs& a) {
   check(a.n_predict >= 0,
         "-n must be >= 0 (the number of tokens to generate), got " + std::to_string(a.n_predict));
@@ -152,12 +192,19 @@ void run_generate(const GenerateArgs& a) {
   check(a.prompt.empty() != a.prompt_ids.empty(),
         "give the prompt either as text (-p) or as ids (--prompt-ids)");
   for (const std::string& s : a.stop) check(!s.empty(), "--stop: the stop string is empty");
+  check_spec_options(a.spec);
+  check(!a.spec.enabled() || (a.stop.empty() && a.dump_logits.empty() && !a.device_sampling),
+        "--draft does not combine with --stop, --dump-logits or --device-sampling");
 
   ModelParams mp;
   mp.n_threads = a.threads;
   const MeshSpec mesh = apply(a.split, mp);  // bad split flags fail here, before any file is read
   // No -m: the small model shipped in models/ (models/README.md).
-  const auto model = Model::load(a.model.empty() ? eval::default_model_path(TANDEM_SOURCE_DIR) : a.model, mp);
+  const std::string model_path = a.model.empty() ? eval::default_model_path(TANDEM_SOURCE_DIR) : a.model;
+  // The one file generate writes must not be one it reads.
+  check(a.dump_logits.empty() || !same_file(a.dump_logits, model_path),
+        "--dump-logits '" + a.dump_logits + "' is the model file (-m); write the logits to a different path");
+  const auto model = Model::load(model_path, mp);
   const ModelInfo& info = model->info();
   if (a.verbose)
     std::fprintf(stderr, "model: %s %s, %lld layers, n_embd %lld, vocab %lld, %.1f M params, on %s\n",
@@ -225,6 +272,11 @@ void run_generate(const GenerateArgs& a) {
     seed = (uint64_t(rd()) << 32) ^ rd();
   }
   base.seed = seed;  // sequence i: seed + i
+  if (a.spec.enabled()) {
+    run_spec_generate(a, model, mesh.devices[size_t(mesh.main_device)].to_string(), prompts, n_seq, base,
+                      tok);
+    return;
+  }
 
   GeneratorParams genp;
   genp.device_sampling = a.device_sampling;
@@ -327,6 +379,7 @@ void add_generate_command(CLI::App& app) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
       ->allow_extra_args(false);  // one string per --stop
   add_split_options(cmd, &args->split);
+  add_spec_options(cmd, &args->spec);
   cmd->add_flag("--ids", args->ids, "Print generated token ids (one line per sequence) instead of text");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Do not stop at end-of-generation tokens");
   cmd->add_flag(
@@ -336,7 +389,10 @@ void add_generate_command(CLI::App& app) {
   cmd->add_flag("-v,--verbose", args->verbose, "Describe the model on stderr before generating");
   cmd->add_option("--dump-logits", args->dump_logits, "Write every computed row of logits to FILE (tests)")
       ->group("");  // hidden
-  cmd->callback([args]() { run_generate(*args); });
+  cmd->callback([args] {
+    if (parse_only()) return;
+    run_generate(*args);
+  });
 }
 
 }  // namespace tandem::cli

@@ -1,6 +1,7 @@
 // `tandem inspect FILE.gguf [--json] [--items N]`: what a GGUF file holds — version, architecture, alignment,
-// every metadata key with its type and value (arrays abbreviated), the tensor table and totals. --json prints
-// the same as one JSON document. A file the reader rejects gives its one-line error and exit code 1.
+// every metadata key with its type and value (arrays abbreviated), the tensor table and totals (and for
+// gemma4 the per-layer plan). --json prints the same as one JSON document. A file the reader rejects gives
+// its one-line error and exit code 1.
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -9,6 +10,7 @@
 #include <string>
 
 #include "commands.h"
+#include "convert/gemma4_layer_plan.h"
 #include "core/error.h"
 #include "gguf/gguf.h"
 
@@ -134,6 +136,9 @@ void print_text(const GgufFile& f, size_t items) {
   }
 
   Totals tot = totals_of(f);
+  if (arch == "gemma4")  // per-layer shapes differ (sliding/global, KV sharing, MoE): show the plan
+    std::printf("\nlayers (gemma4):\n%s",
+                convert::gemma4_layer_plan_text(convert::gemma4_layer_plan(f)).c_str());
   std::printf("\ntotals:\n");
   std::printf("  tensors:     %llu\n", static_cast<unsigned long long>(tot.tensors));
   std::printf("  parameters:  %llu (%s)\n", static_cast<unsigned long long>(tot.parameters),
@@ -208,6 +213,8 @@ void print_json(const GgufFile& f, size_t items) {
     by_type[type] = {{"tensors", p.tensors}, {"parameters", p.parameters}, {"bytes", p.bytes}};
   j["totals"] = {
       {"tensors", tot.tensors}, {"parameters", tot.parameters}, {"bytes", tot.bytes}, {"by_type", by_type}};
+  if (f.architecture() == "gemma4")
+    j["layers"] = convert::gemma4_layer_plan_json(convert::gemma4_layer_plan(f));
   // Strings from the file need not be valid UTF-8: replace bad bytes rather than fail.
   std::printf("%s\n", j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
 }
@@ -230,7 +237,10 @@ void add_inspect_command(CLI::App& app) {
   cmd->add_flag("--json", args->json, "print one JSON document instead of text");
   cmd->add_option("--items", args->items, "array elements shown before abbreviating")
       ->check(CLI::Range(0, 1000000));
-  cmd->callback([args] { run_inspect(*args); });
+  cmd->callback([args] {
+    if (parse_only()) return;
+    run_inspect(*args);
+  });
 }
 
 }  // namespace tandem::cli

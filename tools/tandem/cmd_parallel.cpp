@@ -144,7 +144,10 @@ void add_parallel_command(CLI::App& app) {
   cmd->add_option("-t,--threads", args->threads, "CPU threads (0: all cores)");
   cmd->add_option("--seed", args->seed, "Seed of the prompts and of the samplers");
   add_split_options(cmd, &args->split);
-  cmd->callback([args]() { run_parallel(*args); });
+  cmd->callback([args]() {
+    if (parse_only()) return;
+    run_parallel(*args);
+  });
 }
 
 }  // namespace tandem::cli

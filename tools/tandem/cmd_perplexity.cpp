@@ -13,6 +13,7 @@
 #include "core/file_io.h"
 #include "eval/default_model.h"
 #include "eval/perplexity.h"
+#include "flag_checks.h"
 #include "split_options.h"
 #include "tandem/model.h"
 #include "tokenizer/tokenizer.h"
@@ -48,7 +49,10 @@ void draw_progress(size_t done, size_t total, const eval::NllStats& stats) {
 
 void run_perplexity(const PerplexityOptions& o) {
   const std::string model_path = o.model.empty() ? eval::default_model_path(TANDEM_SOURCE_DIR) : o.model;
-  check(o.threads >= 0, "--threads must not be negative");
+  check_threads_flag(o.threads);
+  check_int_flag("--ctx", o.ctx, 2, 1 << 24, "tokens per window");
+  check_min_flag("--stride", o.stride, 0, "0 = non-overlapping windows");
+  check_min_flag("--batch", o.batch, 1, "rows per forward pass");
   ModelParams mp;
   mp.n_threads = o.threads;
   apply(o.split, mp);  // bad split flags fail here, before any file is read
@@ -98,7 +102,10 @@ void add_perplexity_command(CLI::App& app) {
   cmd->add_option("-b,--batch", opts->batch, "rows per forward pass");
   cmd->add_flag("--no-progress", opts->no_progress, "no progress bar on stderr");
   add_split_options(cmd, &opts->split);
-  cmd->callback([opts] { run_perplexity(*opts); });
+  cmd->callback([opts] {
+    if (parse_only()) return;
+    run_perplexity(*opts);
+  });
 }
 
 }  // namespace tandem::cli

@@ -1,5 +1,6 @@
 // `tandem quantize IN.gguf OUT.gguf TYPE [--threads N]`: requantize a GGUF model's weight matrices
 // (see quant/quantize_model.h for which tensors get which type).
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -8,6 +9,8 @@
 
 #include "commands.h"
 #include "core/error.h"
+#include "core/interrupt_cleanup.h"
+#include "flag_checks.h"
 #include "quant/quantize_model.h"
 
 namespace tandem::cli {
@@ -18,6 +21,7 @@ struct QuantizeArgs {
   std::string output;
   std::string type;
   int threads = 0;
+  bool force = false;
   bool quiet = false;
 };
 
@@ -68,6 +72,13 @@ class ProgressBar {
 void run_quantize(const QuantizeArgs& a) {
   const quant::QuantTarget target = quant::parse_quant_target(a.type);
   ProgressBar bar(!a.quiet);
+  check_threads_flag(a.threads);
+  // rename() would replace a read-only file without asking (even as root): a file with no write bit set was
+  // protected by its owner, so replacing it needs --force.
+  struct stat st {};
+  if (::stat(a.output.c_str(), &st) == 0 && (st.st_mode & 0222) == 0)
+    check(a.force, "output '" + a.output + "' is read-only; pass --force to replace it");
+  install_interrupt_cleanup();  // Ctrl-C leaves no OUTPUT.tmp behind
   quant::QuantizeOptions o;
   o.n_threads = a.threads;
   o.progress = [&bar](size_t i, size_t n, const quant::TensorPlan& t, double f) { bar.update(i, n, t, f); };
@@ -105,10 +116,13 @@ void add_quantize_command(CLI::App& app) {
              ". q4_k_m / q5_k_m keep the output head and attn_v / ffn_down of the first and last eighth "
              "of the layers and every third layer between at q6_k")
       ->required();
-  cmd->add_option("--threads", args->threads, "quantization threads (0: one per hardware thread)")
-      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--threads", args->threads, "quantization threads (0: one per hardware thread)");
   cmd->add_flag("-q,--quiet", args->quiet, "no progress bar");
-  cmd->callback([args] { run_quantize(*args); });
+  cmd->add_flag("--force", args->force, "replace the output file even if it is read-only");
+  cmd->callback([args] {
+    if (parse_only()) return;
+    run_quantize(*args);
+  });
 }
 
 }  // namespace tandem::cli

@@ -113,7 +113,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--chat-template", args->chat_template, "Chat template name or .jinja file");
   cmd->add_option("--max-body", args->max_body, "Largest request body in bytes (413 above)");
   add_split_options(cmd, &args->split);
-  cmd->callback([args]() { run_serve(*args); });
+  cmd->callback([args]() {
+    if (parse_only()) return;
+    run_serve(*args);
+  });
 }
 
 }  // namespace tandem::cli

@@ -157,6 +157,7 @@ void add_tokenize_command(CLI::App& app) {
                 "with --lines: append a tab and 1 if decode(encode(line)) == line");
   cmd->add_flag("--stats", args->stats, "print only the token count and the time taken");
   cmd->callback([args, prompt, file] {
+    if (parse_only()) return;
     args->has_prompt = prompt->count() > 0;
     args->has_file = file->count() > 0;
     run_tokenize(*args);

@@ -32,15 +32,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("tandem ") + TANDEM_VERSION + " (" + TANDEM_GIT_COMMIT + ")");
   app.require_subcommand(1);
 
-  tandem::cli::add_inspect_command(app);
-  tandem::cli::add_convert_command(app);
-  tandem::cli::add_quantize_command(app);
-  tandem::cli::add_generate_command(app);
-  tandem::cli::add_tokenize_command(app);
-  tandem::cli::add_bench_command(app);
-  tandem::cli::add_perplexity_command(app);
-  tandem::cli::add_serve_command(app);
-  tandem::cli::add_parallel_command(app);
+  tandem::cli::add_all_commands(app);
 
   // An unknown first word is a mistyped command: name it and list the commands (CLI11 would only say that a
   // subcommand is required).

@@ -195,21 +195,31 @@ void CudaDevice::drop_graphs() {
   capture_failures_.clear();
 }
 
+cudaGraphExec_t CudaDevice::find_graph(uint64_t key, cudaStream_t s, uint64_t generation, uint64_t& tracked) {
+  std::lock_guard<std::mutex> lock(graphs_mutex_);
+  if (generation != tracked) {
+    TANDEM_CUDA_CHECK(cudaDeviceSynchronize());  // replays in flight may still use the old graphs
+    drop_graphs();
+    tracked = generation;
+  }
+  auto it = graphs_.find(std::make_pair(key, s));
+  return it == graphs_.end() ? nullptr : it->second;
+}
+
 void CudaDevice::run_recorded(Stream& stream, uint64_t key, const std::function<void(Stream&)>& body) {
   DeviceGuard g(index_);
   cudaStream_t s = stream_of(stream, index_);
   if (!graphs_enabled_) return body(stream);
-  if (ops_->workspace_generation() != graphs_generation_) {
-    TANDEM_CUDA_CHECK(cudaDeviceSynchronize());  // replays in flight may still use the old graphs
-    drop_graphs();
-    graphs_generation_ = ops_->workspace_generation();
-  }
   const auto id = std::make_pair(key, s);
-  if (auto it = graphs_.find(id); it != graphs_.end()) {
-    TANDEM_CUDA_CHECK(cudaGraphLaunch(it->second, s));
+  if (cudaGraphExec_t exec = find_graph(key, s, ops_->workspace_generation(), graphs_generation_)) {
+    TANDEM_CUDA_CHECK(cudaGraphLaunch(exec, s));
+    ++graph_replays_;
     return;
   }
-  if (capture_failures_[id] >= 2) return body(stream);  // this work cannot be captured: run it directly
+  {
+    std::lock_guard<std::mutex> lock(graphs_mutex_);
+    if (capture_failures_[id] >= 2) return body(stream);  // this work cannot be captured: run it directly
+  }
   // Relaxed: a first use of a kernel inside the body may set its attributes (cudaFuncSetAttribute).
   TANDEM_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
   try {
@@ -228,11 +238,155 @@ void CudaDevice::run_recorded(Stream& stream, uint64_t key, const std::function<
   if (graph) cudaGraphDestroy(graph);
   if (inst != cudaSuccess) {  // e.g. a first-use initialisation that capture does not allow: run directly
     cudaGetLastError();
-    ++capture_failures_[id];
+    {
+      std::lock_guard<std::mutex> lock(graphs_mutex_);
+      ++capture_failures_[id];
+    }
     return body(stream);
   }
-  graphs_[id] = exec;
+  {
+    std::lock_guard<std::mutex> lock(graphs_mutex_);
+    graphs_[id] = exec;
+  }
   TANDEM_CUDA_CHECK(cudaGraphLaunch(exec, s));
+}
+
+namespace {
+
+// A device-side barrier between `origin` and `others`: origin waits for everything enqueued on the others so
+// far, then the others wait for everything on origin. Events are made per call (cheap, and a call never
+// waits on an event another call re-records); destroying a recorded event is allowed before it completes.
+void join_and_fork(cudaStream_t origin, int origin_device,
+                   const std::vector<std::pair<cudaStream_t, int>>& others) {
+  for (const auto& [st, dev] : others) {
+    DeviceGuard g(dev);
+    cudaEvent_t ev = nullptr;
+    TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    TANDEM_CUDA_CHECK(cudaEventRecord(ev, st));
+    TANDEM_CUDA_CHECK(cudaStreamWaitEvent(origin, ev, 0));
+    TANDEM_CUDA_CHECK(cudaEventDestroy(ev));
+  }
+  DeviceGuard g(origin_device);
+  cudaEvent_t ev = nullptr;
+  TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  TANDEM_CUDA_CHECK(cudaEventRecord(ev, origin));
+  for (const auto& [st, dev] : others) {
+    DeviceGuard gd(dev);
+    TANDEM_CUDA_CHECK(cudaStreamWaitEvent(st, ev, 0));
+  }
+  TANDEM_CUDA_CHECK(cudaEventDestroy(ev));
+}
+
+}  // namespace
+
+void CudaDevice::run_recorded_across(Stream& origin, uint64_t key, std::span<Device* const> devices,
+                                     std::span<Stream* const> joined, const std::function<void()>& body) {
+  DeviceGuard g(index_);
+  cudaStream_t s = stream_of(origin, index_);
+  std::vector<std::pair<cudaStream_t, int>> others;
+  for (Stream* st : joined) {
+    const DeviceId d = st->device();
+    check(d.kind == DeviceKind::CUDA,
+          "run_recorded_across: a joined stream of " + d.to_string() + " is not a CUDA stream");
+    others.emplace_back(stream_of(*st, d.index), d.index);
+  }
+  // One generation for the set of devices whose workspaces the recording points into.
+  uint64_t generation = ops_->workspace_generation();
+  bool all_cuda = true;
+  for (Device* d : devices) {
+    auto* cd = dynamic_cast<CudaDevice*>(d);
+    if (!cd) {
+      all_cuda = false;
+      break;
+    }
+    generation = generation * 1000003u + cd->ops_->workspace_generation() + 1;
+  }
+
+  join_and_fork(s, index_, others);
+  if (!graphs_enabled_ || !all_cuda) {
+    body();
+    join_and_fork(s, index_, others);
+    return;
+  }
+  const auto id = std::make_pair(key, s);
+  if (cudaGraphExec_t exec = find_graph(key, s, generation, across_generation_)) {
+    TANDEM_CUDA_CHECK(cudaGraphLaunch(exec, s));
+    ++graph_replays_;
+    join_and_fork(s, index_, others);
+    return;
+  }
+  bool give_up = false;
+  {
+    std::lock_guard<std::mutex> lock(graphs_mutex_);
+    give_up = capture_failures_[id] >= 2;
+  }
+  if (give_up) {
+    body();
+    join_and_fork(s, index_, others);
+    return;
+  }
+
+  // Record: the joined streams enter the capture by waiting on an event recorded in it (fork), and leave it
+  // by recording events origin waits on (join), so the whole multi-stream body is one graph on origin.
+  std::vector<cudaEvent_t> events(others.size() + 1, nullptr);
+  for (size_t i = 0; i < events.size(); ++i) {
+    DeviceGuard gd(i == 0 ? index_ : others[i - 1].second);
+    TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&events[i], cudaEventDisableTiming));
+  }
+  auto destroy_events = [&] {
+    for (cudaEvent_t ev : events)
+      if (ev) cudaEventDestroy(ev);
+  };
+  auto join_capture = [&] {  // every joined stream back into origin (also to end a failed capture cleanly)
+    for (size_t i = 0; i < others.size(); ++i) {
+      DeviceGuard gd(others[i].second);
+      cudaEventRecord(events[i + 1], others[i].first);
+      cudaStreamWaitEvent(s, events[i + 1], 0);
+    }
+  };
+  TANDEM_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed));
+  cudaError_t fork = cudaEventRecord(events[0], s);
+  for (size_t i = 0; i < others.size() && fork == cudaSuccess; ++i) {
+    DeviceGuard gd(others[i].second);
+    fork = cudaStreamWaitEvent(others[i].first, events[0], 0);
+  }
+  try {
+    if (fork != cudaSuccess)
+      throw Error(std::string("CUDA graph capture could not fork: ") + cudaGetErrorString(fork));
+    body();
+  } catch (...) {
+    join_capture();
+    cudaGraph_t partial = nullptr;
+    cudaStreamEndCapture(s, &partial);
+    if (partial) cudaGraphDestroy(partial);
+    cudaGetLastError();
+    destroy_events();
+    throw;
+  }
+  join_capture();
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(s, &graph);
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t inst = end == cudaSuccess ? cudaGraphInstantiate(&exec, graph, 0) : end;
+  if (graph) cudaGraphDestroy(graph);
+  destroy_events();
+  if (inst != cudaSuccess) {  // the work could not be recorded: run it directly (nothing of it ran yet)
+    cudaGetLastError();
+    {
+      std::lock_guard<std::mutex> lock(graphs_mutex_);
+      ++capture_failures_[id];
+    }
+    join_and_fork(s, index_, others);
+    body();
+    join_and_fork(s, index_, others);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(graphs_mutex_);
+    graphs_[id] = exec;
+  }
+  TANDEM_CUDA_CHECK(cudaGraphLaunch(exec, s));
+  join_and_fork(s, index_, others);
 }
 
 void CudaDevice::staged_copy_from_host(cudaStream_t stream, void* dst, const void* src, size_t bytes) {
@@ -299,8 +453,16 @@ void CudaDevice::copy_to_peer(Stream& stream, void* dst, Device& dst_dev, const 
         "copy_to_peer: a CUDA device can only copy to another CUDA device");
   if (bytes == 0) return;
   DeviceGuard g(index_);
-  TANDEM_CUDA_CHECK(
-      cudaMemcpyPeerAsync(dst, dst_dev.id().index, src, index_, bytes, stream_of(stream, index_)));
+  const int dst_index = dst_dev.id().index;
+  int can_access = dst_index == index_ ? 1 : 0;
+  if (!can_access) TANDEM_CUDA_CHECK(cudaDeviceCanAccessPeer(&can_access, index_, dst_index));
+  if (can_access) {
+    // One GPU (ranks sharing it) or GPUs with peer access: a plain copy between unified addresses, which a
+    // CUDA graph can record (cudaMemcpyPeerAsync cannot be captured).
+    TANDEM_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_of(stream, index_)));
+  } else {
+    TANDEM_CUDA_CHECK(cudaMemcpyPeerAsync(dst, dst_index, src, index_, bytes, stream_of(stream, index_)));
+  }
 }
 
 }  // namespace cuda

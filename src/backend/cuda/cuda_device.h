@@ -5,9 +5,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -90,7 +92,14 @@ class CudaDevice final : public Device {
   // CUDA graphs, one per (key, stream); dropped when the Ops workspace is reallocated. Set TANDEM_NO_GRAPHS=1
   // to run every body directly (for comparisons).
   void run_recorded(Stream& stream, uint64_t key, const std::function<void(Stream&)>& body) override;
-  size_t recorded_graphs() const { return graphs_.size(); }
+  void run_recorded_across(Stream& origin, uint64_t key, std::span<Device* const> devices,
+                           std::span<Stream* const> joined, const std::function<void()>& body) override;
+  size_t recorded_graphs() const {
+    std::lock_guard<std::mutex> lock(graphs_mutex_);
+    return graphs_.size();
+  }
+  // Replays of recorded graphs so far (tests check that a step was replayed, not run directly).
+  uint64_t graph_replays() const { return graph_replays_.load(); }
 
   int index() const { return index_; }
   const cudaDeviceProp& properties() const { return props_; }
@@ -105,10 +114,18 @@ class CudaDevice final : public Device {
   std::unique_ptr<CudaOps> ops_;
 
   void drop_graphs();
+  // Sessions of one model may step from several host threads: the maps are guarded (lookups and inserts
+  // only; a recording itself runs outside the lock, on the caller's streams).
+  mutable std::mutex graphs_mutex_;
   std::map<std::pair<uint64_t, cudaStream_t>, cudaGraphExec_t> graphs_;
   std::map<std::pair<uint64_t, cudaStream_t>, int> capture_failures_;
   uint64_t graphs_generation_ = 0;
+  uint64_t across_generation_ = 0;  // graphs of run_recorded_across: the ops generations of every device
   bool graphs_enabled_ = true;
+  std::atomic<uint64_t> graph_replays_{0};
+  // Looks up a recording; drops every recording first when `generation` moved (the workspace was
+  // reallocated). Returns null when there is none.
+  cudaGraphExec_t find_graph(uint64_t key, cudaStream_t s, uint64_t generation, uint64_t& tracked);
 
   // Pinned staging for copies from pageable memory (allocated on first use).
   static constexpr size_t kStagingChunk = size_t(32) << 20;

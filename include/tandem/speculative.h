@@ -1,0 +1,123 @@
+// Speculative decoding: a drafter proposes up to draft_max tokens per sequence, the target verifies all of
+// them (plus the token before them) in one batch, and the longest acceptable prefix is kept.
+//
+//   auto target = tandem::Model::load("small.gguf"), draft = tandem::Model::load("draft.gguf");
+//   tandem::Session ts(target, {.n_seq_max = 4}), ds(draft, {.n_seq_max = 4});
+//   tandem::DraftModelDrafter drafter(ds);
+//   tandem::SpeculativeDecoder spec(ts, drafter, {.draft_max = 8});
+//   auto out = spec.generate({prompt_ids}, 64, {sampling}, eos_ids);  // one token list per prompt
+//
+// Acceptance is lossless: at temperature <= 0 a draft token is kept when it equals the target's greedy pick
+// (the output is token-identical to plain greedy decoding); at temperature > 0 a draft token d drawn from the
+// drafter's distribution q is kept with probability min(1, p(d) / q(d)), where p is the target sampler's
+// distribution (its whole chain: penalties, top-k, top-p, min-p, temperature), and a rejection draws from
+// the residual max(0, p - q) normalized, so every emitted token is distributed exactly as p. Each cycle emits
+// the accepted drafts plus one target token (the correction, or a bonus token when all drafts were kept).
+// Rejected rows are removed from both models' KV caches (Session::seq_remove).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tandem/sampling.h"
+#include "tandem/session.h"
+
+namespace tandem {
+
+struct SpeculativeParams {
+  int32_t draft_max = 8;     // tokens drafted per cycle (0: plain decoding through the same loop)
+  int32_t draft_min = 0;     // a shorter draft is dropped and the cycle is a plain step
+  float draft_p_min = 0.0f;  // drafting stops before a token whose draft probability is below this
+  // Throws tandem::Error naming the flag (--draft-max, --draft-min, --draft-p-min) and the bad value.
+  void validate() const;
+};
+
+// Acceptance statistics, accumulated over every generate() call of a decoder.
+struct SpeculativeStats {
+  int64_t cycles = 0;    // target verify passes
+  int64_t drafted = 0;   // draft tokens proposed
+  int64_t accepted = 0;  // draft tokens kept
+  int64_t emitted = 0;   // tokens emitted (accepted + one target token per cycle, less any cut by a stop)
+  std::vector<int64_t> tried_at;     // [i]: cycles whose draft had a token at position i
+  std::vector<int64_t> accepted_at;  // [i]: of those, cycles that kept it
+  // Tokens per verify pass: (accepted + cycles) / cycles; the speedup bound of the drafter.
+  double mean_accepted_length() const;
+  double acceptance_rate() const;  // accepted / drafted
+  // One line: cycles, drafted, accepted, mean accepted length and per-position acceptance.
+  std::string summary() const;
+};
+
+// A draft for one sequence: the tokens and, at temperature > 0, the distribution each was drawn from (the
+// draft sampler's candidates; empty for a greedy draft).
+struct Draft {
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<TokenCandidate>> q;
+};
+
+// Proposes tokens. history[i] is every token of sequence seqs[i] so far (prompt and emitted); its last token
+// has not been decoded by the target yet. The drafter keeps its own cache in step with the histories it is
+// given (they may have lost a tail since the last call: rejected drafts).
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  // Fills out[i] with at most n_max[i] tokens for seqs[i]. sampling[i] is the sequence's sampling (greedy
+  // drafts at temperature <= 0); p_min as in SpeculativeParams.
+  virtual void draft(std::span<const int32_t> seqs, std::span<const std::vector<int32_t>* const> history,
+                     std::span<const int32_t> n_max, std::span<const SamplingParams> sampling, float p_min,
+                     std::vector<Draft>& out) = 0;
+  // Forget a sequence (its cache rows).
+  virtual void reset(int32_t seq) = 0;
+};
+
+// Classic speculation: a smaller model with the target's vocabulary drafts token by token (all sequences in
+// one batch per step).
+class DraftModelDrafter final : public Drafter {
+ public:
+  // The session must allow the sequence ids the decoder uses. Throws Error when the draft's vocabulary size
+  // differs from n_vocab_target (when given).
+  explicit DraftModelDrafter(Session& session, int64_t n_vocab_target = 0);
+  void draft(std::span<const int32_t> seqs, std::span<const std::vector<int32_t>* const> history,
+             std::span<const int32_t> n_max, std::span<const SamplingParams> sampling, float p_min,
+             std::vector<Draft>& out) override;
+  void reset(int32_t seq) override;
+
+ private:
+  Session& session_;
+  std::vector<std::vector<int32_t>> cached_;  // per sequence id: the tokens whose K/V the draft cache holds
+  std::vector<std::unique_ptr<Sampler>> samplers_;  // per sequence id: the draft sampler (no penalties)
+};
+
+class SpeculativeDecoder {
+ public:
+  SpeculativeDecoder(Session& target, Drafter& drafter, const SpeculativeParams& params = {});
+  // Generates up to n_predict tokens after each prompt (sequence ids 0 .. prompts.size() - 1, cleared first),
+  // all sequences at once. sampling: one per prompt, or one for all. A sequence stops after emitting a token
+  // of stop_ids. Returns the emitted tokens per prompt (the prompt not included).
+  std::vector<std::vector<int32_t>> generate(const std::vector<std::vector<int32_t>>& prompts,
+                                             int32_t n_predict, std::span<const SamplingParams> sampling,
+                                             std::span<const int32_t> stop_ids = {});
+  const SpeculativeStats& stats() const { return stats_; }
+  void reset_stats() { stats_ = {}; }
+
+ private:
+  Session& target_;
+  Drafter& drafter_;
+  SpeculativeParams params_;
+  SpeculativeStats stats_;
+};
+
+// The lossless acceptance test for one draft token, exposed for tests. p: the target's candidates, q: the
+// draft's (both with their final probabilities, any order). Accepts `draft` with probability
+// min(1, p(draft) / q(draft)) (one uniform from rng); on rejection returns a token drawn (one more uniform)
+// from max(0, p - q) normalized, or from p when that is all zero.
+struct AcceptOutcome {
+  bool accepted = false;
+  int32_t token = -1;
+};
+AcceptOutcome speculative_accept(std::span<const TokenCandidate> p, std::span<const TokenCandidate> q,
+                                 int32_t draft, Rng& rng);
+
+}  // namespace tandem

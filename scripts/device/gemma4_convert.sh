@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Interop check for `tandem convert` of Gemma 4 (issue 16 part B): builds a random tiny Gemma4ForCausalLM
+# checkpoint with transformers (dense with global KV heads, and MoE), converts it with llama.cpp's
+# convert_hf_to_gguf.py and with `tandem convert` (both --outtype f32), and diffs every gemma4.* key and every
+# tensor (names, shapes, dtypes, values) with gguf-py. Tokenizer keys are not compared (tandem's gemma4
+# tokenizer is not done). Env: LLAMA_CPP_SRC (llama.cpp source tree), BIN (tandem binaries), OUT (results).
+# Budget: about 90 s. Prints PASS/FAIL per variant and a summary; results in $OUT/gemma4_convert_*.txt.
+set -u
+BIN=${BIN:-build-gpu/bin}
+OUT=${OUT:-out/gemma4_convert}
+mkdir -p "$OUT"
+if [ -z "${LLAMA_CPP_SRC:-}" ] || [ ! -f "$LLAMA_CPP_SRC/convert_hf_to_gguf.py" ]; then
+  echo "FAIL: LLAMA_CPP_SRC is not set to a llama.cpp tree with convert_hf_to_gguf.py" | tee "$OUT/gemma4_convert_summary.txt"
+  exit 1
+fi
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+export PYTHONPATH="$LLAMA_CPP_SRC/gguf-py:${PYTHONPATH:-}"
+fail=0
+for variant in dense moe; do
+  dir="$WORK/$variant"
+  python3 - "$dir" "$variant" <<'PY' >"$OUT/gemma4_convert_${variant}_build.txt" 2>&1
+import json, os, sys, torch
+from transformers import Gemma4TextConfig, Gemma4ForCausalLM
+from tokenizers import Tokenizer, models, pre_tokenizers, decoders
+d, variant = sys.argv[1], sys.argv[2]
+os.makedirs(d, exist_ok=True)
+torch.manual_seed(0)
+kw = dict(vocab_size=300, hidden_size=256, intermediate_size=256, num_hidden_layers=4, num_attention_heads=4,
+          num_key_value_heads=2, head_dim=64, global_head_dim=128, num_global_key_value_heads=1,
+          sliding_window=16, max_position_embeddings=4096,
+          layer_types=["sliding_attention"] * 3 + ["full_attention"])
+if variant == "moe":
+    kw.update(enable_moe_block=True, num_experts=4, top_k_experts=2, moe_intermediate_size=256)
+cfg = Gemma4TextConfig(**kw)
+m = Gemma4ForCausalLM(cfg).eval()
+with torch.no_grad():
+    for p in m.parameters():
+        p.normal_(0, 0.5)
+m.save_pretrained(d, safe_serialization=True)
+# A byte-level BPE tokenizer of 300 tokens (256 bytes + merges + specials), the same for both converters.
+alpha = sorted(pre_tokenizers.ByteLevel.alphabet())
+vocab = {c: i for i, c in enumerate(alpha)}
+merges = []
+for a, b in [("h", "e"), ("l", "l"), ("he", "ll")]:
+    merges.append((a, b)); vocab[a + b] = len(vocab)
+tok = Tokenizer(models.BPE(vocab=vocab, merges=merges))
+tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+tok.decoder = decoders.ByteLevel()
+tok.add_special_tokens(["<bos>", "<eos>", "<pad>"])
+tok.save(os.path.join(d, "tokenizer.json"))
+json.dump({"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>"}, open(os.path.join(d, "tokenizer_config.json"), "w"))
+print("built", variant, sorted(os.listdir(d)))
+PY
+  [ $? -eq 0 ] || { echo "FAIL $variant: building the checkpoint (see gemma4_convert_${variant}_build.txt)"; fail=1; continue; }
+  timeout 60 python3 "$LLAMA_CPP_SRC/convert_hf_to_gguf.py" "$dir" --outtype f32 --outfile "$WORK/$variant.ref.gguf" \
+    >"$OUT/gemma4_convert_${variant}_llamacpp.txt" 2>&1 || { echo "FAIL $variant: llama.cpp convert (see log)"; fail=1; continue; }
+  timeout 60 "$BIN/tandem" convert "$dir" -o "$WORK/$variant.tandem.gguf" --type f32 \
+    >"$OUT/gemma4_convert_${variant}_tandem.txt" 2>&1 || { echo "FAIL $variant: tandem convert (see log)"; fail=1; continue; }
+  python3 - "$WORK/$variant.ref.gguf" "$WORK/$variant.tandem.gguf" <<'PY' >"$OUT/gemma4_convert_${variant}_diff.txt" 2>&1
+import sys, numpy as np
+from gguf import GGUFReader
+ref, got = GGUFReader(sys.argv[1]), GGUFReader(sys.argv[2])
+def kv(r):
+    out = {}
+    for k, f in r.fields.items():
+        if not k.startswith("gemma4."): continue
+        v = f.contents() if hasattr(f, "contents") else [f.parts[i].tolist() for i in f.data]
+        out[k] = (f.types[0].name if f.types else "?", v)
+    return out
+bad = 0
+a, b = kv(ref), kv(got)
+for k in sorted(set(a) | set(b)):
+    if a.get(k) != b.get(k):
+        bad += 1; print("KEY", k, "llama.cpp:", a.get(k), "tandem:", b.get(k))
+ta = {t.name: t for t in ref.tensors}; tb = {t.name: t for t in got.tensors}
+for n in sorted(set(ta) | set(tb)):
+    if n not in ta or n not in tb:
+        bad += 1; print("TENSOR only in", "tandem" if n in tb else "llama.cpp", n); continue
+    x, y = ta[n], tb[n]
+    if list(x.shape) != list(y.shape) or x.tensor_type != y.tensor_type:
+        bad += 1; print("TENSOR", n, "shape/type", list(x.shape), x.tensor_type.name, "vs", list(y.shape), y.tensor_type.name); continue
+    if not np.array_equal(np.asarray(x.data), np.asarray(y.data)):
+        bad += 1; print("TENSOR", n, "values differ, max abs diff", float(np.max(np.abs(np.asarray(x.data, dtype=np.float64) - np.asarray(y.data, dtype=np.float64)))))
+print("keys compared:", len(set(a) | set(b)), "tensors compared:", len(set(ta) | set(tb)), "mismatches:", bad)
+sys.exit(1 if bad else 0)
+PY
+  if [ $? -eq 0 ]; then echo "PASS $variant: keys and tensors equal"; else echo "FAIL $variant: see gemma4_convert_${variant}_diff.txt"; fail=1; fi
+done | tee "$OUT/gemma4_convert_summary.txt"
+grep -q FAIL "$OUT/gemma4_convert_summary.txt" && { echo "gemma4_convert: FAIL"; exit 1; }
+echo "gemma4_convert: PASS"

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# One call on the H200 machine: build tandem there (Ubuntu 24.04, GCC 13.3, CUDA 13, sm_90), optionally build
+# the peer (llama.cpp, from a carried `git archive` in .peer/llama.cpp.tar.gz) in parallel, then run the topic
+# scripts scripts/device/<topic>.sh named in TOPICS, each under its own time budget and log folder.
+#
+# The device tool brings back at most 8 files, so everything each topic writes is packed into one archive,
+# $OUT/results.tar.gz (re-packed after every topic, so a run cut short still returns what finished), plus
+# $OUT/summary.log.
+#
+# Carry: .debs (libpcre2-dev .deb: the image lacks PCRE2 headers; `apt-get download libpcre2-dev` here) and,
+# for the peer, .peer (llama.cpp.tar.gz).
+# usage (from the repo root): TOPICS="step_seam hardening gemma4:240" PEER=1 bash scripts/device/run_all.sh
+#   a topic may carry its budget in seconds after a colon (default 120).
+set -uo pipefail
+FINAL_OUT=${OUT:-/tmp/device_out}
+WORK=/tmp/device_work
+rm -rf "$WORK" && mkdir -p "$WORK" "$FINAL_OUT"
+SUMMARY=$FINAL_OUT/summary.log
+exec > >(tee -a "$SUMMARY") 2>&1
+export PATH=/usr/local/cuda/bin:$PATH
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+export NCCL_NVLS_ENABLE=0
+pack() { tar czf "$FINAL_OUT/results.tar.gz" -C "$WORK" . 2>/dev/null; }
+echo "=== $(date +%T) start; $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader)"
+gcc --version | head -1; nvcc --version | tail -1
+
+# PEER=src: the peer's sources only (its converter, for interop checks), no build.
+if [ "${PEER:-0}" = src ] && [ -f .peer/llama.cpp.tar.gz ]; then
+  mkdir -p /tmp/llama.cpp && tar xzf .peer/llama.cpp.tar.gz -C /tmp/llama.cpp && export LLAMA_CPP_SRC=/tmp/llama.cpp
+fi
+# Peer build in the background (only the tools we compare with).
+if [ "${PEER:-0}" = 1 ] && [ -f .peer/llama.cpp.tar.gz ]; then
+  mkdir -p /tmp/llama.cpp && tar xzf .peer/llama.cpp.tar.gz -C /tmp/llama.cpp
+  (cd /tmp/llama.cpp && cmake -S . -B build -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF \
+     -DLLAMA_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=Release >"$WORK/peer_build.log" 2>&1 &&
+   cmake --build build -j 6 --target llama-bench llama-server llama-cli >>"$WORK/peer_build.log" 2>&1;
+   echo "peer build rc=$?" >>"$WORK/peer_build.log") &
+  PEER_PID=$!
+  export LLAMA_CPP_SRC=/tmp/llama.cpp LLAMA_CPP_BIN=/tmp/llama.cpp/build/bin
+fi
+
+# tandem: GCC 13 with warnings as errors (what CI uses), CUDA on, MPI off (the image's MPI is not checked).
+source bench/device_prep.sh >/dev/null
+t0=$SECONDS
+cmake -S . -B build-gpu -G Ninja -DTANDEM_CUDA=ON -DTANDEM_WERROR=ON -DTANDEM_MPI=OFF -DCMAKE_BUILD_TYPE=Release \
+  >"$WORK/build.log" 2>&1 && cmake --build build-gpu -j 12 >>"$WORK/build.log" 2>&1
+rc=$?
+echo "=== $(date +%T) tandem build (-Werror) rc=$rc in $((SECONDS - t0)) s"
+if [ $rc -ne 0 ]; then  # keep the call useful: show the warnings, then build without -Werror
+  grep -E "error:|warning:" "$WORK/build.log" | sort | uniq | head -30
+  cmake -S . -B build-gpu -DTANDEM_WERROR=OFF >>"$WORK/build.log" 2>&1 && cmake --build build-gpu -j 12 >>"$WORK/build.log" 2>&1
+  rc=$?
+  echo "=== $(date +%T) tandem build without -Werror rc=$rc"
+fi
+tail -15 "$WORK/build.log"
+pack
+[ $rc -ne 0 ] && exit 1
+export BIN=build-gpu/bin
+cp build-gpu/tests/tandem_gpu_tests build-gpu/tests/tandem_tests build-gpu/bin/ 2>/dev/null
+
+wait_peer() {
+  if [ -n "${PEER_PID:-}" ]; then
+    wait "$PEER_PID"; PEER_PID=""; tail -2 "$WORK/peer_build.log"
+    [ -x /tmp/llama.cpp/build/bin/llama-server ] && export LLAMA_SERVER=/tmp/llama.cpp/build/bin/llama-server
+  fi
+}
+
+for spec in ${TOPICS:-}; do
+  topic=${spec%%:*}; budget=120
+  [ "$topic" != "$spec" ] && budget=${spec#*:}
+  [ "${topic#peer_}" != "$topic" ] || [ "$topic" = serve ] || [ "$topic" = gemma4 ] && wait_peer
+  mkdir -p "$WORK/$topic"
+  echo "=== $(date +%T) topic $topic (budget ${budget}s)"
+  t0=$SECONDS
+  OUT="$WORK/$topic" timeout --kill-after=10 "$budget" bash "scripts/device/$topic.sh" >"$WORK/$topic/stdout.log" 2>&1
+  rc=$?
+  echo "=== $(date +%T) topic $topic rc=$rc in $((SECONDS - t0)) s; last lines:"
+  tail -25 "$WORK/$topic/stdout.log"
+  pack
+done
+wait_peer
+pack
+echo "=== $(date +%T) done"

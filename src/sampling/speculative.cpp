@@ -1,0 +1,185 @@
+// The draft-and-verify loop (speculative.h). Per cycle, for all live sequences at once: the drafter proposes
+// up to n tokens after id_last (the last emitted token, not yet decoded by the target); the target decodes
+// [id_last, d1 .. dn] in one batch with logits on every row; row k decides d(k+1) (greedy: equal to the
+// target's pick; sampled: speculative_accept); the first rejection emits the target's token instead, and a
+// fully accepted draft emits a bonus token from row n. The target's cache then keeps history minus its last
+// token: the rows of rejected drafts are removed with seq_remove (the drafter trims its own on the next
+// call).
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "core/error.h"
+#include "tandem/speculative.h"
+
+namespace tandem {
+
+void SpeculativeParams::validate() const {
+  check(draft_max >= 0, "--draft-max must be >= 0, got " + std::to_string(draft_max));
+  check(draft_min >= 0, "--draft-min must be >= 0, got " + std::to_string(draft_min));
+  check(draft_min <= draft_max, "--draft-min (" + std::to_string(draft_min) +
+                                    ") must not exceed --draft-max (" + std::to_string(draft_max) + ")");
+  check(draft_p_min >= 0.0f && draft_p_min <= 1.0f,
+        "--draft-p-min must be in [0, 1], got " + std::to_string(draft_p_min));
+}
+
+double SpeculativeStats::mean_accepted_length() const {
+  return cycles == 0 ? 0.0 : double(accepted + cycles) / double(cycles);
+}
+double SpeculativeStats::acceptance_rate() const {
+  return drafted == 0 ? 0.0 : double(accepted) / double(drafted);
+}
+
+std::string SpeculativeStats::summary() const {
+  char buf[160];
+  std::snprintf(buf, sizeof buf,
+                "speculative: %lld cycles, %lld drafted, %lld accepted (%.1f%%), mean accepted length %.3f",
+                (long long)cycles, (long long)drafted, (long long)accepted, 100.0 * acceptance_rate(),
+                mean_accepted_length());
+  std::string s = buf;
+  if (!tried_at.empty()) {
+    s += ", per position:";
+    for (size_t i = 0; i < tried_at.size(); ++i) {
+      std::snprintf(buf, sizeof buf, " %.2f",
+                    tried_at[i] ? double(accepted_at[i]) / double(tried_at[i]) : 0.0);
+      s += buf;
+    }
+  }
+  return s;
+}
+
+SpeculativeDecoder::SpeculativeDecoder(Session& target, Drafter& drafter, const SpeculativeParams& params)
+    : target_(target), drafter_(drafter), params_(params) {
+  params_.validate();
+}
+
+std::vector<std::vector<int32_t>> SpeculativeDecoder::generate(
+    const std::vector<std::vector<int32_t>>& prompts, int32_t n_predict,
+    std::span<const SamplingParams> sampling, std::span<const int32_t> stop_ids) {
+  const size_t n = prompts.size();
+  check(sampling.size() == 1 || sampling.size() == n,
+        "speculative generate: " + std::to_string(sampling.size()) + " sampling settings for " +
+            std::to_string(n) + " prompts (give one, or one per prompt)");
+  check(int64_t(n) <= target_.params().n_seq_max,
+        "speculative generate: " + std::to_string(n) + " prompts but the target session allows " +
+            std::to_string(target_.params().n_seq_max) + " sequences");
+  for (size_t i = 0; i < n; ++i)
+    check(!prompts[i].empty(), "speculative generate: prompt " + std::to_string(i) + " is empty");
+  std::vector<SamplingParams> sp(n);
+  std::vector<Sampler> samplers;
+  samplers.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    sp[i] = sampling[sampling.size() == 1 ? 0 : i];
+    sp[i].validate();
+    samplers.emplace_back(sp[i]);
+    samplers.back().accept(prompts[i]);  // the prompt counts for the penalties, as in plain generation
+  }
+
+  // Prefill: the target's cache holds each prompt but its last token (id_last).
+  std::vector<std::vector<int32_t>> hist(prompts), out(n);
+  Batch batch;
+  for (size_t i = 0; i < n; ++i) {
+    target_.seq_clear(int32_t(i));
+    drafter_.reset(int32_t(i));
+    for (size_t j = 0; j + 1 < prompts[i].size(); ++j)
+      batch.add(prompts[i][j], int32_t(j), int32_t(i), false);
+  }
+  if (!batch.empty()) target_.decode(batch);
+
+  std::vector<uint8_t> done(n, n_predict <= 0 ? 1 : 0);
+  const int32_t n_ctx = target_.params().n_ctx;
+  std::vector<int32_t> seqs, n_max;
+  std::vector<const std::vector<int32_t>*> hptr;
+  std::vector<SamplingParams> dsp;
+  std::vector<Draft> drafts;
+  std::vector<TokenCandidate> p;
+  for (;;) {
+    seqs.clear();
+    n_max.clear();
+    hptr.clear();
+    dsp.clear();
+    for (size_t i = 0; i < n; ++i) {
+      if (done[i]) continue;
+      // The verify rows reach position hist - 1 + n: keep them inside the context; no draft for the last
+      // token.
+      const int32_t room = n_ctx - int32_t(hist[i].size());
+      check(room >= 0, "speculative generate: sequence " + std::to_string(i) + " fills the context (" +
+                           std::to_string(n_ctx) + " positions)");
+      const int32_t left = n_predict - int32_t(out[i].size()) - 1;
+      seqs.push_back(int32_t(i));
+      n_max.push_back(std::max(0, std::min({params_.draft_max, left, room})));
+      hptr.push_back(&hist[i]);
+      dsp.push_back(sp[i]);
+    }
+    if (seqs.empty()) break;
+    drafter_.draft(seqs, hptr, n_max, dsp, params_.draft_p_min, drafts);
+
+    batch.clear();
+    std::vector<size_t> row0(seqs.size());
+    for (size_t k = 0; k < seqs.size(); ++k) {
+      Draft& d = drafts[k];
+      if (int32_t(d.tokens.size()) < params_.draft_min || int32_t(d.tokens.size()) > n_max[k]) d = {};
+      const std::vector<int32_t>& h = hist[size_t(seqs[k])];
+      row0[k] = batch.size();
+      batch.add(h.back(), int32_t(h.size()) - 1, seqs[k], true);
+      for (size_t j = 0; j < d.tokens.size(); ++j)
+        batch.add(d.tokens[j], int32_t(h.size() + j), seqs[k], true);
+    }
+    target_.decode(batch);
+
+    for (size_t k = 0; k < seqs.size(); ++k) {
+      const size_t i = size_t(seqs[k]);
+      const Draft& d = drafts[k];
+      const size_t nd = d.tokens.size();
+      Sampler& s = samplers[i];
+      ++stats_.cycles;
+      stats_.drafted += int64_t(nd);
+      if (stats_.tried_at.size() < nd) {
+        stats_.tried_at.resize(nd, 0);
+        stats_.accepted_at.resize(nd, 0);
+      }
+      for (size_t j = 0; j <= nd; ++j) {
+        const std::span<const float> logits = target_.logits(row0[k] + j);
+        int32_t token;
+        bool ok = false;
+        if (j == nd) {
+          token = s.sample(logits);  // the bonus (or, with no draft, the plain step)
+        } else if (sp[i].greedy()) {
+          token = s.sample(logits);
+          ok = token == d.tokens[j];
+        } else {
+          check(j < d.q.size(), "speculative generate: the drafter gave no distribution for a sampled draft");
+          s.sample_with_uniform(logits, 0.0);  // the chain's distribution; the uniforms come below
+          const auto cand = s.last_candidates();
+          p.assign(cand.begin(), cand.end());
+          const AcceptOutcome r = speculative_accept(p, d.q[j], d.tokens[j], s.rng());
+          token = r.token;
+          ok = r.accepted;
+        }
+        if (j < nd) {
+          ++stats_.tried_at[j];
+          if (ok) {
+            ++stats_.accepted_at[j];
+            ++stats_.accepted;
+          }
+        }
+        s.accept(token);
+        hist[i].push_back(token);
+        out[i].push_back(token);
+        ++stats_.emitted;
+        if (int32_t(out[i].size()) >= n_predict ||
+            std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) {
+          done[i] = 1;
+          break;
+        }
+        if (!ok) break;
+      }
+      // The target keeps hist minus its last token; rows of rejected drafts go.
+      const int32_t keep = int32_t(hist[i].size()) - 1;
+      if (!done[i] && keep < target_.seq_len(int32_t(i))) target_.seq_remove(int32_t(i), keep);
+    }
+  }
+  return out;
+}
+
+}  // namespace tandem

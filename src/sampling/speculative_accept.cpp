@@ -1,0 +1,63 @@
+// The lossless acceptance test of speculative sampling (speculative.h): keep a draft token d ~ q with
+// probability min(1, p(d) / q(d)), otherwise draw from the residual max(0, p - q). Then for every token x,
+// P(x) = q(x) min(1, p(x)/q(x)) + P(reject) r(x) = min(q(x), p(x)) + max(0, p(x) - q(x)) = p(x).
+#include <algorithm>
+#include <unordered_map>
+
+#include "tandem/speculative.h"
+
+namespace tandem {
+namespace {
+
+double prob_of(std::span<const TokenCandidate> c, int32_t id) {
+  for (const TokenCandidate& t : c)
+    if (t.id == id) return t.p;
+  return 0.0;
+}
+
+// Draws from weights w (not normalized) over ids in increasing id order, the same walk as Sampler's dist.
+int32_t draw(const std::vector<std::pair<int32_t, double>>& w, double total, double u) {
+  double acc = 0.0;
+  const double target = u * total;
+  for (const auto& [id, weight] : w) {
+    acc += weight;
+    if (acc > target && weight > 0.0) return id;
+  }
+  for (auto it = w.rbegin(); it != w.rend(); ++it)  // rounding left u * total unreached: the last positive
+    if (it->second > 0.0) return it->first;
+  return w.empty() ? -1 : w.back().first;
+}
+
+}  // namespace
+
+AcceptOutcome speculative_accept(std::span<const TokenCandidate> p, std::span<const TokenCandidate> q,
+                                 int32_t draft, Rng& rng) {
+  const double pd = prob_of(p, draft);
+  const double qd = prob_of(q, draft);
+  const double u = rng.uniform();
+  if (qd > 0.0 && u * qd < pd) return {true, draft};
+
+  std::unordered_map<int32_t, double> qmap;
+  qmap.reserve(q.size());
+  for (const TokenCandidate& t : q) qmap[t.id] = t.p;
+  std::vector<std::pair<int32_t, double>> residual, plain;
+  residual.reserve(p.size());
+  plain.reserve(p.size());
+  double total = 0.0, total_p = 0.0;
+  for (const TokenCandidate& t : p) {
+    const auto it = qmap.find(t.id);
+    const double r = std::max(0.0, double(t.p) - (it == qmap.end() ? 0.0 : it->second));
+    residual.emplace_back(t.id, r);
+    plain.emplace_back(t.id, double(t.p));
+    total += r;
+    total_p += t.p;
+  }
+  auto by_id = [](const auto& a, const auto& b) { return a.first < b.first; };
+  std::sort(residual.begin(), residual.end(), by_id);
+  std::sort(plain.begin(), plain.end(), by_id);
+  const double u2 = rng.uniform();
+  if (total > 0.0) return {false, draw(residual, total, u2)};
+  return {false, draw(plain, total_p, u2)};  // p == q on its support: p itself
+}
+
+}  // namespace tandem

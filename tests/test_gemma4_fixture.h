@@ -1,0 +1,354 @@
+// A tiny random gemma4 model for tests (GGUF-ARCH-FACTS C): its weights, a GGUF writer, a double-precision
+// reference forward written from C.3/C.4/C.6 independently of Ops, and a Session runner. Used by
+// tests/test_gemma4.cpp (CPU, splits over cpu ranks) and tests/gpu/test_gpu_gemma4.cpp (CUDA).
+#pragma once
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gguf/gguf.h"
+#include "tandem/batch.h"
+#include "tandem/model.h"
+#include "tandem/rng.h"
+#include "tandem/session.h"
+
+namespace tandem::g4test {
+
+using gguf::Value;
+
+// Layers: 0 sliding, 1 sliding, 2 global (no attn_v), 3 sliding.
+struct G4Config {
+  int64_t n_vocab = 96, n_embd = 64, n_layer = 4, n_head = 4;
+  int64_t hd_swa = 16, n_rot_swa = 8, n_kv_swa = 2;  // partial rope on sliding layers
+  int64_t hd_global = 32, n_kv_global = 1;
+  double prf_global = 0.25;  // rope_freqs: the first hd_global * prf / 2 factors are 1, the rest 1e30
+  std::vector<bool> sliding = {true, true, false, true};
+  std::vector<int64_t> n_ff = {96, 128, 96, 64};
+  int32_t window = 4;
+  float base = 1e6f, base_swa = 1e4f;
+  float softcap = 0.0f;
+  float eps = 1e-6f;
+};
+
+struct G4Model {
+  G4Config c;
+  std::map<std::string, std::vector<float>> w;
+  std::map<std::string, std::vector<int64_t>> ne;
+};
+
+inline std::string bn(int64_t l, const char* n) {
+  return "blk." + std::to_string(l) + "." + n;
+}
+
+inline G4Model make_g4(const G4Config& c, uint64_t seed) {
+  G4Model m;
+  m.c = c;
+  Rng rng(seed);
+  auto r = [&] { return rng.uniform() * 2 - 1; };
+  auto matrix = [&](const std::string& name, int64_t in, int64_t out, double scale) {
+    std::vector<float> v(static_cast<size_t>(in * out));
+    for (float& x : v) x = float(r() * scale / std::sqrt(double(in)));
+    m.w[name] = v;
+    m.ne[name] = {in, out};
+  };
+  auto vec = [&](const std::string& name, int64_t n, double center, double spread) {
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = float(center + r() * spread);
+    m.w[name] = v;
+    m.ne[name] = {n};
+  };
+  const int64_t E = c.n_embd;
+  matrix("token_embd.weight", E, c.n_vocab, 3.0);  // tied head
+  vec("output_norm.weight", E, 1.0, 0.3);
+  {
+    std::vector<float> f(static_cast<size_t>(c.hd_global / 2), 1e30f);
+    for (int64_t i = 0; i < int64_t(double(c.hd_global) * c.prf_global / 2); ++i) f[size_t(i)] = 1.0f;
+    m.w["rope_freqs.weight"] = f;
+    m.ne["rope_freqs.weight"] = {c.hd_global / 2};
+  }
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const bool s = c.sliding[size_t(l)];
+    const int64_t hd = s ? c.hd_swa : c.hd_global, kv = s ? c.n_kv_swa : c.n_kv_global;
+    vec(bn(l, "attn_norm.weight"), E, 1.0, 0.3);
+    matrix(bn(l, "attn_q.weight"), E, c.n_head * hd, 1.5);
+    matrix(bn(l, "attn_k.weight"), E, kv * hd, 1.5);
+    if (s) matrix(bn(l, "attn_v.weight"), E, kv * hd, 1.5);
+    matrix(bn(l, "attn_output.weight"), c.n_head * hd, E, 1.5);
+    vec(bn(l, "attn_q_norm.weight"), hd, 1.0, 0.5);
+    vec(bn(l, "attn_k_norm.weight"), hd, 1.0, 0.5);
+    vec(bn(l, "post_attention_norm.weight"), E, 1.0, 0.3);
+    vec(bn(l, "ffn_norm.weight"), E, 1.0, 0.3);
+    const int64_t ff = c.n_ff[size_t(l)];
+    matrix(bn(l, "ffn_gate.weight"), E, ff, 2.0);
+    matrix(bn(l, "ffn_up.weight"), E, ff, 2.0);
+    matrix(bn(l, "ffn_down.weight"), ff, E, 2.0);
+    vec(bn(l, "post_ffw_norm.weight"), E, 1.0, 0.3);
+    if (l % 2 == 1) vec(bn(l, "layer_output_scale.weight"), 1, 0.7, 0.2);
+  }
+  return m;
+}
+
+inline void write_g4(const G4Model& m, const std::filesystem::path& path,
+                     const std::vector<std::pair<std::string, Value>>& extra_keys = {},
+                     const std::vector<std::pair<std::string, std::vector<int64_t>>>& extra_tensors = {}) {
+  const G4Config& c = m.c;
+  gguf::GgufWriter w;
+  const std::string a = "gemma4.";
+  w.set("general.architecture", Value::string("gemma4"));
+  w.set(a + "context_length", Value::u32(4096));
+  w.set(a + "embedding_length", Value::u32(uint32_t(c.n_embd)));
+  w.set(a + "block_count", Value::u32(uint32_t(c.n_layer)));
+  std::vector<int32_t> ff, kv;
+  std::vector<Value> pattern;
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    ff.push_back(int32_t(c.n_ff[size_t(l)]));
+    kv.push_back(int32_t(c.sliding[size_t(l)] ? c.n_kv_swa : c.n_kv_global));
+    pattern.push_back(Value::boolean(c.sliding[size_t(l)]));
+  }
+  w.set(a + "feed_forward_length", Value::i32_array(ff));
+  w.set(a + "attention.head_count", Value::u32(uint32_t(c.n_head)));
+  w.set(a + "attention.head_count_kv", Value::i32_array(kv));
+  w.set(a + "attention.key_length", Value::u32(uint32_t(c.hd_global)));
+  w.set(a + "attention.value_length", Value::u32(uint32_t(c.hd_global)));
+  w.set(a + "attention.key_length_swa", Value::u32(uint32_t(c.hd_swa)));
+  w.set(a + "attention.value_length_swa", Value::u32(uint32_t(c.hd_swa)));
+  w.set(a + "rope.dimension_count", Value::u32(uint32_t(c.hd_global)));
+  w.set(a + "rope.dimension_count_swa", Value::u32(uint32_t(c.n_rot_swa)));
+  w.set(a + "rope.freq_base", Value::f32(c.base));
+  w.set(a + "rope.freq_base_swa", Value::f32(c.base_swa));
+  w.set(a + "attention.sliding_window", Value::u32(uint32_t(c.window)));
+  w.set(a + "attention.sliding_window_pattern", Value::array(gguf::ValueType::BOOL, pattern));
+  w.set(a + "attention.layer_norm_rms_epsilon", Value::f32(c.eps));
+  w.set(a + "attention.shared_kv_layers", Value::u32(0));
+  w.set(a + "embedding_length_per_layer_input", Value::u32(0));
+  if (c.softcap > 0) w.set(a + "final_logit_softcapping", Value::f32(c.softcap));
+  for (const auto& [k, v] : extra_keys) w.set(k, v);
+  for (const auto& [name, vals] : m.w) {
+    std::vector<uint8_t> bytes(vals.size() * 4);
+    std::memcpy(bytes.data(), vals.data(), bytes.size());
+    w.add_tensor(name, DType::F32, m.ne.at(name), std::move(bytes));
+  }
+  for (const auto& [name, shape] : extra_tensors) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    w.add_tensor(name, DType::F32, shape, std::vector<uint8_t>(size_t(n) * 4, 0));
+  }
+  w.write(path.string());
+}
+
+// ---- reference forward (double precision, one sequence, every position), from C.3/C.4/C.6 ----
+
+using Vec = std::vector<double>;
+
+inline Vec matvec(const std::vector<float>& W, int64_t in, int64_t out, const Vec& x) {
+  Vec y(static_cast<size_t>(out), 0.0);
+  for (int64_t o = 0; o < out; ++o) {
+    double s = 0;
+    for (int64_t i = 0; i < in; ++i) s += double(W[size_t(o * in + i)]) * x[size_t(i)];
+    y[size_t(o)] = s;
+  }
+  return y;
+}
+
+// RMS(x[off, off+n)) * w (w null: unweighted), in place.
+inline void rms(Vec& x, size_t off, size_t n, const std::vector<float>* w, double eps) {
+  double ss = 0;
+  for (size_t i = 0; i < n; ++i) ss += x[off + i] * x[off + i];
+  const double inv = 1.0 / std::sqrt(ss / double(n) + eps);
+  for (size_t i = 0; i < n; ++i) x[off + i] *= inv * (w ? double((*w)[i]) : 1.0);
+}
+
+// NEOX rope of one head at [off, off+hd): pairs (i, i + n_rot/2), theta = pos * base^(-2i/n_rot) / factor.
+inline void rope(Vec& x, size_t off, int64_t n_rot, double base, int pos, const std::vector<float>* factors) {
+  const int64_t half = n_rot / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    double theta = pos * std::pow(base, -2.0 * double(i) / double(n_rot));
+    if (factors) theta /= double((*factors)[size_t(i)]);
+    const double c = std::cos(theta), s = std::sin(theta);
+    const double a = x[off + size_t(i)], b = x[off + size_t(i + half)];
+    x[off + size_t(i)] = a * c - b * s;
+    x[off + size_t(i + half)] = a * s + b * c;
+  }
+}
+
+inline std::vector<Vec> reference_logits(const G4Model& m, const std::vector<int32_t>& toks) {
+  const G4Config& c = m.c;
+  const int64_t E = c.n_embd, T = int64_t(toks.size());
+  const double eps = c.eps;
+  auto W = [&](const std::string& n) -> const std::vector<float>& { return m.w.at(n); };
+  std::vector<Vec> x(static_cast<size_t>(T), Vec(static_cast<size_t>(E)));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < E; ++i)
+      x[size_t(t)][size_t(i)] =
+          double(W("token_embd.weight")[size_t(toks[size_t(t)] * E + i)]) * double(std::sqrt(float(E)));
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const bool s = c.sliding[size_t(l)];
+    const int64_t hd = s ? c.hd_swa : c.hd_global, nkv = s ? c.n_kv_swa : c.n_kv_global;
+    const int64_t n_rot = s ? c.n_rot_swa : c.hd_global;
+    const double base = s ? c.base_swa : c.base;
+    const std::vector<float>* factors = s ? nullptr : &W("rope_freqs.weight");
+    std::vector<Vec> Q(static_cast<size_t>(T)), K(static_cast<size_t>(T)), V(static_cast<size_t>(T));
+    for (int64_t t = 0; t < T; ++t) {
+      Vec h = x[size_t(t)];
+      rms(h, 0, size_t(E), &W(bn(l, "attn_norm.weight")), eps);
+      Q[size_t(t)] = matvec(W(bn(l, "attn_q.weight")), E, c.n_head * hd, h);
+      K[size_t(t)] = matvec(W(bn(l, "attn_k.weight")), E, nkv * hd, h);
+      V[size_t(t)] = s ? matvec(W(bn(l, "attn_v.weight")), E, nkv * hd, h) : K[size_t(t)];
+      for (int64_t hh = 0; hh < c.n_head; ++hh) {
+        rms(Q[size_t(t)], size_t(hh * hd), size_t(hd), &W(bn(l, "attn_q_norm.weight")), eps);
+        rope(Q[size_t(t)], size_t(hh * hd), n_rot, base, int(t), factors);
+      }
+      for (int64_t hh = 0; hh < nkv; ++hh) {
+        rms(K[size_t(t)], size_t(hh * hd), size_t(hd), &W(bn(l, "attn_k_norm.weight")), eps);
+        rope(K[size_t(t)], size_t(hh * hd), n_rot, base, int(t), factors);
+        rms(V[size_t(t)], size_t(hh * hd), size_t(hd), nullptr, eps);
+      }
+    }
+    for (int64_t t = 0; t < T; ++t) {
+      Vec att(static_cast<size_t>(c.n_head * hd), 0.0);
+      for (int64_t hh = 0; hh < c.n_head; ++hh) {
+        const int64_t g = hh / (c.n_head / nkv);
+        const int64_t lo = s ? std::max<int64_t>(0, t - c.window + 1) : 0;  // SWA: q - k < window
+        std::vector<double> sc;
+        double mx = -1e300;
+        for (int64_t k = lo; k <= t; ++k) {
+          double d = 0;
+          for (int64_t i = 0; i < hd; ++i)
+            d += Q[size_t(t)][size_t(hh * hd + i)] * K[size_t(k)][size_t(g * hd + i)];  // scale 1
+          sc.push_back(d);
+          mx = std::max(mx, d);
+        }
+        double sum = 0;
+        for (double& v : sc) sum += (v = std::exp(v - mx));
+        for (int64_t k = lo; k <= t; ++k)
+          for (int64_t i = 0; i < hd; ++i)
+            att[size_t(hh * hd + i)] += sc[size_t(k - lo)] / sum * V[size_t(k)][size_t(g * hd + i)];
+      }
+      Vec a = matvec(W(bn(l, "attn_output.weight")), c.n_head * hd, E, att);
+      rms(a, 0, size_t(E), &W(bn(l, "post_attention_norm.weight")), eps);
+      Vec& xt = x[size_t(t)];
+      for (int64_t i = 0; i < E; ++i) xt[size_t(i)] += a[size_t(i)];
+      Vec g = xt;
+      rms(g, 0, size_t(E), &W(bn(l, "ffn_norm.weight")), eps);
+      const int64_t ff = c.n_ff[size_t(l)];
+      Vec gate = matvec(W(bn(l, "ffn_gate.weight")), E, ff, g),
+          up = matvec(W(bn(l, "ffn_up.weight")), E, ff, g);
+      for (int64_t i = 0; i < ff; ++i) {
+        const double z = gate[size_t(i)];
+        const double gelu =
+            0.5 * z * (1 + std::tanh(std::sqrt(2.0 / 3.14159265358979323846) * (z + 0.044715 * z * z * z)));
+        gate[size_t(i)] = gelu * up[size_t(i)];
+      }
+      Vec f = matvec(W(bn(l, "ffn_down.weight")), ff, E, gate);
+      rms(f, 0, size_t(E), &W(bn(l, "post_ffw_norm.weight")), eps);
+      for (int64_t i = 0; i < E; ++i) xt[size_t(i)] += f[size_t(i)];
+      if (auto it = m.w.find(bn(l, "layer_output_scale.weight")); it != m.w.end())
+        for (double& v : xt) v *= double(it->second[0]);
+    }
+  }
+  std::vector<Vec> logits;
+  for (int64_t t = 0; t < T; ++t) {
+    Vec h = x[size_t(t)];
+    rms(h, 0, size_t(E), &W("output_norm.weight"), eps);
+    Vec lg = matvec(W("token_embd.weight"), E, c.n_vocab, h);
+    if (c.softcap > 0)
+      for (double& v : lg) v = c.softcap * std::tanh(v / c.softcap);
+    logits.push_back(lg);
+  }
+  return logits;
+}
+
+// ---- running tandem ----
+
+struct TempFile {
+  std::filesystem::path path;
+  explicit TempFile(const std::string& name)
+      : path(std::filesystem::temp_directory_path() /
+             ("tandem_gemma4_" + std::to_string(getpid()) + "_" + name + ".gguf")) {}
+  ~TempFile() { std::filesystem::remove(path); }
+};
+
+// devices: "" (the default device, the CPU), "cuda:0", or a list split by `mode` (layer / tensor).
+inline std::shared_ptr<Model> load(const std::string& path, const std::string& mode = "",
+                                   const std::string& devices = "") {
+  ModelParams mp;
+  mp.n_threads = 1;
+  mp.devices = devices;
+  if (!mode.empty()) mp.split_mode = mode;
+  return Model::load(path, mp);
+}
+
+// Logits of every prompt row (the prompt in one step), then of 5 greedy steps one row each; tokens: the
+// greedy tokens (6: the prompt's argmax, then each step's; the first 5 were fed).
+struct G4Run {
+  std::vector<std::vector<float>> prompt, steps;
+  std::vector<int32_t> tokens;
+};
+
+inline G4Run run(const std::shared_ptr<Model>& model, const std::vector<int32_t>& prompt) {
+  SessionParams sp;
+  sp.n_ctx = 64;
+  sp.n_seq_max = 1;
+  sp.kv_type = KvType::F32;
+  sp.n_batch = 32;
+  sp.block_size = 4;
+  Session s(model, sp);
+  Batch b;
+  for (size_t i = 0; i < prompt.size(); ++i) b.add(prompt[i], int32_t(i), 0, true);
+  s.decode(b);
+  G4Run out;
+  for (size_t i = 0; i < b.size(); ++i) out.prompt.emplace_back(s.logits(i).begin(), s.logits(i).end());
+  auto argmax = [](std::span<const float> l) {
+    return int32_t(std::max_element(l.begin(), l.end()) - l.begin());
+  };
+  int32_t t = argmax(s.logits(b.size() - 1));
+  out.tokens.push_back(t);  // the fed tokens: this one, then each step's argmax
+  int32_t pos = int32_t(prompt.size());
+  for (int step = 0; step < 5; ++step) {
+    Batch g;
+    g.add(t, pos++, 0, true);
+    s.decode(g);
+    out.steps.emplace_back(s.logits(0).begin(), s.logits(0).end());
+    t = argmax(s.logits(0));
+    out.tokens.push_back(t);
+  }
+  return out;
+}
+
+inline std::vector<int32_t> prompt_of(int64_t n_vocab) {
+  Rng rng(11);
+  std::vector<int32_t> p;
+  for (int i = 0; i < 11; ++i) p.push_back(int32_t(rng.next() % uint64_t(n_vocab)));
+  return p;
+}
+
+// max |a - b| / max |b| over the rows.
+inline double row_error(const std::vector<std::vector<float>>& a, const std::vector<Vec>& b) {
+  double worst = 0;
+  for (size_t r = 0; r < a.size(); ++r) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < b[r].size(); ++i) {
+      num = std::max(num, std::abs(double(a[r][i]) - b[r][i]));
+      den = std::max(den, std::abs(b[r][i]));
+    }
+    worst = std::max(worst, num / den);
+  }
+  return worst;
+}
+
+inline std::vector<Vec> as_double(const std::vector<std::vector<float>>& v) {
+  std::vector<Vec> out;
+  for (const auto& r : v) out.emplace_back(r.begin(), r.end());
+  return out;
+}
+
+}  // namespace tandem::g4test
