@@ -61,9 +61,73 @@ class ServerProcess {
   int port_ = 0;
 };
 
+// A streamed completion over a raw socket, so that the test decides when the client goes away (closing the
+// socket mid-stream, as a client that disconnects does).
+class RawStream {
+ public:
+  RawStream(int port, json body, const std::string& path = "/v1/completions") {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(uint16_t(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    timeval tv{30, 0};  // a read never waits longer than this
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return;
+    body["stream"] = true;
+    const std::string b = body.dump();
+    const std::string req = "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                            "Content-Length: " + std::to_string(b.size()) + "\r\n\r\n" + b;
+    ok_ = write(fd_, req.data(), req.size()) == ssize_t(req.size());
+  }
+  ~RawStream() {
+    if (fd_ >= 0) close(fd_);
+  }
+  // Reads until `n` SSE events have arrived; false on a closed socket or a read timeout.
+  bool wait_for_tokens(int n) {
+    char buf[4096];
+    while (ok_ && count("data: ") < size_t(n)) {
+      const ssize_t k = read(fd_, buf, sizeof buf);
+      if (k <= 0) return false;
+      got_.append(buf, size_t(k));
+    }
+    return ok_;
+  }
+  const std::string& received() const { return got_; }
+
+ private:
+  size_t count(const std::string& what) const {
+    size_t n = 0;
+    for (size_t p = got_.find(what); p != std::string::npos; p = got_.find(what, p + 1)) ++n;
+    return n;
+  }
+  int fd_ = -1;
+  bool ok_ = false;
+  std::string got_;
+};
+
+// One value of GET /metrics (-1 when it cannot be read).
+int64_t metric_at(int port, const std::string& name) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(30, 0);
+  auto r = c.Get("/metrics");
+  if (!r) return -1;
+  std::smatch m;
+  if (!std::regex_search(r->body, m, std::regex("\n" + name + " ([0-9.e+]+)"))) return -1;
+  return int64_t(std::stod(m[1]));
+}
+// Polls /metrics (every 50 ms, up to 20 s) until `name` has `value`.
+bool wait_metric_at(int port, const std::string& name, int64_t value) {
+  for (int i = 0; i < 400; ++i) {
+    if (metric_at(port, name) == value) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
 class Serve : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { server_ = new ServerProcess("--parallel 8 --ctx 8192 --kv-unified"); }
+  static void SetUpTestSuite() { server_ = new ServerProcess("--parallel 8 --ctx 8192 --kv-unified --chat-template chatml"); }
   static void TearDownTestSuite() {
     delete server_;
     server_ = nullptr;
@@ -81,13 +145,9 @@ class Serve : public ::testing::Test {
     EXPECT_EQ(r->status, expect) << r->body;
     return json::parse(r->body);
   }
-  static int64_t metric(const std::string& name) {
-    auto c = client();
-    auto r = c.Get("/metrics");
-    if (!r) return -1;
-    std::smatch m;
-    if (!std::regex_search(r->body, m, std::regex("\n" + name + " ([0-9.e+]+)"))) return -1;
-    return int64_t(std::stod(m[1]));
+  static int64_t metric(const std::string& name) { return metric_at(server_->port(), name); }
+  static bool wait_metric(const std::string& name, int64_t value) {
+    return wait_metric_at(server_->port(), name, value);
   }
   static ServerProcess* server_;
 };
@@ -220,36 +280,12 @@ TEST_F(Serve, ThirtyTwoConcurrentStreamsEqualTheirSingleClientText) {
 }
 
 TEST_F(Serve, DisconnectMidStreamFreesKv) {
-  // A long streamed request over a raw socket, closed after its first chunks arrived.
   {
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    ASSERT_GE(fd, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(uint16_t(server_->port()));
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-    const std::string body =
-        json{{"prompt", "A long story"}, {"max_tokens", 4000}, {"ignore_eos", true}, {"stream", true}}.dump();
-    const std::string req = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                            "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-    ASSERT_EQ(write(fd, req.data(), req.size()), ssize_t(req.size()));
-    std::string got;
-    char buf[4096];
-    while (got.find("data: ", got.find("data: ") + 1) == std::string::npos) {
-      const ssize_t n = read(fd, buf, sizeof buf);
-      ASSERT_GT(n, 0);
-      got.append(buf, size_t(n));
-    }
+    RawStream long_one(server_->port(), json{{"prompt", "A long story"}, {"max_tokens", 4000}, {"ignore_eos", true}});
+    ASSERT_TRUE(long_one.wait_for_tokens(2));
     EXPECT_GT(metric("tandem_kv_cells_used"), 0);
-    close(fd);
-  }
-  int64_t used = -1;
-  for (int i = 0; i < 100 && used != 0; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    used = metric("tandem_kv_cells_used");
-  }
-  EXPECT_EQ(used, 0);
+  }  // closed mid-stream
+  EXPECT_TRUE(wait_metric("tandem_kv_cells_used", 0));
   EXPECT_GE(metric("tandem_requests_cancelled_total"), 1);
 }
 
@@ -289,6 +325,160 @@ TEST(ServeAuth, ApiKeyIsRequired) {
   auto yes = c.Get("/v1/models", httplib::Headers{{"Authorization", "Bearer sekret"}});
   ASSERT_TRUE(yes);
   EXPECT_EQ(yes->status, 200);
+}
+
+TEST_F(Serve, ChatCompletionsRenderTheChatmlTemplate) {
+  const json messages = json::array({{{"role", "system"}, {"content", "You tell stories."}},
+                                     {{"role", "user"}, {"content", "A story about a cat."}}});
+  const json r = post("/v1/chat/completions", {{"messages", messages}, {"max_tokens", 12}, {"temperature", 0}});
+  ASSERT_TRUE(r.contains("choices")) << r.dump();
+  EXPECT_EQ(r["object"], "chat.completion");
+  EXPECT_EQ(r["choices"][0]["message"]["role"], "assistant");
+  const std::string text = r["choices"][0]["message"]["content"];
+  // The same prompt rendered by hand in ChatML, sent as a plain completion, gives the same answer and the
+  // same prompt length: the route renders with --chat-template chatml and tokenizes like /tokenize.
+  const std::string rendered =
+      "<|im_start|>system\nYou tell stories.<|im_end|>\n<|im_start|>user\nA story about a cat.<|im_end|>\n"
+      "<|im_start|>assistant\n";
+  const json plain = post("/v1/completions", {{"prompt", rendered}, {"max_tokens", 12}, {"temperature", 0}});
+  EXPECT_EQ(plain["choices"][0]["text"].get<std::string>(), text);
+  EXPECT_EQ(plain["usage"]["prompt_tokens"], r["usage"]["prompt_tokens"]);
+  EXPECT_EQ(post("/tokenize", {{"content", rendered}})["tokens"].size(),
+            r["usage"]["prompt_tokens"].get<size_t>());
+  // Streamed: a role delta first, then content deltas that add up to the same text.
+  auto c = client();
+  auto s = c.Post("/v1/chat/completions",
+                  json{{"messages", messages}, {"max_tokens", 12}, {"temperature", 0}, {"stream", true}}.dump(),
+                  "application/json");
+  ASSERT_TRUE(s);
+  EXPECT_NE(s->body.find("\"role\":\"assistant\""), std::string::npos);
+  const Streamed st = parse_sse(s->body, 1, true);
+  EXPECT_TRUE(st.done);
+  EXPECT_EQ(st.text[0], text);
+  // Malformed conversations are 400s that name the field.
+  const json none = post("/v1/chat/completions", {{"max_tokens", 2}}, 400);
+  EXPECT_NE(none["error"]["message"].get<std::string>().find("messages"), std::string::npos);
+  const json bad_role =
+      post("/v1/chat/completions", {{"messages", json::array({{{"content", "hi"}}})}}, 400);
+  EXPECT_NE(bad_role["error"]["message"].get<std::string>().find("role"), std::string::npos);
+}
+
+TEST_F(Serve, SameSeedSameTextWhateverElseRuns) {
+  const json req{{"prompt", "The dog"}, {"max_tokens", 20}, {"temperature", 0.9}, {"top_k", 40},
+                 {"top_p", 0.95}, {"min_p", 0.02}, {"seed", 1234}};
+  const std::string alone = post("/v1/completions", req)["choices"][0]["text"];
+  // The same request among eight others with other prompts and seeds, all in flight at once.
+  std::vector<std::string> got(9);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 9; ++i)
+    threads.emplace_back([&, i] {
+      json r = req;
+      if (i != 4) {
+        r["prompt"] = "Other prompt " + std::to_string(i);
+        r["seed"] = 99 + i;
+      }
+      auto c = client();
+      auto res = c.Post("/v1/completions", r.dump(), "application/json");
+      if (res && res->status == 200) got[size_t(i)] = json::parse(res->body)["choices"][0]["text"];
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(got[4], alone);
+  // Another seed gives another text (the seed is used at all).
+  json other = req;
+  other["seed"] = 4321;
+  EXPECT_NE(post("/v1/completions", other)["choices"][0]["text"].get<std::string>(), alone);
+}
+
+TEST_F(Serve, SecondRequestWithTheSameSystemPromptReusesItsKvCells) {
+  std::string system;
+  for (int i = 0; i < 60; ++i) system += "The quick brown fox jumps over the lazy dog. ";
+  const size_t n_system = post("/tokenize", {{"content", system}})["tokens"].size();
+  ASSERT_GT(n_system, 400u);
+  ASSERT_TRUE(wait_metric("tandem_kv_cells_used", 0));
+  const int64_t reused0 = metric("tandem_prompt_tokens_reused_total");
+  RawStream first(server_->port(),
+                  json{{"prompt", system + "First question"}, {"max_tokens", 4000}, {"ignore_eos", true}});
+  ASSERT_TRUE(first.wait_for_tokens(1));  // prefilled: its prompt is in the KV
+  const int64_t used1 = metric("tandem_kv_cells_used");
+  RawStream second(server_->port(),
+                   json{{"prompt", system + "Second question"}, {"max_tokens", 4000}, {"ignore_eos", true}});
+  ASSERT_TRUE(second.wait_for_tokens(1));
+  const int64_t used2 = metric("tandem_kv_cells_used");
+  // Without sharing the second request would add its whole prompt (> 400 cells); with it, only its own
+  // tail and the tokens both generated meanwhile (a few steps' worth).
+  EXPECT_GE(used1, int64_t(n_system));
+  EXPECT_LT(used2 - used1, int64_t(n_system) / 2) << "used " << used1 << " then " << used2;
+  EXPECT_GE(metric("tandem_prompt_tokens_reused_total") - reused0, int64_t(n_system) - 16);
+}
+
+TEST_F(Serve, MetricsCountTokensLatenciesAndKv) {
+  post("/v1/completions", {{"prompt", "Metrics"}, {"max_tokens", 5}, {"temperature", 0}, {"ignore_eos", true}});
+  auto c = client();
+  auto r = c.Get("/metrics");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  for (const char* name : {"tandem_requests_running", "tandem_requests_queued", "tandem_prompt_tokens_total",
+                           "tandem_generated_tokens_total", "tandem_tokens_per_second", "tandem_kv_cells_used",
+                           "tandem_kv_cells_total", "tandem_time_to_first_token_seconds_bucket",
+                           "tandem_inter_token_latency_seconds_bucket"})
+    EXPECT_NE(r->body.find(std::string("\n") + name), std::string::npos) << name;
+  EXPECT_GE(metric("tandem_generated_tokens_total"), 5);
+  EXPECT_GE(metric("tandem_prompt_tokens_total"), 1);
+  EXPECT_GE(metric("tandem_time_to_first_token_seconds_count"), 1);
+  EXPECT_GE(metric("tandem_inter_token_latency_seconds_count"), 4);
+  EXPECT_GE(metric("tandem_kv_cells_total"), 8192);
+}
+
+// A server with one slot and a queue of one: a second request waits (then 503 after --queue-timeout), a
+// third is refused at once with 503; the server still serves when the slot is free again.
+TEST(ServeAdmission, FullQueueAndQueueTimeoutAre503) {
+  ServerProcess s("--parallel 1 --ctx 8192 --max-queue 1 --queue-timeout 2");
+  ASSERT_GT(s.port(), 0);
+  auto runner = std::make_unique<RawStream>(
+      s.port(), json{{"prompt", "Long"}, {"max_tokens", 8000}, {"ignore_eos", true}});
+  ASSERT_TRUE(runner->wait_for_tokens(1));
+  int waited_status = 0;
+  std::string waited_body;
+  std::thread waiter([&] {
+    httplib::Client c("127.0.0.1", s.port());
+    c.set_read_timeout(60, 0);
+    auto r = c.Post("/v1/completions", json{{"prompt", "Queued"}, {"max_tokens", 2}}.dump(), "application/json");
+    if (r) waited_status = r->status, waited_body = r->body;
+  });
+  ASSERT_TRUE(wait_metric_at(s.port(), "tandem_requests_queued", 1));
+  httplib::Client c("127.0.0.1", s.port());
+  c.set_read_timeout(60, 0);
+  auto full = c.Post("/v1/completions", json{{"prompt", "Third"}, {"max_tokens", 2}}.dump(), "application/json");
+  ASSERT_TRUE(full);
+  EXPECT_EQ(full->status, 503);
+  EXPECT_NE(full->body.find("queue is full"), std::string::npos) << full->body;
+  waiter.join();
+  EXPECT_EQ(waited_status, 503);
+  EXPECT_NE(waited_body.find("\"error\""), std::string::npos);
+  runner.reset();  // the slot frees at once
+  ASSERT_TRUE(wait_metric_at(s.port(), "tandem_requests_running", 0));
+  auto ok = c.Post("/v1/completions", json{{"prompt", "Now"}, {"max_tokens", 2}}.dump(), "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+  EXPECT_GE(metric_at(s.port(), "tandem_requests_rejected_total"), 2);
+}
+
+TEST(ServeCli, UnknownChatTemplateRefusesToStart) {
+  const auto r = tandem::test::run_tandem("serve --port 0 --chat-template no-such-template");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("chatml"), std::string::npos) << r.out;  // the message lists the known names
+}
+
+TEST(ParallelCli, SimulatesConcurrentClientsThroughTheScheduler) {
+  const auto r = tandem::test::run_tandem(
+      "parallel --parallel 4 --sequences 8 --prompt-min 4 --prompt-max 12 --shared 32 -n 6 --ctx 2048 "
+      "--kv-unified",
+      tandem::test::Stderr::Discard);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("generated tokens: 48,"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rejected: 0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tokens/s"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("KV: peak"), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -11,15 +11,10 @@
 #include <random>
 
 #include "core/error.h"
+#include "tandem/chat.h"
 #include "tandem/model.h"
 #include "tokenizer/tokenizer.h"
 
-// The chat templates live in src/chat/ (their own branch of work); chat completions are served when they are
-// built into the library.
-#if __has_include("chat/jinja_parser.h")
-#include "tandem/chat.h"
-#define TANDEM_SERVE_CHAT 1
-#endif
 
 namespace tandem::serve {
 
@@ -104,22 +99,21 @@ struct HttpServer::Impl {
   httplib::Server server;
   const tokenizer::Tokenizer* tok = nullptr;
   std::atomic<uint64_t> next_id{1};
-#ifdef TANDEM_SERVE_CHAT
   std::unique_ptr<ChatTemplate> chat;
   std::string chat_error;
-#endif
 
   Impl(Scheduler& s, HttpParams p) : sched(s), params(std::move(p)) {
     if (params.model_id.empty())
       params.model_id = std::filesystem::path(sched.model().info().path).stem().string();
     if (sched.model().has_tokenizer()) tok = &sched.model().tokenizer();
-#ifdef TANDEM_SERVE_CHAT
     try {
       chat = std::make_unique<ChatTemplate>(ChatTemplate::from_model(sched.model(), params.chat_template));
     } catch (const Error& e) {
-      chat_error = e.what();  // chat completions answer with it; plain completions still work
+      // A template asked for by name must work: the server refuses to start. A model without a usable
+      // template of its own still serves plain completions; chat completions answer with this message.
+      if (!params.chat_template.empty()) throw;
+      chat_error = e.what();
     }
-#endif
   }
 
   const tokenizer::Tokenizer& tokenizer() const {
@@ -456,7 +450,6 @@ struct HttpServer::Impl {
   }
 
   std::vector<int32_t> chat_prompt(const json& body) {
-#ifdef TANDEM_SERVE_CHAT
     if (!chat) throw ApiError{400, "invalid_request_error", "no_chat_template", chat_error};
     if (!has(body, "messages") || !body["messages"].is_array() || body["messages"].empty())
       bad_request("'messages' must be a non-empty list of messages", "invalid_type");
@@ -501,11 +494,6 @@ struct HttpServer::Impl {
     std::vector<int32_t> ids = t.encode(text, !has_bos, true);
     if (ids.empty()) bad_request("the conversation is empty after tokenization");
     return ids;
-#else
-    (void)body;
-    throw ApiError{501, "invalid_request_error", "not_implemented",
-                   "chat completions need the chat templates (src/chat/), which this build does not have"};
-#endif
   }
 
   // Runs a route, turning errors into OpenAI-shaped bodies.

@@ -1,6 +1,6 @@
 // The OpenAI-compatible HTTP front of `tandem serve` (cpp-httplib + nlohmann-json) over a Scheduler.
 //
-// Routes: POST /v1/completions, POST /v1/chat/completions (when the chat templates are built in), GET
+// Routes: POST /v1/completions, POST /v1/chat/completions (the model's template or --chat-template), GET
 // /v1/models, GET /health, POST /tokenize, POST /detokenize, GET /metrics. Errors are OpenAI-shaped:
 // {"error": {"message", "type", "code"}} with 400 (bad request), 401 (--api-key), 404 (unknown route or
 // model), 413 (body over --max-body), 503 (no room within the queue timeout).

@@ -70,6 +70,10 @@ void Metrics::on_prompt_tokens(int64_t n) {
   std::lock_guard lock(mu_);
   prompt_tokens_ += uint64_t(n);
 }
+void Metrics::on_prompt_tokens_reused(int64_t n) {
+  std::lock_guard lock(mu_);
+  prompt_tokens_reused_ += uint64_t(n);
+}
 void Metrics::on_generated_token() {
   std::lock_guard lock(mu_);
   ++generated_tokens_;
@@ -113,6 +117,9 @@ std::string Metrics::render() const {
               double(requests_rejected_));
   s += metric("tandem_http_requests_total", "counter", "HTTP requests received.", double(http_requests_));
   s += metric("tandem_prompt_tokens_total", "counter", "Prompt tokens prefilled.", double(prompt_tokens_));
+  s += metric("tandem_prompt_tokens_reused_total", "counter",
+              "Prompt tokens not prefilled: forked from another request's KV cells (prefix sharing).",
+              double(prompt_tokens_reused_));
   s += metric("tandem_generated_tokens_total", "counter", "Tokens generated.", double(generated_tokens_));
   s += metric("tandem_tokens_per_second", "gauge", "Generated tokens per second over the last second.",
               tokens_per_s_);

@@ -29,6 +29,7 @@ class Metrics {
   Metrics();
   void on_step(int running, int queued, int64_t kv_used, int64_t kv_total);
   void on_prompt_tokens(int64_t n);
+  void on_prompt_tokens_reused(int64_t n);  // forked from another request's KV (prefix sharing)
   void on_generated_token();
   void on_first_token(double seconds);  // time to first token of a request
   void on_inter_token(double seconds);
@@ -42,7 +43,7 @@ class Metrics {
   mutable std::mutex mu_;
   int running_ = 0, queued_ = 0;
   int64_t kv_used_ = 0, kv_total_ = 0;
-  uint64_t prompt_tokens_ = 0, generated_tokens_ = 0;
+  uint64_t prompt_tokens_ = 0, prompt_tokens_reused_ = 0, generated_tokens_ = 0;
   uint64_t requests_done_ = 0, requests_cancelled_ = 0, requests_rejected_ = 0, http_requests_ = 0;
   double start_s_ = 0.0;
   // tokens/s over the last window: (time, generated total) at the window start

@@ -160,6 +160,7 @@ void Scheduler::admit(Clock::time_point now) {
     if (best >= 16) {
       session_->seq_fork(best_seq, seq, best);
       a->n_kv = best;
+      metrics_.on_prompt_tokens_reused(best);
     }
     slots_[size_t(seq)] = std::move(a);
   }

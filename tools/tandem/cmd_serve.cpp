@@ -1,5 +1,6 @@
 // `tandem serve -m MODEL.gguf [--host H] [--port P] [--parallel N] [--ctx N] [--kv-unified] [--batch N]
-// [--api-key KEY] [--devices LIST --split-mode MODE ...]`: an OpenAI-compatible HTTP server (src/serve/).
+// [--queue-timeout S] [--max-queue N] [--chat-template NAME] [--api-key KEY] [--devices LIST --split-mode MODE]`:
+// an OpenAI-compatible HTTP server (src/serve/).
 //
 // Prints "listening on http://HOST:PORT" on stdout once it accepts connections (--port 0: a free port, so
 // tests read the port from that line). Runs until SIGINT/SIGTERM.
@@ -31,6 +32,7 @@ struct ServeArgs {
   int threads = 0;
   bool kv_unified = false;
   double queue_timeout = 30.0;
+  int max_queue = 1024;
   std::string api_key;
   std::string alias;
   std::string chat_template;
@@ -54,6 +56,7 @@ void run_serve(const ServeArgs& a) {
         "--threads must be in [0, " + std::to_string(ThreadPool::kMaxThreads) + "], got " +
             std::to_string(a.threads));
   check(a.queue_timeout > 0, "--queue-timeout must be positive (seconds)");
+  check(a.max_queue >= 0, "--max-queue must be >= 0, got " + std::to_string(a.max_queue));
   check(a.max_body >= 1024, "--max-body must be at least 1024 bytes, got " + std::to_string(a.max_body));
   ModelParams mp;
   mp.n_threads = a.threads;
@@ -66,6 +69,7 @@ void run_serve(const ServeArgs& a) {
   sp.kv_unified = a.kv_unified;
   sp.n_batch = a.batch;
   sp.queue_timeout_s = a.queue_timeout;
+  sp.max_queue = a.max_queue;
   check(a.kv_unified || a.ctx / a.parallel >= 64,
         "--ctx " + std::to_string(a.ctx) + " split over --parallel " + std::to_string(a.parallel) +
             " slots leaves fewer than 64 positions each; raise --ctx or use --kv-unified");
@@ -108,6 +112,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("-t,--threads", args->threads, "CPU threads (0: all cores)");
   cmd->add_option("--queue-timeout", args->queue_timeout,
                   "Seconds a request waits for a slot / KV room before a 503");
+  cmd->add_option("--max-queue", args->max_queue,
+                  "Requests that may wait for a slot; more are refused at once with a 503");
   cmd->add_option("--api-key", args->api_key, "Require 'Authorization: Bearer KEY' (401 otherwise)");
   cmd->add_option("--alias", args->alias, "Model name reported by /v1/models (default: the file's stem)");
   cmd->add_option("--chat-template", args->chat_template, "Chat template name or .jinja file");
