@@ -3,14 +3,14 @@
 # bench/serve_load.py (concurrent streaming clients, optional random aborts) at several concurrency levels and
 # prints throughput, TTFT / inter-token latency percentiles, KV use and the server's RSS per level.
 #
-#   bench/serve_load.sh [-m MODEL.gguf] [--parallel N] [--ctx N] [--bin build/tandem] [-- LOAD_ARGS...]
+#   bench/serve_load.sh [-m MODEL.gguf] [--parallel N] [--ctx N] [--bin build/bin/tandem] [-- LOAD_ARGS...]
 #   bench/serve_load.sh --parallel 16 --ctx 16384 -- --concurrency 1,4,16,64 --duration 60 --abort 0.1
 #
 # Everything after `--` goes to serve_load.py (see its --help). Exits non-zero when a request was lost or KV
 # cells stayed in use after the load.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=build/tandem
+bin=build/bin/tandem
 model=""
 parallel=8
 ctx=8192
