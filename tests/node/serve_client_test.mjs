@@ -58,8 +58,8 @@ function fetchClient(baseURL, apiKey) {
     return { async *[Symbol.asyncIterator]() { yield* chunks; } };
   };
   return {
-    completions: { create: (b) => post("/v1/completions", b) },
-    chat: { completions: { create: (b) => post("/v1/chat/completions", b) } },
+    completions: { create: (b) => post("/completions", b) },
+    chat: { completions: { create: (b) => post("/chat/completions", b) } },
     models: { list: async () => {
       const r = await fetch(baseURL + "/models", { headers: { Authorization: `Bearer ${apiKey}` } });
       return r.json();
