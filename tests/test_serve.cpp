@@ -397,11 +397,11 @@ TEST_F(Serve, SecondRequestWithTheSameSystemPromptReusesItsKvCells) {
   ASSERT_TRUE(wait_metric("tandem_kv_cells_used", 0));
   const int64_t reused0 = metric("tandem_prompt_tokens_reused_total");
   RawStream first(server_->port(),
-                  json{{"prompt", system + "First question"}, {"max_tokens", 4000}, {"ignore_eos", true}});
+                  json{{"prompt", system + "First question"}, {"max_tokens", 2000}, {"ignore_eos", true}});
   ASSERT_TRUE(first.wait_for_tokens(1));  // prefilled: its prompt is in the KV
   const int64_t used1 = metric("tandem_kv_cells_used");
   RawStream second(server_->port(),
-                   json{{"prompt", system + "Second question"}, {"max_tokens", 4000}, {"ignore_eos", true}});
+                   json{{"prompt", system + "Second question"}, {"max_tokens", 2000}, {"ignore_eos", true}});
   ASSERT_TRUE(second.wait_for_tokens(1));
   const int64_t used2 = metric("tandem_kv_cells_used");
   // Without sharing the second request would add its whole prompt (> 400 cells); with it, only its own

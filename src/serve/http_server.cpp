@@ -2,6 +2,7 @@
 #include "serve/http_server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <chrono>
 #include <cmath>
@@ -99,6 +100,7 @@ struct HttpServer::Impl {
   httplib::Server server;
   const tokenizer::Tokenizer* tok = nullptr;
   std::atomic<uint64_t> next_id{1};
+  int listen_fd = -1;  // the listening socket, seen when httplib creates it
   std::unique_ptr<ChatTemplate> chat;
   std::string chat_error;
 
@@ -517,6 +519,10 @@ struct HttpServer::Impl {
     const int threads = params.n_http_threads > 0 ? params.n_http_threads : 2 * sched.params().n_slots + 16;
     server.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
     server.set_payload_max_length(params.max_body);
+    server.set_socket_options([this](socket_t sock) {
+      httplib::default_socket_options(sock);
+      listen_fd = int(sock);
+    });
     server.set_keep_alive_max_count(1000);
     server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
       if (params.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
@@ -614,6 +620,9 @@ int HttpServer::bind() {
     check(impl_->server.bind_to_port(p.host, port),
           "cannot listen on " + p.host + ":" + std::to_string(port) + " (--host/--port: in use or not allowed)");
   }
+  // httplib 0.11 listens with a backlog of 5 (compiled into Debian's library): a burst of clients connecting
+  // at once would see dropped SYNs and one-second retries. Listening again on the bound socket raises it.
+  if (impl_->listen_fd >= 0) ::listen(impl_->listen_fd, SOMAXCONN);
   return port;
 }
 

@@ -134,30 +134,33 @@ void Scheduler::admit(Clock::time_point now) {
         seq = int32_t(s);
         break;
       }
-    const int64_t need = int64_t(w.req.prompt.size()) + w.req.gen.max_tokens + 2 * block_;
-    const bool fits = session_->kv_free_positions() - reserved_positions() >= need;
-    if (seq < 0 || !fits) break;
+    if (seq < 0) break;
+    // Prefix sharing: the longest common prefix with the tokens already in another request's KV (at least
+    // one token must remain to prefill: its logits start the generation). Forked, those cells are shared, so
+    // the request needs room only for the rest.
+    const std::vector<int32_t>& prompt = w.req.prompt;
+    int32_t best = 0, best_seq = -1;
+    for (const auto& o : slots_) {
+      if (!o) continue;
+      const int32_t lim = std::min<int32_t>(o->n_kv, int32_t(prompt.size()) - 1);
+      int32_t l = 0;
+      while (l < lim && o->tokens[size_t(l)] == prompt[size_t(l)]) ++l;
+      if (l > best) {
+        best = l;
+        best_seq = o->seq;
+      }
+    }
+    if (best < block_) best = 0;  // less than a block: not worth a fork
+    const int64_t need = int64_t(prompt.size()) + w.req.gen.max_tokens + 2 * block_ - best;
+    if (session_->kv_free_positions() - reserved_positions() < need) break;
     auto a = std::make_unique<Active>(std::move(w.req), w.since);
     waiting_.pop_front();
     a->seq = seq;
     a->tokens = a->req.prompt;
     if (tok_) a->detok = std::make_unique<tokenizer::StreamingDetokenizer>(*tok_);
     a->sampler.accept(a->req.prompt);
-    // Prefix sharing: fork the longest common prefix already in another request's KV (at least one token
-    // must remain to prefill: its logits start the generation).
-    int32_t best = 0, best_seq = -1;
-    for (const auto& o : slots_) {
-      if (!o) continue;
-      const int32_t lim = std::min<int32_t>(o->n_kv, int32_t(a->tokens.size()) - 1);
-      int32_t l = 0;
-      while (l < lim && o->tokens[size_t(l)] == a->tokens[size_t(l)]) ++l;
-      if (l > best) {
-        best = l;
-        best_seq = o->seq;
-      }
-    }
     session_->seq_clear(seq);
-    if (best >= 16) {
+    if (best > 0) {
       session_->seq_fork(best_seq, seq, best);
       a->n_kv = best;
       metrics_.on_prompt_tokens_reused(best);
