@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "model/blocks.h"
+#include "model/gemma4_moe.h"
 #include "model/weight_loader.h"
 #include "parallel/comm.h"
 
@@ -52,6 +53,7 @@ struct Gemma4Layer {
   std::optional<Tensor> wv;  // absent: V is the raw K projection
   Tensor ffn_norm, gate, up, down, post_ffw_norm;
   float output_scale = 1.0f;  // layer_output_scale (1 when absent)
+  std::optional<Gemma4MoeWeights> moe;  // C.5: an expert branch beside the dense MLP
 };
 
 struct Gemma4Weights {
@@ -66,6 +68,8 @@ struct Gemma4Scratch : ForwardScratch {
   Tensor x;  // {n_embd, max_rows}: the residual stream
   BlockScratch blocks;
   Tensor xo;
+  Buffer moe_buffer;  // MoE models only
+  Gemma4MoeScratch moe;
 };
 
 class Gemma4Model : public DecoderModel {
@@ -151,6 +155,13 @@ class Gemma4Model : public DecoderModel {
                                   widest([](const LayerShape& d) { return d.head_dim_v; })});
     plan.max_n_head = std::max(plan.max_n_head, widest([](const LayerShape& d) { return d.n_head; }));
     plan.max_vocab = std::max(plan.max_vocab, int64_t(shard_.vocab.size()));
+    if (hp_.n_expert > 0) {
+      const int64_t fe = n_ff_exp_local();
+      s->moe_buffer = device.allocate(gemma4_moe_scratch_bytes(hp_, fe, max_rows));
+      s->moe = gemma4_moe_scratch(hp_, fe, max_rows, s->moe_buffer.data(), device.id());
+      plan.max_routed_rows = std::max(plan.max_routed_rows, hp_.n_expert_used * max_rows);
+      plan.max_matmul_in = std::max(plan.max_matmul_in, fe);
+    }
     if (comm_) comm_->reserve(size_t(E) * size_t(max_rows) * sizeof(float));
     return s;
   }
@@ -174,7 +185,7 @@ class Gemma4Model : public DecoderModel {
       tap(int(il));
       attention(run, w_.layers[size_t(il)], local_[size_t(il)], sc.blocks, x, in.positions, kv[local],
                 in.kv_group(local));
-      ffn(run, w_.layers[size_t(il)], local_[size_t(il)].n_ff, sc.blocks, x);
+      ffn(run, w_.layers[size_t(il)], local_[size_t(il)].n_ff, sc, x);
       if (w_.layers[size_t(il)].output_scale != 1.0f) ops.scale(st, x, w_.layers[size_t(il)].output_scale, x);
     }
     if (!shard_.last) return;
@@ -223,9 +234,15 @@ class Gemma4Model : public DecoderModel {
     ops.add(st, x, proj, x);
   }
 
-  // x += RMS(down(gelu_tanh(gate(g)) * up(g))) * post_ffw_norm, g = RMS(x) * ffn_norm.
-  static void ffn(const BlockRun& run, const Gemma4Layer& w, int64_t n_ff, const BlockScratch& sc,
-                  const Tensor& x) {
+  int64_t n_ff_exp_local() const {
+    return shard_.mode == SplitMode::Tensor ? shard_.ff_exp.size() : hp_.n_ff_exp;
+  }
+
+  // x += RMS(f) * post_ffw_norm with f = down(gelu_tanh(gate(g)) * up(g)), g = RMS(x) * ffn_norm; in a MoE
+  // layer f = RMS(f) * post_ffw_norm_1 + the expert branch (gemma4_moe.h), C.5.
+  void ffn(const BlockRun& run, const Gemma4Layer& w, int64_t n_ff, const Gemma4Scratch& scratch,
+           const Tensor& x) const {
+    const BlockScratch& sc = scratch.blocks;
     Stream& st = run.st;
     Ops& ops = run.ops;
     const int64_t T = x.ne[1];
@@ -237,6 +254,12 @@ class Gemma4Model : public DecoderModel {
     ops.gelu_mul(st, gate, up, act);
     ops.matmul(st, w.down, act, proj);
     run.reduce(proj);
+    if (w.moe) {
+      ops.rms_norm(st, proj, &w.moe->post_norm_1, run.eps, proj);
+      const Tensor moe_out = mat(scratch.moe.out, x.ne[0], T);
+      gemma4_moe_branch(run, *w.moe, scratch.moe, hp_, x, h, moe_out);
+      ops.add(st, proj, moe_out, proj);
+    }
     ops.rms_norm(st, proj, &w.post_ffw_norm, run.eps, proj);
     ops.add(st, x, proj, x);
   }
@@ -277,8 +300,9 @@ std::unique_ptr<DecoderModel> load_gemma4(const gguf::GgufFile& file, const Mode
                                           const DecoderLoadContext& ctx) {
   check(!ctx.rules.empty(), "internal: the load context has no shard rules");
   check(hp.n_vocab > 0, "n_vocab is not set (read the hparams with read_model_hparams)");
-  check(file.get_int("gemma4.expert_count", 0) == 0 && !file.find_tensor("blk.0.ffn_gate_inp.weight"),
-        file.path() + ": gemma4 mixture-of-experts layers are not supported yet");
+  check(hp.n_expert > 0 || !file.find_tensor("blk.0.ffn_gate_inp.weight"),
+        file.path() + ": the file has expert router tensors (blk.0.ffn_gate_inp.weight) but no "
+                      "gemma4.expert_count");
   check(file.get_int("gemma4.embedding_length_per_layer_input", 0) == 0 &&
             file.get_int("gemma4.attention.shared_kv_layers", 0) == 0,
         file.path() + ": gemma4 E2B/E4B per-layer inputs and KV sharing are not supported yet");
@@ -322,6 +346,7 @@ std::unique_ptr<DecoderModel> load_gemma4(const gguf::GgufFile& file, const Mode
     L.up = ld.matrix(blk(il, "ffn_up.weight"), {E, P.n_ff});
     L.down = ld.matrix(blk(il, "ffn_down.weight"), {P.n_ff, E});
     L.post_ffw_norm = ld.vector(blk(il, "post_ffw_norm.weight"), E);
+    if (hp.n_expert > 0) L.moe = load_gemma4_moe(ld, hp, il);
     const std::string scale_name = blk(il, "layer_output_scale.weight");
     if (ld.has(scale_name)) {
       (void)ld.optional_vector(scale_name, 1);  // marks it used; the value is applied as a host scalar

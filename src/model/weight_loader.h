@@ -65,6 +65,7 @@ class WeightLoader {
   // The part of the full host tensor `t` this rank holds under `rule` (tensor split cuts), unchanged
   // otherwise.
   Tensor cut(const Tensor& t, const ShardRule* rule, int64_t layer) const;
+  bool is_fused_experts(int64_t out_rows, const ShardRule* rule) const;
   // Bytes of this rank's part of a file tensor (for the up-front device allocation).
   size_t part_bytes(const gguf::TensorInfo& info, const ShardRule* rule, int64_t layer) const;
   Tensor place(const Tensor& host, const std::string& key);
