@@ -37,6 +37,10 @@ struct G4Config {
   float base = 1e6f, base_swa = 1e4f;
   float softcap = 0.0f;
   float eps = 1e-6f;
+  // Mixture of experts (C.5) in every layer when n_expert > 0: fused gate_up experts or separate gate/up.
+  int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+  bool fused_gate_up = true;
+  bool down_scale = true;  // ffn_down_exps.scale present
 };
 
 struct G4Model {
@@ -93,6 +97,27 @@ inline G4Model make_g4(const G4Config& c, uint64_t seed) {
     matrix(bn(l, "ffn_down.weight"), ff, E, 2.0);
     vec(bn(l, "post_ffw_norm.weight"), E, 1.0, 0.3);
     if (l % 2 == 1) vec(bn(l, "layer_output_scale.weight"), 1, 0.7, 0.2);
+    if (c.n_expert > 0) {
+      const int64_t ne = c.n_expert, fe = c.n_ff_exp;
+      matrix(bn(l, "ffn_gate_inp.weight"), E, ne, 4.0);  // peaky router: no near-ties in the top-k
+      vec(bn(l, "ffn_gate_inp.scale"), E, 1.0, 0.3);
+      vec(bn(l, "pre_ffw_norm_2.weight"), E, 1.0, 0.3);
+      vec(bn(l, "post_ffw_norm_1.weight"), E, 1.0, 0.3);
+      vec(bn(l, "post_ffw_norm_2.weight"), E, 1.0, 0.3);
+      // 3-D {in, out, n_expert}: expert e's matrix is rows [e * out, (e + 1) * out) of a 2-D one.
+      auto experts = [&](const std::string& name, int64_t in, int64_t out) {
+        matrix(name, in, out * ne, 2.0);
+        m.ne[name] = {in, out, ne};
+      };
+      if (c.fused_gate_up) {
+        experts(bn(l, "ffn_gate_up_exps.weight"), E, 2 * fe);
+      } else {
+        experts(bn(l, "ffn_gate_exps.weight"), E, fe);
+        experts(bn(l, "ffn_up_exps.weight"), E, fe);
+      }
+      experts(bn(l, "ffn_down_exps.weight"), fe, E);
+      if (c.down_scale) vec(bn(l, "ffn_down_exps.scale"), ne, 1.0, 0.5);
+    }
   }
   return m;
 }
@@ -131,6 +156,11 @@ inline void write_g4(const G4Model& m, const std::filesystem::path& path,
   w.set(a + "attention.shared_kv_layers", Value::u32(0));
   w.set(a + "embedding_length_per_layer_input", Value::u32(0));
   if (c.softcap > 0) w.set(a + "final_logit_softcapping", Value::f32(c.softcap));
+  if (c.n_expert > 0) {
+    w.set(a + "expert_count", Value::u32(uint32_t(c.n_expert)));
+    w.set(a + "expert_used_count", Value::u32(uint32_t(c.n_expert_used)));
+    w.set(a + "expert_feed_forward_length", Value::u32(uint32_t(c.n_ff_exp)));
+  }
   for (const auto& [k, v] : extra_keys) w.set(k, v);
   for (const auto& [name, vals] : m.w) {
     std::vector<uint8_t> bytes(vals.size() * 4);
@@ -178,6 +208,57 @@ inline void rope(Vec& x, size_t off, int64_t n_rot, double base, int pos, const 
     x[off + size_t(i)] = a * c - b * s;
     x[off + size_t(i + half)] = a * s + b * c;
   }
+}
+
+inline double gelu_tanh(double z) {
+  return 0.5 * z * (1 + std::tanh(std::sqrt(2.0 / 3.14159265358979323846) * (z + 0.044715 * z * z * z)));
+}
+
+// The expert branch of layer l on x1 (C.5 steps 1-7): RMS(sum_j w_j * scale_e * down_e(gelu(gate_e(h)) *
+// up_e(h))) * post_ffw_norm_2, h = RMS(x1) * pre_ffw_norm_2, experts and weights from the router.
+inline Vec reference_moe(const G4Model& m, int64_t l, const Vec& x1) {
+  const G4Config& c = m.c;
+  const int64_t E = c.n_embd, ne = c.n_expert, fe = c.n_ff_exp;
+  auto W = [&](const char* n) -> const std::vector<float>& { return m.w.at(bn(l, n)); };
+  Vec r = x1;
+  rms(r, 0, size_t(E), nullptr, c.eps);
+  for (int64_t i = 0; i < E; ++i) r[size_t(i)] *= double(W("ffn_gate_inp.scale")[size_t(i)]) / std::sqrt(double(E));
+  const Vec logits = matvec(W("ffn_gate_inp.weight"), E, ne, r);
+  const double mx = *std::max_element(logits.begin(), logits.end());
+  double z = 0;
+  for (double v : logits) z += std::exp(v - mx);
+  std::vector<int64_t> order(static_cast<size_t>(ne));
+  for (int64_t e = 0; e < ne; ++e) order[size_t(e)] = e;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return logits[size_t(a)] > logits[size_t(b)]; });
+  double sum = 0;
+  for (int64_t j = 0; j < c.n_expert_used; ++j) sum += std::exp(logits[size_t(order[size_t(j)])] - mx) / z;
+  Vec h = x1;
+  rms(h, 0, size_t(E), &W("pre_ffw_norm_2.weight"), c.eps);
+  Vec out(static_cast<size_t>(E), 0.0);
+  for (int64_t j = 0; j < c.n_expert_used; ++j) {
+    const int64_t e = order[size_t(j)];
+    const double w = std::exp(logits[size_t(e)] - mx) / z / std::max(sum, 6.1035e-5) *
+                     (c.down_scale ? double(W("ffn_down_exps.scale")[size_t(e)]) : 1.0);
+    auto expert_rows = [&](const char* name, int64_t first, int64_t rows, int64_t per_expert, int64_t in) {
+      const std::vector<float>& all = W(name);
+      return std::vector<float>(all.begin() + (e * per_expert + first) * in,
+                                all.begin() + (e * per_expert + first + rows) * in);
+    };
+    Vec gate, up;
+    if (c.fused_gate_up) {
+      gate = matvec(expert_rows("ffn_gate_up_exps.weight", 0, fe, 2 * fe, E), E, fe, h);
+      up = matvec(expert_rows("ffn_gate_up_exps.weight", fe, fe, 2 * fe, E), E, fe, h);
+    } else {
+      gate = matvec(expert_rows("ffn_gate_exps.weight", 0, fe, fe, E), E, fe, h);
+      up = matvec(expert_rows("ffn_up_exps.weight", 0, fe, fe, E), E, fe, h);
+    }
+    for (int64_t i = 0; i < fe; ++i) gate[size_t(i)] = gelu_tanh(gate[size_t(i)]) * up[size_t(i)];
+    const Vec y = matvec(expert_rows("ffn_down_exps.weight", 0, E, E, fe), fe, E, gate);
+    for (int64_t i = 0; i < E; ++i) out[size_t(i)] += w * y[size_t(i)];
+  }
+  rms(out, 0, size_t(E), &W("post_ffw_norm_2.weight"), c.eps);
+  return out;
 }
 
 inline std::vector<Vec> reference_logits(const G4Model& m, const std::vector<int32_t>& toks) {
@@ -249,6 +330,11 @@ inline std::vector<Vec> reference_logits(const G4Model& m, const std::vector<int
         gate[size_t(i)] = gelu * up[size_t(i)];
       }
       Vec f = matvec(W(bn(l, "ffn_down.weight")), ff, E, gate);
+      if (c.n_expert > 0) {  // C.5: RMS(dense) * post_ffw_norm_1 + the expert branch
+        rms(f, 0, size_t(E), &W(bn(l, "post_ffw_norm_1.weight")), eps);
+        const Vec moe = reference_moe(m, l, xt);
+        for (int64_t i = 0; i < E; ++i) f[size_t(i)] += moe[size_t(i)];
+      }
       rms(f, 0, size_t(E), &W(bn(l, "post_ffw_norm.weight")), eps);
       for (int64_t i = 0; i < E; ++i) xt[size_t(i)] += f[size_t(i)];
       if (auto it = m.w.find(bn(l, "layer_output_scale.weight")); it != m.w.end())
