@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "gguf/gguf.h"
+#include "parallel/shard_rules.h"
 #include "test_gemma4_fixture.h"
 
 namespace tandem {
@@ -92,6 +93,38 @@ TEST(Gemma4Moe, LayerTensorAndRowSplitsOverTwoCpuRanksGiveTheSingleDeviceLogits)
       EXPECT_LE(row_error(split.steps, as_double(single.steps)), 1e-5);
       EXPECT_EQ(split.tokens, single.tokens);
     }
+  }
+}
+
+// F.2 / F.3: every expert's n_ff is cut at multiples of the down experts' block size (the last rank takes the
+// rest); a split that leaves a rank without expert rows is an Error before any weight is read.
+TEST(Gemma4Moe, ExpertRowsAreCutAtTheDownExpertsBlockSize) {
+  MeshSpec mesh;
+  mesh.mode = SplitMode::Tensor;
+  mesh.devices = {DeviceId{DeviceKind::CPU, 0}, DeviceId{DeviceKind::CPU, 1}};
+  mesh.ratios = {0.5, 0.5};
+  ShardDims d;
+  d.n_layer = 1;
+  d.n_head = d.n_head_kv = 2;
+  d.head_dim_k = d.head_dim_v = 32;
+  d.n_ff = 64;
+  d.n_vocab = 10;
+  d.n_ff_exp = 704;
+  d.ffn_down_exps_block = 256;  // q4_k down experts
+  std::vector<RankShard> s = plan_shards(mesh, d);
+  EXPECT_EQ(s[0].ff_exp, (Range{0, 256}));
+  EXPECT_EQ(s[1].ff_exp, (Range{256, 704}));
+  EXPECT_EQ(s[1].cut_range(CutUnit::ExpertFfRows, d, 0), (Range{256, 704}));
+  d.ffn_down_exps_block = 32;  // q8_0
+  s = plan_shards(mesh, d);
+  EXPECT_EQ(s[0].ff_exp, (Range{0, 352}));
+  d.n_ff_exp = 200;
+  d.ffn_down_exps_block = 256;
+  try {
+    plan_shards(mesh, d);
+    FAIL() << "a rank without expert rows was planned";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expert feed-forward rows"), std::string::npos) << e.what();
   }
 }
 

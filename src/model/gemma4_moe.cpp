@@ -21,10 +21,11 @@ size_t padded(size_t bytes) {
   return (bytes + kAlign - 1) / kAlign * kAlign;
 }
 
-// Half `half` of a fused gate_up view: {in, rows, 2, n_expert} (cut) or the whole {in, 2 rows, n_expert}.
-Tensor fused_half(Tensor gu, int half) {
-  if (gu.ne[3] == 1) {  // uncut: rows [0, n) are gate, [n, 2n) up
-    const int64_t n = gu.ne[1] / 2;
+// Half `half` of a fused gate_up view: the whole {in, 2 n_ff_exp, n_expert}, or a tensor-split rank's
+// {in, rows, 2, n_expert} (both halves cut, weight_loader.h).
+Tensor fused_half(Tensor gu, int64_t n_ff_exp, int half) {
+  if (gu.ne[1] == 2 * n_ff_exp && gu.ne[3] == 1) {  // whole: rows [0, n) are gate, [n, 2n) up
+    const int64_t n = n_ff_exp;
     gu.ne = {gu.ne[0], n, 2, gu.ne[2]};
     gu.nb = {gu.nb[0], gu.nb[1], gu.nb[1] * size_t(n), gu.nb[2]};
   }
@@ -53,8 +54,8 @@ Gemma4MoeWeights load_gemma4_moe(WeightLoader& ld, const ModelHparams& hp, int64
                   : "missing tensor " + fused + " (or " + gate + " and " + up + ")");
   if (has_fused) {
     const Tensor gu = ld.matrix(fused, {E, 2 * fe, ne});
-    w.gate_exps = fused_half(gu, 0);
-    w.up_exps = fused_half(gu, 1);
+    w.gate_exps = fused_half(gu, fe, 0);
+    w.up_exps = fused_half(gu, fe, 1);
   } else {
     w.gate_exps = ld.matrix(gate, {E, fe, ne});
     w.up_exps = ld.matrix(up, {E, fe, ne});

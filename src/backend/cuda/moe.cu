@@ -21,12 +21,16 @@ namespace {
 constexpr float kMinWeightSum = 6.1035e-5f;  // C.5: the selected probabilities' sum is clamped to >= this
 
 // ---- router: one warp per row -------------------------------------------------------------------------------
-__global__ void moe_route_kernel(const float* __restrict__ logits, int64_t l_ld, int64_t n_expert, int64_t T,
+constexpr int kRouteWarps = 4;
+
+__global__ void __launch_bounds__(kRouteWarps* kWarpSize) moe_route_kernel(const float* __restrict__ logits, int64_t l_ld, int64_t n_expert, int64_t T,
                                  int k, const float* __restrict__ expert_scale, int32_t* __restrict__ ids,
                                  float* __restrict__ weights) {
-  const int64_t t = int64_t(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
-  if (t >= T) return;
+  __shared__ int32_t chosen_ids[kRouteWarps][32];  // the experts already picked for this warp's row
+  const int64_t t = int64_t(blockIdx.x) * kRouteWarps + threadIdx.x / kWarpSize;
+  if (t >= T) return;  // whole warps leave together
   const int lane = threadIdx.x % kWarpSize;
+  int32_t* picked = chosen_ids[threadIdx.x / kWarpSize];
   const float* l = logits + t * l_ld;
   float mx = -INFINITY;
   for (int64_t e = lane; e < n_expert; e += kWarpSize) mx = fmaxf(mx, l[e]);
@@ -43,7 +47,7 @@ __global__ void moe_route_kernel(const float* __restrict__ logits, int64_t l_ld,
     int32_t best_e = int32_t(n_expert);
     for (int64_t e = lane; e < n_expert; e += kWarpSize) {
       bool taken = false;
-      for (int q = 0; q < j; ++q) taken |= __shfl_sync(0xffffffffu, chosen, q) == int32_t(e);
+      for (int q = 0; q < j; ++q) taken |= picked[q] == int32_t(e);
       if (!taken && (l[e] > best || best_e == int32_t(n_expert))) {
         best = l[e];
         best_e = int32_t(e);
@@ -62,7 +66,9 @@ __global__ void moe_route_kernel(const float* __restrict__ logits, int64_t l_ld,
     if (lane == j) {
       chosen = best_e;
       p_sel = expf(best - mx) / z;
+      picked[j] = best_e;
     }
+    __syncwarp();
   }
   float sum = 0.0f;
   for (int q = 0; q < k; ++q) sum += __shfl_sync(0xffffffffu, p_sel, q);  // in j order, as the CPU
@@ -240,8 +246,7 @@ void launch_moe_route(const Tensor& logits, const float* expert_scale, int32_t* 
                       cudaStream_t stream) {
   const int64_t T = logits.ne[1];
   if (T == 0) return;
-  constexpr int kWarps = 4;
-  moe_route_kernel<<<unsigned((T + kWarps - 1) / kWarps), kWarps * kWarpSize, 0, stream>>>(
+  moe_route_kernel<<<unsigned((T + kRouteWarps - 1) / kRouteWarps), kRouteWarps * kWarpSize, 0, stream>>>(
       static_cast<const float*>(logits.data), int64_t(logits.nb[1] / 4), logits.ne[0], T, k, expert_scale, ids,
       weights);
   TANDEM_CUDA_CHECK_LAUNCH();
