@@ -145,6 +145,12 @@ def make_hf(spec, seed, device):
              "num_experts", "top_k_experts", "moe_intermediate_size", "rope_parameters"]}
     print(f"  config used: {json.dumps(used, default=str)}", flush=True)
     model = Gemma4ForCausalLM(cfg).float().eval()
+    layer0 = sorted(k for k in model.state_dict() if k.startswith("model.layers.0."))
+    if moe and not any(".experts." in k or ".router." in k for k in layer0):
+        # PretrainedConfig keeps unknown keyword arguments as attributes, so the check above cannot see a
+        # misspelt MoE field; the model's parameters can.
+        raise RuntimeError(f"enable_moe_block gave no router/experts parameters; layer 0 has: {layer0}")
+    print(f"  layer 0 parameters: {layer0}", flush=True)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("router.proj.weight"):  # decisive top-k: logits with a spread of several units
