@@ -41,6 +41,15 @@ struct G4Config {
   int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
   bool fused_gate_up = true;
   bool down_scale = true;  // ffn_down_exps.scale present
+  // E2B/E4B (C.7): per-layer inputs of n_embd_pl values per layer (0 = none); the last n_shared_kv layers
+  // read the K/V of an earlier layer and have no attn_k / attn_v / attn_k_norm.
+  int64_t n_embd_pl = 0, n_shared_kv = 0;
+  // The layer whose K/V layer l reads (l itself unless it shares).
+  int64_t kv_source(int64_t l) const {
+    const int64_t first = n_layer - n_shared_kv;
+    if (n_shared_kv == 0 || l < first) return l;
+    return sliding[size_t(l)] ? first - 2 : first - 1;
+  }
 };
 
 struct G4Model {
@@ -79,16 +88,27 @@ inline G4Model make_g4(const G4Config& c, uint64_t seed) {
     m.w["rope_freqs.weight"] = f;
     m.ne["rope_freqs.weight"] = {c.hd_global / 2};
   }
+  if (c.n_embd_pl > 0) {
+    matrix("per_layer_token_embd.weight", c.n_embd_pl * c.n_layer, c.n_vocab, 3.0);
+    matrix("per_layer_model_proj.weight", E, c.n_embd_pl * c.n_layer, 2.0);
+    vec("per_layer_proj_norm.weight", c.n_embd_pl, 1.0, 0.3);
+  }
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const bool s = c.sliding[size_t(l)];
     const int64_t hd = s ? c.hd_swa : c.hd_global, kv = s ? c.n_kv_swa : c.n_kv_global;
+    const bool own_kv = c.kv_source(l) == l;
     vec(bn(l, "attn_norm.weight"), E, 1.0, 0.3);
     matrix(bn(l, "attn_q.weight"), E, c.n_head * hd, 1.5);
-    matrix(bn(l, "attn_k.weight"), E, kv * hd, 1.5);
-    if (s) matrix(bn(l, "attn_v.weight"), E, kv * hd, 1.5);
+    if (own_kv) matrix(bn(l, "attn_k.weight"), E, kv * hd, 1.5);
+    if (own_kv && s) matrix(bn(l, "attn_v.weight"), E, kv * hd, 1.5);
     matrix(bn(l, "attn_output.weight"), c.n_head * hd, E, 1.5);
     vec(bn(l, "attn_q_norm.weight"), hd, 1.0, 0.5);
-    vec(bn(l, "attn_k_norm.weight"), hd, 1.0, 0.5);
+    if (own_kv) vec(bn(l, "attn_k_norm.weight"), hd, 1.0, 0.5);
+    if (c.n_embd_pl > 0) {
+      matrix(bn(l, "inp_gate.weight"), E, c.n_embd_pl, 2.0);
+      matrix(bn(l, "proj.weight"), c.n_embd_pl, E, 2.0);
+      vec(bn(l, "post_norm.weight"), E, 1.0, 0.3);
+    }
     vec(bn(l, "post_attention_norm.weight"), E, 1.0, 0.3);
     vec(bn(l, "ffn_norm.weight"), E, 1.0, 0.3);
     const int64_t ff = c.n_ff[size_t(l)];
@@ -153,8 +173,8 @@ inline void write_g4(const G4Model& m, const std::filesystem::path& path,
   w.set(a + "attention.sliding_window", Value::u32(uint32_t(c.window)));
   w.set(a + "attention.sliding_window_pattern", Value::array(gguf::ValueType::BOOL, pattern));
   w.set(a + "attention.layer_norm_rms_epsilon", Value::f32(c.eps));
-  w.set(a + "attention.shared_kv_layers", Value::u32(0));
-  w.set(a + "embedding_length_per_layer_input", Value::u32(0));
+  w.set(a + "attention.shared_kv_layers", Value::u32(uint32_t(c.n_shared_kv)));
+  w.set(a + "embedding_length_per_layer_input", Value::u32(uint32_t(c.n_embd_pl)));
   if (c.softcap > 0) w.set(a + "final_logit_softcapping", Value::f32(c.softcap));
   if (c.n_expert > 0) {
     w.set(a + "expert_count", Value::u32(uint32_t(c.n_expert)));
@@ -271,10 +291,28 @@ inline std::vector<Vec> reference_logits(const G4Model& m, const std::vector<int
     for (int64_t i = 0; i < E; ++i)
       x[size_t(t)][size_t(i)] =
           double(W("token_embd.weight")[size_t(toks[size_t(t)] * E + i)]) * double(std::sqrt(float(E)));
+  // C.7 per-layer inputs: inp[t][l] = (RMS(proj(x0) / sqrt(E)) * proj_norm + pl_embd[t] * sqrt(npl)) / sqrt(2)
+  const int64_t npl = c.n_embd_pl;
+  std::vector<Vec> ple_in(static_cast<size_t>(T));
+  if (npl > 0) {
+    for (int64_t t = 0; t < T; ++t) {
+      Vec proj = matvec(W("per_layer_model_proj.weight"), E, npl * c.n_layer, x[size_t(t)]);
+      for (double& v : proj) v /= std::sqrt(double(E));
+      for (int64_t l = 0; l < c.n_layer; ++l) rms(proj, size_t(l * npl), size_t(npl), &W("per_layer_proj_norm.weight"), eps);
+      const std::vector<float>& pe = W("per_layer_token_embd.weight");
+      for (int64_t i = 0; i < npl * c.n_layer; ++i)
+        proj[size_t(i)] = (proj[size_t(i)] + double(pe[size_t(toks[size_t(t)] * npl * c.n_layer + i)]) *
+                                                 double(std::sqrt(float(npl)))) /
+                          std::sqrt(2.0);
+      ple_in[size_t(t)] = proj;
+    }
+  }
+  std::map<int64_t, std::pair<std::vector<Vec>, std::vector<Vec>>> kv_of;  // each own-KV layer's K and V
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const bool s = c.sliding[size_t(l)];
     const int64_t hd = s ? c.hd_swa : c.hd_global, nkv = s ? c.n_kv_swa : c.n_kv_global;
     const int64_t n_rot = s ? c.n_rot_swa : c.hd_global;
+    const bool own_kv = c.kv_source(l) == l;
     const double base = s ? c.base_swa : c.base;
     const std::vector<float>* factors = s ? nullptr : &W("rope_freqs.weight");
     std::vector<Vec> Q(static_cast<size_t>(T)), K(static_cast<size_t>(T)), V(static_cast<size_t>(T));
@@ -282,17 +320,24 @@ inline std::vector<Vec> reference_logits(const G4Model& m, const std::vector<int
       Vec h = x[size_t(t)];
       rms(h, 0, size_t(E), &W(bn(l, "attn_norm.weight")), eps);
       Q[size_t(t)] = matvec(W(bn(l, "attn_q.weight")), E, c.n_head * hd, h);
-      K[size_t(t)] = matvec(W(bn(l, "attn_k.weight")), E, nkv * hd, h);
-      V[size_t(t)] = s ? matvec(W(bn(l, "attn_v.weight")), E, nkv * hd, h) : K[size_t(t)];
       for (int64_t hh = 0; hh < c.n_head; ++hh) {
         rms(Q[size_t(t)], size_t(hh * hd), size_t(hd), &W(bn(l, "attn_q_norm.weight")), eps);
         rope(Q[size_t(t)], size_t(hh * hd), n_rot, base, int(t), factors);
       }
+      if (!own_kv) continue;  // C.7: K/V come from the source layer
+      K[size_t(t)] = matvec(W(bn(l, "attn_k.weight")), E, nkv * hd, h);
+      V[size_t(t)] = s ? matvec(W(bn(l, "attn_v.weight")), E, nkv * hd, h) : K[size_t(t)];
       for (int64_t hh = 0; hh < nkv; ++hh) {
         rms(K[size_t(t)], size_t(hh * hd), size_t(hd), &W(bn(l, "attn_k_norm.weight")), eps);
         rope(K[size_t(t)], size_t(hh * hd), n_rot, base, int(t), factors);
         rms(V[size_t(t)], size_t(hh * hd), size_t(hd), nullptr, eps);
       }
+    }
+    if (own_kv) {
+      kv_of[l] = {K, V};
+    } else {
+      K = kv_of.at(c.kv_source(l)).first;
+      V = kv_of.at(c.kv_source(l)).second;
     }
     for (int64_t t = 0; t < T; ++t) {
       Vec att(static_cast<size_t>(c.n_head * hd), 0.0);
@@ -337,6 +382,13 @@ inline std::vector<Vec> reference_logits(const G4Model& m, const std::vector<int
       }
       rms(f, 0, size_t(E), &W(bn(l, "post_ffw_norm.weight")), eps);
       for (int64_t i = 0; i < E; ++i) xt[size_t(i)] += f[size_t(i)];
+      if (npl > 0) {  // C.7 step 4
+        Vec g = matvec(W(bn(l, "inp_gate.weight")), E, npl, xt);
+        for (int64_t i = 0; i < npl; ++i) g[size_t(i)] = gelu_tanh(g[size_t(i)]) * ple_in[size_t(t)][size_t(l * npl + i)];
+        Vec p = matvec(W(bn(l, "proj.weight")), npl, E, g);
+        rms(p, 0, size_t(E), &W(bn(l, "post_norm.weight")), eps);
+        for (int64_t i = 0; i < E; ++i) xt[size_t(i)] += p[size_t(i)];
+      }
       if (auto it = m.w.find(bn(l, "layer_output_scale.weight")); it != m.w.end())
         for (double& v : xt) v *= double(it->second[0]);
     }

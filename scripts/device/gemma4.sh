@@ -3,7 +3,8 @@
 #   BIN=build-gpu/bin OUT=<dir> scripts/device/gemma4.sh
 # 1. the gemma4 and MoE GPU tests (tests/gpu/test_gpu_gemma4.cpp, test_gpu_moe.cpp) and the CPU ones;
 # 2. tests/reference/gemma4_parity.py, mixture-of-experts specs first (gemma4_moe_tiny, gemma4_moe_small, the
-#    26B-A4B shape with 2 layers; the small ones also through `tandem convert`), then the dense specs: tandem
+#    26B-A4B shape with 2 layers; the small ones also through `tandem convert`) and the E2B-style spec
+#    (per-layer inputs, KV sharing; cpu, cuda, tensor), then the dense specs: tandem
 #    (cpu, cuda:0, layer and tensor split over cuda:0,cuda:0) against transformers' Gemma4ForCausalLM on random
 #    weights, logits within 1e-3 relative and 32 greedy tokens equal; writes the CI fixtures
 #    (gemma4_tiny.*, gemma4_moe_tiny.*) to $OUT/fixtures.
@@ -33,7 +34,7 @@ part gpu_tests 200 "$TESTS/tandem_gpu_tests" --gtest_filter='GpuGemma4.*:GpuMoe.
 part cpu_tests 200 "$TESTS/tandem_tests" --gtest_filter='Gemma4*:CpuMoeOps*'
 part parity_moe 300 python3 tests/reference/gemma4_parity.py --tandem "$BIN/tandem" --out "$OUT/parity_moe" \
   --work /tmp/gemma4_parity_work --fixtures "$OUT/fixtures" \
-  --only gemma4_moe_tiny,gemma4_moe_small,gemma4_26b_a4b_moe
+  --only gemma4_moe_tiny,gemma4_moe_small,gemma4_e2b_tiny,gemma4_26b_a4b_moe
 cp "$OUT/parity_moe/gemma4_parity_summary.txt" "$OUT/parity_moe_summary.txt" 2>/dev/null
 grep -E "config used|rel error|ERROR|convert" "$OUT/parity_moe.txt" | head -40
 rm -rf /tmp/gemma4_parity_work/gemma4_26b_a4b_moe  # 6 GB

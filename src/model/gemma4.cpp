@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "model/blocks.h"
 #include "model/gemma4_moe.h"
+#include "model/gemma4_ple.h"
 #include "model/weight_loader.h"
 #include "parallel/comm.h"
 
@@ -51,6 +52,7 @@ Tensor heads(const Tensor& t, int64_t head_dim) {
 struct Gemma4Layer {
   Tensor attn_norm, wq, wk, wo, q_norm, k_norm, post_attn_norm;
   std::optional<Tensor> wv;  // absent: V is the raw K projection
+  int64_t kv_source = -1;    // C.7 KV sharing: the layer whose cache this one reads (it stores no K/V); -1: own
   Tensor ffn_norm, gate, up, down, post_ffw_norm;
   float output_scale = 1.0f;  // layer_output_scale (1 when absent)
   std::optional<Gemma4MoeWeights> moe;  // C.5: an expert branch beside the dense MLP
@@ -61,6 +63,7 @@ struct Gemma4Weights {
   bool tied_output = false;
   std::optional<Tensor> rope_freqs;
   std::vector<Gemma4Layer> layers;
+  std::optional<Gemma4PleWeights> ple;  // C.7 per-layer inputs (E2B/E4B)
 };
 
 struct Gemma4Scratch : ForwardScratch {
@@ -70,6 +73,8 @@ struct Gemma4Scratch : ForwardScratch {
   Tensor xo;
   Buffer moe_buffer;  // MoE models only
   Gemma4MoeScratch moe;
+  Buffer ple_buffer;  // per-layer-input models only
+  Gemma4PleScratch ple;
 };
 
 class Gemma4Model : public DecoderModel {
@@ -162,6 +167,11 @@ class Gemma4Model : public DecoderModel {
       plan.max_routed_rows = std::max(plan.max_routed_rows, hp_.n_expert_used * max_rows);
       plan.max_matmul_in = std::max(plan.max_matmul_in, fe);
     }
+    if (w_.ple) {
+      s->ple_buffer = device.allocate(gemma4_ple_scratch_bytes(w_.ple->n_embd_pl, hp_.n_layer, max_rows));
+      s->ple = gemma4_ple_scratch(w_.ple->n_embd_pl, hp_.n_layer, max_rows, s->ple_buffer.data(), device.id());
+      plan.max_matmul_in = std::max(plan.max_matmul_in, w_.ple->n_embd_pl);
+    }
     if (comm_) comm_->reserve(size_t(E) * size_t(max_rows) * sizeof(float));
     return s;
   }
@@ -176,6 +186,10 @@ class Gemma4Model : public DecoderModel {
     const BlockRun run{st, ops, hp_.rms_eps, in.comm ? in.comm : comm_, shard_.rank};
     const Tensor x = cols(sc.x, T);
     if (shard_.first) embed_block(run, w_.tok_embd, hp_.embedding_scale, in, x);
+    if (w_.ple) {  // from the layer-0 input (a per-layer-input model is not layer-split: every rank is first)
+      check(in.tokens != nullptr, "gemma4 per-layer inputs need the batch's token ids");
+      gemma4_ple_inputs(run, *w_.ple, sc.ple, *in.tokens, x);
+    }
     auto tap = [&](int layer) {
       for (const LayerTap& t : in.taps)
         if (t.layer == layer) ops.copy(st, x, t.dst);
@@ -183,9 +197,12 @@ class Gemma4Model : public DecoderModel {
     for (int64_t il = shard_.layers.begin; il < shard_.layers.end; ++il) {
       const size_t local = size_t(il - shard_.layers.begin);
       tap(int(il));
-      attention(run, w_.layers[size_t(il)], local_[size_t(il)], sc.blocks, x, in.positions, kv[local],
-                in.kv_group(local));
+      const Gemma4Layer& wl = w_.layers[size_t(il)];
+      // A KV-sharing layer attends over its source layer's cache (same rank: layer splits are refused).
+      const size_t kv_local = wl.kv_source < 0 ? local : size_t(wl.kv_source - shard_.layers.begin);
+      attention(run, wl, local_[size_t(il)], sc.blocks, x, in.positions, kv[kv_local], in.kv_group(kv_local));
       ffn(run, w_.layers[size_t(il)], local_[size_t(il)].n_ff, sc, x);
+      if (w_.ple) gemma4_ple_layer(run, *w_.ple, sc.ple, il, x, mat(sc.blocks.proj, x.ne[0], T));
       if (w_.layers[size_t(il)].output_scale != 1.0f) ops.scale(st, x, w_.layers[size_t(il)].output_scale, x);
     }
     if (!shard_.last) return;
@@ -216,17 +233,19 @@ class Gemma4Model : public DecoderModel {
     const Tensor q = heads(q2, d.head_dim_k), k = heads(k2, d.head_dim_k), v = heads(v2, d.head_dim_v);
     ops.rms_norm(st, x, &w.attn_norm, run.eps, h);
     ops.matmul(st, w.wq, h, q2);
-    ops.matmul(st, w.wk, h, k2);
-    if (w.wv)
-      ops.matmul(st, *w.wv, h, v2);
-    else
-      ops.copy(st, k2, v2);  // V = the raw K projection, taken before K's norm (C.4 step 3)
     ops.rms_norm(st, q, &w.q_norm, run.eps, q);
-    ops.rms_norm(st, k, &w.k_norm, run.eps, k);
-    ops.rms_norm(st, v, nullptr, run.eps, v);
     ops.rope(st, q, positions, d.rope);
-    ops.rope(st, k, positions, d.rope);
-    ops.kv_store(st, kv, k, v, group.slot_mapping);
+    if (w.kv_source < 0) {  // a KV-sharing layer stores nothing: its source layer wrote these rows' K/V
+      ops.matmul(st, w.wk, h, k2);
+      if (w.wv)
+        ops.matmul(st, *w.wv, h, v2);
+      else
+        ops.copy(st, k2, v2);  // V = the raw K projection, taken before K's norm (C.4 step 3)
+      ops.rms_norm(st, k, &w.k_norm, run.eps, k);
+      ops.rms_norm(st, v, nullptr, run.eps, v);
+      ops.rope(st, k, positions, d.rope);
+      ops.kv_store(st, kv, k, v, group.slot_mapping);
+    }
     ops.attention(st, q, kv, group.attention, d.attn_scale, heads(attn2, d.head_dim_v));
     ops.matmul(st, w.wo, attn2, proj);
     run.reduce(proj);  // tensor split: the whole projection before its norm
@@ -303,9 +322,19 @@ std::unique_ptr<DecoderModel> load_gemma4(const gguf::GgufFile& file, const Mode
   check(hp.n_expert > 0 || !file.find_tensor("blk.0.ffn_gate_inp.weight"),
         file.path() + ": the file has expert router tensors (blk.0.ffn_gate_inp.weight) but no "
                       "gemma4.expert_count");
-  check(file.get_int("gemma4.embedding_length_per_layer_input", 0) == 0 &&
-            file.get_int("gemma4.attention.shared_kv_layers", 0) == 0,
-        file.path() + ": gemma4 E2B/E4B per-layer inputs and KV sharing are not supported yet");
+  // C.7 (E2B/E4B): per-layer inputs and KV sharing. Both reach across layers (the layer-0 input; another
+  // layer's cache), so such a model is not split by layer.
+  const int64_t n_embd_pl = file.get_int("gemma4.embedding_length_per_layer_input", 0);
+  const int64_t n_shared_kv = file.get_int("gemma4.attention.shared_kv_layers", 0);
+  check(n_embd_pl >= 0 && n_embd_pl <= (int64_t(1) << 20),
+        "GGUF key gemma4.embedding_length_per_layer_input must be >= 0");
+  check(n_shared_kv >= 0 && n_shared_kv <= hp.n_layer - 2,
+        "GGUF key gemma4.attention.shared_kv_layers (" + std::to_string(n_shared_kv) +
+            ") must leave at least two layers with their own K/V (the model has " + std::to_string(hp.n_layer) +
+            " layers)");
+  check(ctx.shard.mode != SplitMode::Layer || (n_embd_pl == 0 && n_shared_kv == 0),
+        "a gemma4 model with per-layer inputs or KV sharing (E2B/E4B) cannot be split by layer yet; use "
+        "--split-mode tensor or one device");
   const float softcap = float(file.get_float("gemma4.final_logit_softcapping", 0.0));
   check(std::isfinite(softcap) && softcap >= 0.0f, "GGUF key gemma4.final_logit_softcapping must be >= 0");
 
@@ -327,19 +356,34 @@ std::unique_ptr<DecoderModel> load_gemma4(const gguf::GgufFile& file, const Mode
     if (L.rope_freq_factors) global_rot = std::max(global_rot, L.n_rot);
   if (global_rot > 0) w.rope_freqs = ld.optional_vector("rope_freqs.weight", global_rot / 2);
 
+  const int64_t first_shared = hp.n_layer - n_shared_kv;
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     const LayerHparams& P = hp.layers[size_t(il)];
     Gemma4Layer L;
+    if (il >= first_shared) {  // C.7: the last own-KV layer of the same kind
+      L.kv_source = P.sliding_window > 0 ? first_shared - 2 : first_shared - 1;
+      const LayerHparams& S = hp.layers[size_t(L.kv_source)];
+      check(S.sliding_window == P.sliding_window && S.head_dim_k == P.head_dim_k &&
+                S.head_dim_v == P.head_dim_v && S.n_head_kv == P.n_head_kv,
+            "layer " + std::to_string(il) + " shares the K/V of layer " + std::to_string(L.kv_source) +
+                " (attention.shared_kv_layers), which is of another kind (window, head dims or KV heads differ)");
+    }
     L.attn_norm = ld.vector(blk(il, "attn_norm.weight"), E);
     L.wq = ld.matrix(blk(il, "attn_q.weight"), {E, P.n_embd_q()});
-    L.wk = ld.matrix(blk(il, "attn_k.weight"), {E, P.n_embd_k()});
-    L.wv = ld.optional_matrix(blk(il, "attn_v.weight"), {E, P.n_embd_v()});
-    check(L.wv || P.head_dim_v == P.head_dim_k,
+    if (L.kv_source >= 0) {  // K/V weights of a sharing layer are unused (converters may keep them)
+      (void)ld.optional_matrix(blk(il, "attn_k.weight"), {E, P.n_embd_k()});
+      (void)ld.optional_matrix(blk(il, "attn_v.weight"), {E, P.n_embd_v()});
+      (void)ld.optional_vector(blk(il, "attn_k_norm.weight"), P.head_dim_k);
+    } else {
+      L.wk = ld.matrix(blk(il, "attn_k.weight"), {E, P.n_embd_k()});
+      L.wv = ld.optional_matrix(blk(il, "attn_v.weight"), {E, P.n_embd_v()});
+    }
+    check(L.kv_source >= 0 || L.wv || P.head_dim_v == P.head_dim_k,
           "layer " + std::to_string(il) + " has no attn_v (V = K) but its value length " +
               std::to_string(P.head_dim_v) + " differs from its key length " + std::to_string(P.head_dim_k));
     L.wo = ld.matrix(blk(il, "attn_output.weight"), {P.n_head * P.head_dim_v, E});
     L.q_norm = ld.vector(blk(il, "attn_q_norm.weight"), P.head_dim_k);
-    L.k_norm = ld.vector(blk(il, "attn_k_norm.weight"), P.head_dim_k);
+    if (L.kv_source < 0) L.k_norm = ld.vector(blk(il, "attn_k_norm.weight"), P.head_dim_k);
     L.post_attn_norm = ld.vector(blk(il, "post_attention_norm.weight"), E);
     L.ffn_norm = ld.vector(blk(il, "ffn_norm.weight"), E);
     L.gate = ld.matrix(blk(il, "ffn_gate.weight"), {E, P.n_ff});
@@ -354,6 +398,7 @@ std::unique_ptr<DecoderModel> load_gemma4(const gguf::GgufFile& file, const Mode
     }
     w.layers.push_back(std::move(L));
   }
+  if (n_embd_pl > 0) w.ple = load_gemma4_ple(ld, n_embd_pl, E, hp.n_layer, V);
   const std::vector<std::string> unused = ld.unused();
   if (!unused.empty()) {
     std::string list;

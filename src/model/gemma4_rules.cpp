@@ -47,6 +47,13 @@ constexpr ShardRule kGemma4Rules[] = {
   {"ffn_up_exps.weight",         true,      LayerOwner,  OutputRows,   ExpertFfRows, MainDevice},
   {"ffn_down_exps.weight",       true,      LayerOwner,  InputColumns, ExpertFfRows, MainDevice},
   {"ffn_down_exps.scale",        true,      LayerOwner,  Mirrored,     None,         MainDevice},
+  // E2B/E4B per-layer inputs (C.7): small, mirrored (such models are not split by layer).
+  {"per_layer_token_embd.weight", false,    Everywhere,  Mirrored,     None,         MainDevice},
+  {"per_layer_model_proj.weight", false,    Everywhere,  Mirrored,     None,         MainDevice},
+  {"per_layer_proj_norm.weight",  false,    Everywhere,  Mirrored,     None,         MainDevice},
+  {"inp_gate.weight",            true,      LayerOwner,  Mirrored,     None,         MainDevice},
+  {"proj.weight",                true,      LayerOwner,  Mirrored,     None,         MainDevice},
+  {"post_norm.weight",           true,      LayerOwner,  Mirrored,     None,         MainDevice},
 };
 // clang-format on
 

@@ -18,8 +18,10 @@ router weights are drawn large so that the top-k is decisive (no near-ties betwe
 specs the checkpoint is also saved (save_pretrained + a byte-level tokenizer.json) and converted with
 `tandem convert --type f32`; the converted file must give the writer's file's logits (placement "convert",
 run on cuda:0). The config actually used is printed (transformers' field names are checked after
-construction: a config that silently ignored a field fails the spec). E2B/E4B variants are not run (tandem
-refuses those files: per-layer inputs and KV sharing are not built yet).
+construction: a config that silently ignored a field fails the spec).
+E2B-style specs (ple=...: hidden_size_per_layer_input, num_kv_shared_layers) run cpu, cuda and tensor only
+(tandem refuses to split such a model by layer); their layer pattern makes C.7's fixed KV sources (n - s - 2
+sliding, n - s - 1 full) the last own-KV layer of each kind, as transformers picks them.
 """
 
 import argparse
@@ -52,6 +54,8 @@ SPECS = [
     dict(name="gemma4_moe_small", vocab=1024, hidden=256, layers=4, heads=8, kv=4, head_dim=32,
          global_head_dim=64, global_kv=2, ff=512, window=16, softcap=30.0, moe=dict(experts=16, top_k=4, ff=128),
          convert=True),
+    dict(name="gemma4_e2b_tiny", vocab=512, hidden=64, layers=6, heads=4, kv=2, head_dim=16, global_head_dim=32,
+         global_kv=2, ff=128, window=8, softcap=30.0, ple=dict(n=8, shared=3), placements="cpu,cuda,tensor"),
     dict(name="gemma4_26b_a4b_moe", vocab=4096, hidden=2816, layers=2, heads=16, kv=8, head_dim=256,
          global_head_dim=512, global_kv=2, ff=2112, window=1024, softcap=30.0,
          moe=dict(experts=128, top_k=8, ff=704)),
@@ -119,6 +123,11 @@ def make_hf(spec, seed, device):
     types[-1] = "full_attention"  # transformers forces the last layer to full attention
     moe = spec.get("moe")
     moe_kw = dict(enable_moe_block=False)
+    ple = spec.get("ple")
+    ple_kw = dict(hidden_size_per_layer_input=0, num_kv_shared_layers=0)
+    if ple:
+        ple_kw = dict(hidden_size_per_layer_input=ple["n"], num_kv_shared_layers=ple["shared"],
+                      vocab_size_per_layer_input=spec["vocab"])
     if moe:
         moe_kw = dict(enable_moe_block=True, num_experts=moe["experts"], top_k_experts=moe["top_k"],
                       moe_intermediate_size=moe["ff"])
@@ -127,7 +136,7 @@ def make_hf(spec, seed, device):
         num_attention_heads=spec["heads"], num_key_value_heads=spec["kv"], head_dim=spec["head_dim"],
         global_head_dim=spec["global_head_dim"], num_global_key_value_heads=spec["global_kv"],
         attention_k_eq_v=True, sliding_window=spec["window"], layer_types=types,
-        final_logit_softcapping=spec["softcap"], hidden_size_per_layer_input=0, num_kv_shared_layers=0,
+        final_logit_softcapping=spec["softcap"], **ple_kw,
         tie_word_embeddings=True, rms_norm_eps=1e-6, max_position_embeddings=4096, **moe_kw,
         rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                          "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
@@ -146,6 +155,8 @@ def make_hf(spec, seed, device):
     print(f"  config used: {json.dumps(used, default=str)}", flush=True)
     model = Gemma4ForCausalLM(cfg).float().eval()
     layer0 = sorted(k for k in model.state_dict() if k.startswith("model.layers.0."))
+    if ple and not any("per_layer" in k for k in layer0):
+        raise RuntimeError(f"hidden_size_per_layer_input gave no per-layer-input parameters; layer 0 has: {layer0}")
     if moe and not any(".experts." in k or ".router." in k for k in layer0):
         # PretrainedConfig keeps unknown keyword arguments as attributes, so the check above cannot see a
         # misspelt MoE field; the model's parameters can.
@@ -196,6 +207,12 @@ def to_gguf(model, cfg, types, spec, path):
         ("gemma4.final_logit_softcapping", T_F32, spec["softcap"]),
     ]
     moe = spec.get("moe")
+    ple = spec.get("ple")
+    if ple:
+        kv = [(k, t, v) for k, t, v in kv if k not in ("gemma4.embedding_length_per_layer_input",
+                                                      "gemma4.attention.shared_kv_layers")]
+        kv += [("gemma4.embedding_length_per_layer_input", T_U32, ple["n"]),
+               ("gemma4.attention.shared_kv_layers", T_U32, ple["shared"])]
     if moe:
         kv += [("gemma4.expert_count", T_U32, moe["experts"]), ("gemma4.expert_used_count", T_U32, moe["top_k"]),
                ("gemma4.expert_feed_forward_length", T_U32, moe["ff"])]
@@ -208,6 +225,11 @@ def to_gguf(model, cfg, types, spec, path):
     p = "model."
     add("token_embd.weight", sd[p + "embed_tokens.weight"])
     add("output_norm.weight", sd[p + "norm.weight"])
+    for hf, gg in [("embed_tokens_per_layer.weight", "per_layer_token_embd.weight"),
+                   ("per_layer_model_projection.weight", "per_layer_model_proj.weight"),
+                   ("per_layer_projection_norm.weight", "per_layer_proj_norm.weight")]:
+        if p + hf in sd:
+            add(gg, sd[p + hf])
     import torch
     D = spec["global_head_dim"]
     n_one = int(D * 0.25 / 2)
@@ -227,7 +249,10 @@ def to_gguf(model, cfg, types, spec, path):
              "pre_feedforward_layernorm_2.weight": "pre_ffw_norm_2.weight",
              "post_feedforward_layernorm_1.weight": "post_ffw_norm_1.weight",
              "post_feedforward_layernorm_2.weight": "post_ffw_norm_2.weight",
-             "experts.gate_up_proj": "ffn_gate_up_exps.weight", "experts.down_proj": "ffn_down_exps.weight"}
+             "experts.gate_up_proj": "ffn_gate_up_exps.weight", "experts.down_proj": "ffn_down_exps.weight",
+             # C.7: per-layer inputs
+             "per_layer_input_gate.weight": "inp_gate.weight", "per_layer_projection.weight": "proj.weight",
+             "post_per_layer_input_norm.weight": "post_norm.weight"}
 
     def expert_layout(hf, t):
         # torch [n_expert, out, in] is ggml {in, out, n_expert}; a checkpoint that stores [n_expert, in, out]
@@ -251,6 +276,10 @@ def to_gguf(model, cfg, types, spec, path):
                 add(f"blk.{il}.{gg}", t)
     leftover = [k for k in sd if k.startswith(p + "layers.") and k.split(".", 3)[3] not in names
                 and "rotary" not in k]
+    known_top = {"embed_tokens.weight", "norm.weight", "embed_tokens_per_layer.weight",
+                 "per_layer_model_projection.weight", "per_layer_projection_norm.weight"}
+    leftover += [k for k in sd if k.startswith(p) and not k.startswith(p + "layers.") and
+                 k[len(p):] not in known_top and "rotary" not in k]
     if leftover:
         raise RuntimeError(f"state-dict entries this writer does not map: {leftover[:6]}")
     write_gguf(path, kv, tensors)
@@ -325,7 +354,7 @@ def check_spec(spec, args, log, results):
     model, cfg, types = make_hf(spec, 1234, dev)
     gguf = work / f"{spec['name']}.gguf"
     to_gguf(model, cfg, types, spec, gguf)
-    placements = args.placements.split(",")
+    placements = spec.get("placements", args.placements).split(",")
     convert_failed = False
     if spec.get("convert"):
         try:
