@@ -1,6 +1,6 @@
-// gemma4 dense on CUDA: the tiny random gemma4 model of tests/test_gemma4_fixture.h on cuda:0 gives the
-// double-precision reference's logits (prompt and greedy steps) and the CPU's greedy tokens; the layer and
-// tensor splits over cuda:0,cuda:0 give the single-GPU logits.
+// gemma4 on CUDA: the tiny random gemma4 models of tests/test_gemma4_fixture.h (dense, mixture of experts,
+// E2B-style) on cuda:0 give the double-precision reference's logits (prompt and greedy steps) and the CPU's
+// greedy tokens; the layer and tensor splits over cuda:0,cuda:0 give the single-GPU logits.
 #include <gtest/gtest.h>
 
 #include "../test_gemma4_fixture.h"
@@ -98,6 +98,26 @@ TEST(GpuGemma4, MoeLayerAndTensorSplitsGiveTheSingleGpuLogits) {
     EXPECT_LE(row_error(split.steps, as_double(single.steps)), 1e-5);
     EXPECT_EQ(split.tokens, single.tokens);
   }
+}
+
+// E2B/E4B (C.7): per-layer inputs and KV sharing on cuda:0 against the reference, and the tensor split over
+// cuda:0,cuda:0 against the single GPU.
+TEST(GpuGemma4, PerLayerInputsAndKvSharingMatchTheReference) {
+  TANDEM_REQUIRE_GPU();
+  G4Config c;
+  c.n_embd_pl = 8;
+  c.n_shared_kv = 1;
+  c.n_kv_global = 2;
+  c.softcap = 10.0f;
+  const G4Model m = make_g4(c, 31);
+  TempFile f("gpu_e2b");
+  write_g4(m, f.path);
+  const std::vector<int32_t> p = prompt_of(c.n_vocab);
+  const G4Run gpu = run(load(f.path.string(), "", "cuda:0"), p);
+  EXPECT_LE(row_error(gpu.prompt, reference_logits(m, p)), 1e-4);
+  const G4Run split = run(load(f.path.string(), "tensor", "cuda:0,cuda:0"), p);
+  EXPECT_LE(row_error(split.prompt, as_double(gpu.prompt)), 1e-5);
+  EXPECT_EQ(split.tokens, gpu.tokens);
 }
 
 }  // namespace
