@@ -1,9 +1,10 @@
-// The mixture-of-experts ops on the CPU (backend.h: moe_route, matmul_id, moe_combine) against straightforward
-// references written here: the router against a double-precision softmax / top-k / renormalisation; the expert
-// matmul for every weight dtype against a double product with the dequantized weights (and bit for bit against
-// Ops::matmul on each selected expert, which shares its kernels), with the input shared by the selected
-// experts or one input per selected expert, few and many routed rows, and strided expert views (a fused
-// gate_up half); the weighted sum against a double sum. Bad arguments are Errors.
+// The mixture-of-experts ops on the CPU (backend.h: moe_route, matmul_id, moe_combine) against
+// straightforward references written here: the router against a double-precision softmax / top-k /
+// renormalisation; the expert matmul for every weight dtype against a double product with the dequantized
+// weights (and bit for bit against Ops::matmul on each selected expert, which shares its kernels), with the
+// input shared by the selected experts or one input per selected expert, few and many routed rows, and
+// strided expert views (a fused gate_up half); the weighted sum against a double sum. Bad arguments are
+// Errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -47,8 +48,8 @@ TEST_P(CpuMoeOps, RouteIsSoftmaxTopKRenormalisedAndScaled) {
       std::vector<int32_t> ids(size_t(k * T), -7);
       std::vector<float> w(size_t(k * T), -7.0f);
       Tensor st = f32(scale, {n_expert});
-      ops().moe_route(stream(), f32(logits, {n_expert, T}), with_scale ? &st : nullptr,
-                      i32(ids, {k, T}), f32(w, {k, T}));
+      ops().moe_route(stream(), f32(logits, {n_expert, T}), with_scale ? &st : nullptr, i32(ids, {k, T}),
+                      f32(w, {k, T}));
       for (int64_t t = 0; t < T; ++t) {
         const float* l = logits.data() + t * n_expert;
         std::vector<int> order(static_cast<size_t>(n_expert));
@@ -129,10 +130,10 @@ void check_matmul_id(Ops& ops, Stream& st, DType dt, const IdCase& c, bool fused
 TEST_P(CpuMoeOps, MatmulIdMatchesTheDequantizedProductForEveryDtype) {
   for (DType dt : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K,
                    DType::Q6_K}) {
-    check_matmul_id(ops(), stream(), dt, {256, 24, 5, 2, 1, 1}, false);    // decode, shared input
-    check_matmul_id(ops(), stream(), dt, {256, 24, 5, 2, 3, 2}, false);    // one input per expert
-    check_matmul_id(ops(), stream(), dt, {512, 40, 6, 3, 70, 1}, false);   // > 64 rows on expert 0
-    check_matmul_id(ops(), stream(), dt, {256, 16, 4, 2, 9, 2}, true);     // a fused gate_up half
+    check_matmul_id(ops(), stream(), dt, {256, 24, 5, 2, 1, 1}, false);   // decode, shared input
+    check_matmul_id(ops(), stream(), dt, {256, 24, 5, 2, 3, 2}, false);   // one input per expert
+    check_matmul_id(ops(), stream(), dt, {512, 40, 6, 3, 70, 1}, false);  // > 64 rows on expert 0
+    check_matmul_id(ops(), stream(), dt, {256, 16, 4, 2, 9, 2}, true);    // a fused gate_up half
   }
 }
 
@@ -156,7 +157,8 @@ TEST_P(CpuMoeOps, BadArgumentsAreErrors) {
   EXPECT_THROW(ops().moe_route(stream(), f32(logits, {4, 2}), nullptr, i32(ids, {5, 2}), f32(w, {5, 2})),
                Error);
   // ids / weights of the wrong dtype
-  EXPECT_THROW(ops().moe_route(stream(), f32(logits, {4, 2}), nullptr, f32(w, {2, 2}), f32(w, {2, 2})), Error);
+  EXPECT_THROW(ops().moe_route(stream(), f32(logits, {4, 2}), nullptr, f32(w, {2, 2}), f32(w, {2, 2})),
+               Error);
   std::vector<float> wt = random_normal(32 * 4 * 3, 2), x = random_normal(32 * 2, 3), y(4 * 2 * 2);
   Tensor W = f32(wt, {32, 4, 3});
   std::vector<int32_t> good = {0, 2, 1, 0}, bad = {0, 3, 1, 0}, neg = {0, -1, 1, 0};

@@ -242,7 +242,8 @@ inline Vec reference_moe(const G4Model& m, int64_t l, const Vec& x1) {
   auto W = [&](const char* n) -> const std::vector<float>& { return m.w.at(bn(l, n)); };
   Vec r = x1;
   rms(r, 0, size_t(E), nullptr, c.eps);
-  for (int64_t i = 0; i < E; ++i) r[size_t(i)] *= double(W("ffn_gate_inp.scale")[size_t(i)]) / std::sqrt(double(E));
+  for (int64_t i = 0; i < E; ++i)
+    r[size_t(i)] *= double(W("ffn_gate_inp.scale")[size_t(i)]) / std::sqrt(double(E));
   const Vec logits = matvec(W("ffn_gate_inp.weight"), E, ne, r);
   const double mx = *std::max_element(logits.begin(), logits.end());
   double z = 0;
@@ -291,14 +292,16 @@ inline std::vector<Vec> reference_logits(const G4Model& m, const std::vector<int
     for (int64_t i = 0; i < E; ++i)
       x[size_t(t)][size_t(i)] =
           double(W("token_embd.weight")[size_t(toks[size_t(t)] * E + i)]) * double(std::sqrt(float(E)));
-  // C.7 per-layer inputs: inp[t][l] = (RMS(proj(x0) / sqrt(E)) * proj_norm + pl_embd[t] * sqrt(npl)) / sqrt(2)
+  // C.7 per-layer inputs: inp[t][l] = (RMS(proj(x0) / sqrt(E)) * proj_norm + pl_embd[t] * sqrt(npl)) /
+  // sqrt(2)
   const int64_t npl = c.n_embd_pl;
   std::vector<Vec> ple_in(static_cast<size_t>(T));
   if (npl > 0) {
     for (int64_t t = 0; t < T; ++t) {
       Vec proj = matvec(W("per_layer_model_proj.weight"), E, npl * c.n_layer, x[size_t(t)]);
       for (double& v : proj) v /= std::sqrt(double(E));
-      for (int64_t l = 0; l < c.n_layer; ++l) rms(proj, size_t(l * npl), size_t(npl), &W("per_layer_proj_norm.weight"), eps);
+      for (int64_t l = 0; l < c.n_layer; ++l)
+        rms(proj, size_t(l * npl), size_t(npl), &W("per_layer_proj_norm.weight"), eps);
       const std::vector<float>& pe = W("per_layer_token_embd.weight");
       for (int64_t i = 0; i < npl * c.n_layer; ++i)
         proj[size_t(i)] = (proj[size_t(i)] + double(pe[size_t(toks[size_t(t)] * npl * c.n_layer + i)]) *
@@ -384,7 +387,8 @@ inline std::vector<Vec> reference_logits(const G4Model& m, const std::vector<int
       for (int64_t i = 0; i < E; ++i) xt[size_t(i)] += f[size_t(i)];
       if (npl > 0) {  // C.7 step 4
         Vec g = matvec(W(bn(l, "inp_gate.weight")), E, npl, xt);
-        for (int64_t i = 0; i < npl; ++i) g[size_t(i)] = gelu_tanh(g[size_t(i)]) * ple_in[size_t(t)][size_t(l * npl + i)];
+        for (int64_t i = 0; i < npl; ++i)
+          g[size_t(i)] = gelu_tanh(g[size_t(i)]) * ple_in[size_t(t)][size_t(l * npl + i)];
         Vec p = matvec(W(bn(l, "proj.weight")), npl, E, g);
         rms(p, 0, size_t(E), &W(bn(l, "post_norm.weight")), eps);
         for (int64_t i = 0; i < E; ++i) xt[size_t(i)] += p[size_t(i)];

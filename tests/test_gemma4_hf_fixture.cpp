@@ -1,8 +1,8 @@
 // gemma4 against transformers' own numbers in CI: tests/data/models/gemma4_tiny.gguf and .json are written by
 // tests/reference/gemma4_parity.py (scripts/device/gemma4.sh, $OUT/fixtures) on the GPU machine: a random
 // Gemma4ForCausalLM, its GGUF, transformers' float32 logits of every prompt row and its greedy continuation.
-// gemma4_moe_tiny.* is the same for a mixture-of-experts model (C.5). Until they are committed the tests skip,
-// saying so.
+// gemma4_moe_tiny.* is the same for a mixture-of-experts model (C.5). Until they are committed the tests
+// skip, saying so.
 #include <gtest/gtest.h>
 
 #include <algorithm>

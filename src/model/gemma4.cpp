@@ -52,9 +52,9 @@ Tensor heads(const Tensor& t, int64_t head_dim) {
 struct Gemma4Layer {
   Tensor attn_norm, wq, wk, wo, q_norm, k_norm, post_attn_norm;
   std::optional<Tensor> wv;  // absent: V is the raw K projection
-  int64_t kv_source = -1;    // C.7 KV sharing: the layer whose cache this one reads (it stores no K/V); -1: own
+  int64_t kv_source = -1;  // C.7 KV sharing: the layer whose cache this one reads (it stores no K/V); -1: own
   Tensor ffn_norm, gate, up, down, post_ffw_norm;
-  float output_scale = 1.0f;  // layer_output_scale (1 when absent)
+  float output_scale = 1.0f;            // layer_output_scale (1 when absent)
   std::optional<Gemma4MoeWeights> moe;  // C.5: an expert branch beside the dense MLP
 };
 
@@ -169,7 +169,8 @@ class Gemma4Model : public DecoderModel {
     }
     if (w_.ple) {
       s->ple_buffer = device.allocate(gemma4_ple_scratch_bytes(w_.ple->n_embd_pl, hp_.n_layer, max_rows));
-      s->ple = gemma4_ple_scratch(w_.ple->n_embd_pl, hp_.n_layer, max_rows, s->ple_buffer.data(), device.id());
+      s->ple =
+          gemma4_ple_scratch(w_.ple->n_embd_pl, hp_.n_layer, max_rows, s->ple_buffer.data(), device.id());
       plan.max_matmul_in = std::max(plan.max_matmul_in, w_.ple->n_embd_pl);
     }
     if (comm_) comm_->reserve(size_t(E) * size_t(max_rows) * sizeof(float));
@@ -320,8 +321,9 @@ std::unique_ptr<DecoderModel> load_gemma4(const gguf::GgufFile& file, const Mode
   check(!ctx.rules.empty(), "internal: the load context has no shard rules");
   check(hp.n_vocab > 0, "n_vocab is not set (read the hparams with read_model_hparams)");
   check(hp.n_expert > 0 || !file.find_tensor("blk.0.ffn_gate_inp.weight"),
-        file.path() + ": the file has expert router tensors (blk.0.ffn_gate_inp.weight) but no "
-                      "gemma4.expert_count");
+        file.path() +
+            ": the file has expert router tensors (blk.0.ffn_gate_inp.weight) but no "
+            "gemma4.expert_count");
   // C.7 (E2B/E4B): per-layer inputs and KV sharing. Both reach across layers (the layer-0 input; another
   // layer's cache), so such a model is not split by layer.
   const int64_t n_embd_pl = file.get_int("gemma4.embedding_length_per_layer_input", 0);
@@ -330,8 +332,8 @@ std::unique_ptr<DecoderModel> load_gemma4(const gguf::GgufFile& file, const Mode
         "GGUF key gemma4.embedding_length_per_layer_input must be >= 0");
   check(n_shared_kv >= 0 && n_shared_kv <= hp.n_layer - 2,
         "GGUF key gemma4.attention.shared_kv_layers (" + std::to_string(n_shared_kv) +
-            ") must leave at least two layers with their own K/V (the model has " + std::to_string(hp.n_layer) +
-            " layers)");
+            ") must leave at least two layers with their own K/V (the model has " +
+            std::to_string(hp.n_layer) + " layers)");
   check(ctx.shard.mode != SplitMode::Layer || (n_embd_pl == 0 && n_shared_kv == 0),
         "a gemma4 model with per-layer inputs or KV sharing (E2B/E4B) cannot be split by layer yet; use "
         "--split-mode tensor or one device");
@@ -366,7 +368,8 @@ std::unique_ptr<DecoderModel> load_gemma4(const gguf::GgufFile& file, const Mode
       check(S.sliding_window == P.sliding_window && S.head_dim_k == P.head_dim_k &&
                 S.head_dim_v == P.head_dim_v && S.n_head_kv == P.n_head_kv,
             "layer " + std::to_string(il) + " shares the K/V of layer " + std::to_string(L.kv_source) +
-                " (attention.shared_kv_layers), which is of another kind (window, head dims or KV heads differ)");
+                " (attention.shared_kv_layers), which is of another kind (window, head dims or KV heads "
+                "differ)");
     }
     L.attn_norm = ld.vector(blk(il, "attn_norm.weight"), E);
     L.wq = ld.matrix(blk(il, "attn_q.weight"), {E, P.n_embd_q()});

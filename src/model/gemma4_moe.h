@@ -14,8 +14,8 @@ namespace tandem {
 class WeightLoader;
 
 struct Gemma4MoeWeights {
-  Tensor router;        // ffn_gate_inp.weight {n_embd, n_expert}
-  Tensor router_scale;  // ffn_gate_inp.scale {n_embd}
+  Tensor router;                                // ffn_gate_inp.weight {n_embd, n_expert}
+  Tensor router_scale;                          // ffn_gate_inp.scale {n_embd}
   Tensor pre_norm_2, post_norm_1, post_norm_2;  // {n_embd}
   Tensor gate_exps, up_exps;  // {n_embd, n_ff_exp (this rank's rows), n_expert}, views of gate_up when fused
   Tensor down_exps;           // {n_ff_exp (this rank's columns), n_embd, n_expert}
@@ -28,13 +28,13 @@ Gemma4MoeWeights load_gemma4_moe(WeightLoader& ld, const ModelHparams& hp, int64
 
 // Scratch for T rows: the router input and logits, the routing, and the per-selected-expert activations.
 struct Gemma4MoeScratch {
-  Tensor router_in;  // {n_embd, T}
-  Tensor logits;     // {n_expert, T}
-  Tensor ids;        // I32 {k, T}
-  Tensor weights;    // {k, T}
-  Tensor gate, up;   // {n_ff_exp, k, T}
-  Tensor expert_out; // {n_embd, k, T}
-  Tensor out;        // {n_embd, T}
+  Tensor router_in;   // {n_embd, T}
+  Tensor logits;      // {n_expert, T}
+  Tensor ids;         // I32 {k, T}
+  Tensor weights;     // {k, T}
+  Tensor gate, up;    // {n_ff_exp, k, T}
+  Tensor expert_out;  // {n_embd, k, T}
+  Tensor out;         // {n_embd, T}
 };
 
 // Bytes of scratch for max_rows rows (n_ff_exp: this rank's rows), and the views at `base`.

@@ -66,14 +66,15 @@ void gemma4_ple_inputs(const BlockRun& run, const Gemma4PleWeights& w, const Gem
   ops.scale(st, inputs, 1.0f / std::sqrt(2.0f), inputs);
 }
 
-void gemma4_ple_layer(const BlockRun& run, const Gemma4PleWeights& w, const Gemma4PleScratch& sc, int64_t layer,
-                      const Tensor& x, const Tensor& out) {
+void gemma4_ple_layer(const BlockRun& run, const Gemma4PleWeights& w, const Gemma4PleScratch& sc,
+                      int64_t layer, const Tensor& x, const Tensor& out) {
   Stream& st = run.st;
   Ops& ops = run.ops;
   const int64_t T = x.ne[1], npl = w.n_embd_pl, L = int64_t(w.layers.size());
   const Gemma4PleLayer& l = w.layers[size_t(layer)];
   const Tensor gate = Tensor::contiguous(DType::F32, {npl, T}, sc.gate.data, sc.gate.device);
-  Tensor in_l = Tensor::contiguous(DType::F32, {npl, T}, sc.inputs.data, sc.inputs.device);  // inputs[:, l, :]
+  Tensor in_l =
+      Tensor::contiguous(DType::F32, {npl, T}, sc.inputs.data, sc.inputs.device);  // inputs[:, l, :]
   in_l.data = static_cast<char*>(sc.inputs.data) + size_t(layer * npl) * sizeof(float);
   in_l.nb[1] = size_t(npl * L) * sizeof(float);
   in_l.nb[2] = in_l.nb[3] = in_l.nb[1] * size_t(T);

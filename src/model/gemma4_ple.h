@@ -29,7 +29,8 @@ struct Gemma4PleWeights {
 Gemma4PleWeights load_gemma4_ple(WeightLoader& ld, int64_t n_embd_pl, int64_t n_embd, int64_t n_layer,
                                  int64_t n_vocab);
 
-// Scratch: the per-layer inputs {n_embd_pl, n_layer, T}, their token part, and one layer's gate {n_embd_pl, T}.
+// Scratch: the per-layer inputs {n_embd_pl, n_layer, T}, their token part, and one layer's gate {n_embd_pl,
+// T}.
 struct Gemma4PleScratch {
   Tensor inputs, token_part, gate;
 };
@@ -41,9 +42,9 @@ Gemma4PleScratch gemma4_ple_scratch(int64_t n_embd_pl, int64_t n_layer, int64_t 
 // for the T rows of x0 (C.7 steps 1-3).
 void gemma4_ple_inputs(const BlockRun& run, const Gemma4PleWeights& w, const Gemma4PleScratch& sc,
                        const Tensor& tokens, const Tensor& x0);
-// x += RMS(proj_l(gelu_tanh(inp_gate_l . x) * inputs[:, l, :])) * post_norm_l (C.7 step 4); out is {n_embd, T}
-// scratch.
-void gemma4_ple_layer(const BlockRun& run, const Gemma4PleWeights& w, const Gemma4PleScratch& sc, int64_t layer,
-                      const Tensor& x, const Tensor& out);
+// x += RMS(proj_l(gelu_tanh(inp_gate_l . x) * inputs[:, l, :])) * post_norm_l (C.7 step 4); out is {n_embd,
+// T} scratch.
+void gemma4_ple_layer(const BlockRun& run, const Gemma4PleWeights& w, const Gemma4PleScratch& sc,
+                      int64_t layer, const Tensor& x, const Tensor& out);
 
 }  // namespace tandem

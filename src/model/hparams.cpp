@@ -123,8 +123,8 @@ ModelHparams read_decoder_hparams(const gguf::GgufFile& f, const std::string& ar
           "GGUF key " + a + "expert_used_count (" + std::to_string(hp.n_expert_used) +
               ") must be between 1 and " + a + "expert_count (" + std::to_string(hp.n_expert) + ")");
     check(hp.n_expert_used <= Ops::kMaxMoeTopK, "GGUF key " + a + "expert_used_count: at most " +
-                                                     std::to_string(Ops::kMaxMoeTopK) +
-                                                     " experts per token are supported");
+                                                    std::to_string(Ops::kMaxMoeTopK) +
+                                                    " experts per token are supported");
     hp.n_ff_exp = f.get_int(a + "expert_feed_forward_length", 0);
     check(hp.n_ff_exp >= 1 && hp.n_ff_exp <= (int64_t(1) << 24),
           "GGUF key " + a + "expert_feed_forward_length must be set and positive when " + a +

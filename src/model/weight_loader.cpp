@@ -30,9 +30,7 @@ bool WeightLoader::is_fused_experts(int64_t out_rows, const ShardRule* rule) con
          dims_.n_ff_exp > 0 && out_rows == 2 * dims_.n_ff_exp;
 }
 
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 WeightLoader::WeightLoader(const gguf::GgufFile& file, DeviceId device, ShardRuleTable rules,
                            const RankShard& shard, const ShardDims& dims, RowSplitWeights* row_split)
@@ -95,7 +93,8 @@ Tensor WeightLoader::to_device(const Tensor& host, const std::string& key) {
       for (int64_t i3 = 0; i3 < host.ne[3]; ++i3)
         for (int64_t i2 = 0; i2 < host.ne[2]; ++i2)
           upload_device_->copy_2d(s, static_cast<char*>(dst) + size_t(i3 * host.ne[2] + i2) * matrix_bytes,
-                                  row_bytes, static_cast<const char*>(host.data) + i2 * host.nb[2] + i3 * host.nb[3],
+                                  row_bytes,
+                                  static_cast<const char*>(host.data) + i2 * host.nb[2] + i3 * host.nb[3],
                                   host.nb[1], row_bytes, size_t(host.ne[1]), CopyKind::HostToDevice);
     }
     s.synchronize();  // the model's own stream uses the weights next (and the host views may go)

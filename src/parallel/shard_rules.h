@@ -86,10 +86,10 @@ struct ShardDims {
   std::vector<LayerDims> layers;
   // Block sizes (elements) of the dtypes of the matrices cut by input columns, by unit: the cuts align to
   // them.
-  int64_t attn_output_block = 1;  // cut in CutUnit::QHeadsV (attention output)
-  int64_t ffn_down_block = 1;     // cut in CutUnit::FfRows (down)
-  int64_t n_ff_exp = 0;              // mixture of experts: each expert's n_ff (0 = no experts)
-  int64_t ffn_down_exps_block = 1;   // cut in CutUnit::ExpertFfRows (down experts)
+  int64_t attn_output_block = 1;    // cut in CutUnit::QHeadsV (attention output)
+  int64_t ffn_down_block = 1;       // cut in CutUnit::FfRows (down)
+  int64_t n_ff_exp = 0;             // mixture of experts: each expert's n_ff (0 = no experts)
+  int64_t ffn_down_exps_block = 1;  // cut in CutUnit::ExpertFfRows (down experts)
 };
 
 // What one rank holds. For SplitMode::None and Row, and for a mesh of one rank, every range is the whole

@@ -1,8 +1,8 @@
 // CUDA mixture-of-experts ops against the CPU ops and a double reference: the router (ids equal, weights
-// within f32 rounding), the expert matmul for every weight dtype on both CUDA paths (one matrix-vector product
-// per routed row for decode, the grouped GEMM for many rows), with a shared input or one per expert and a
-// strided expert view (a fused gate_up half); the weighted sum; and a recorded graph of route + matmul_id
-// replayed after the router's input changed (the routing is read on the device, never on the host).
+// within f32 rounding), the expert matmul for every weight dtype on both CUDA paths (one matrix-vector
+// product per routed row for decode, the grouped GEMM for many rows), with a shared input or one per expert
+// and a strided expert view (a fused gate_up half); the weighted sum; and a recorded graph of route +
+// matmul_id replayed after the router's input changed (the routing is read on the device, never on the host).
 #include <gtest/gtest.h>
 
 #include <cmath>

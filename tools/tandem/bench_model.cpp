@@ -107,7 +107,8 @@ ModelShape read_shape(const std::string& path, const ModelInfo& info) {
   const gguf::GgufFile f = gguf::GgufFile::open(path);
   const bool tied = f.find_tensor("output.weight") == nullptr;
   // Mixture of experts: a row reads only its expert_used_count experts of each 3-D expert tensor (the
-  // "_exps" tensors, {in, out, n_expert}), so a batch-1 decode step reads (and a token multiplies) that share.
+  // "_exps" tensors, {in, out, n_expert}), so a batch-1 decode step reads (and a token multiplies) that
+  // share.
   const double n_expert = double(f.get_int(info.arch + ".expert_count", 0));
   const double expert_share =
       n_expert > 0 ? double(f.get_int(info.arch + ".expert_used_count", 0)) / n_expert : 1.0;

@@ -1,8 +1,8 @@
 // `tandem bench --random-weights TYPE --to OUT.gguf` (bench.h) does not benchmark: it writes a copy of -m
 // whose matrices are random TYPE values (TYPE as `tandem quantize` takes it, mixes such as q4_k_m included:
-// each matrix gets the type quantize would give it, 3-D expert tensors too) (valid blocks with fp16 scales of 1e-3 .. 2e-3), for benchmark models
-// of any type in seconds (`tandem quantize`'s scale searches take minutes for an 8B model; speed does not
-// depend on the values).
+// each matrix gets the type quantize would give it, 3-D expert tensors too) (valid blocks with fp16 scales of
+// 1e-3 .. 2e-3), for benchmark models of any type in seconds (`tandem quantize`'s scale searches take minutes
+// for an 8B model; speed does not depend on the values).
 #include <algorithm>
 #include <cstdio>
 #include <cstring>

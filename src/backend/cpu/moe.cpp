@@ -4,8 +4,8 @@
 // matmul_id groups the routed rows by expert first (a counting sort of the k * T (row, slot) pairs), then
 // multiplies each expert's weights with its rows in tiles exactly like matmul (R weight rows x C routed rows,
 // weight rows decoded once per 4 routed rows), so prefill reads each selected expert's weights once per 64
-// rows and decode reads only the selected experts. Quantized weights use matmul's integer dot products against
-// the 8-bit activations, read in place.
+// rows and decode reads only the selected experts. Quantized weights use matmul's integer dot products
+// against the 8-bit activations, read in place.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -65,9 +65,9 @@ void matmul_id(ThreadPool& pool, Workspace& ws, const Tensor& W, const Tensor& x
   const int32_t* id = ids.ptr<int32_t>();
   for (int64_t s = 0; s < n_slots; ++s)
     TANDEM_CPU_CHECK(id[s] >= 0 && id[s] < n_expert,
-                     "matmul_id: ids[" + std::to_string(s % k) + ", " + std::to_string(s / k) + "] = " +
-                         std::to_string(id[s]) + " is not an expert of W (0.." + std::to_string(n_expert - 1) +
-                         ")");
+                     "matmul_id: ids[" + std::to_string(s % k) + ", " + std::to_string(s / k) +
+                         "] = " + std::to_string(id[s]) + " is not an expert of W (0.." +
+                         std::to_string(n_expert - 1) + ")");
 
   // Int scratch: slots sorted by expert, then each expert's first sorted index (n_expert + 1 entries), then
   // the prefix sum of column tiles per expert (n_expert + 1).

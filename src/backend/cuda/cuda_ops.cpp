@@ -527,7 +527,8 @@ void CudaOps::diffusion_sample_rows(Stream& s, const Tensor& logits, float inv_t
                                static_cast<int32_t*>(sampled.data), stream_of(s, index_));
 }
 
-// ---- mixture of experts ------------------------------------------------------------------------------------
+// ---- mixture of experts
+// ------------------------------------------------------------------------------------
 
 void CudaOps::moe_route(Stream& s, const Tensor& logits, const Tensor* expert_scale, const Tensor& ids,
                         const Tensor& weights) {
@@ -566,8 +567,8 @@ void CudaOps::matmul_id(Stream& s, const Tensor& W, const Tensor& x, const Tenso
       need(regions_.act_bytes, q8_activation_bytes(K, n_x), "8-bit activations of matmul_id");
       void* act = region(regions_.act);
       launch_quantize_q8(xp, x_ld, K, n_x, act, st);
-      launch_gemv_quant_id(W.type, W.data, W.nb[1], W.nb[2], K, N, act, id, n_slots, int(k), int(kx), yp, y_ld,
-                           st);
+      launch_gemv_quant_id(W.type, W.data, W.nb[1], W.nb[2], K, N, act, id, n_slots, int(k), int(kx), yp,
+                           y_ld, st);
       return;
     }
   }

@@ -27,9 +27,9 @@ namespace tandem::cuda {
 constexpr int64_t kDenseGemvMaxRows = 1;
 constexpr int64_t kQuantGemvMaxRows = 8;
 constexpr int64_t kPrefillMinRows = 64;
-constexpr int64_t kDecodeRowChunk = 64;           // rows per split-K attention launch
-constexpr int64_t kMoeGemvMaxSlots = 64;          // matmul_id: up to this many routed rows -> one matrix-vector
-                                                  // product per routed row; more -> the grouped GEMM
+constexpr int64_t kDecodeRowChunk = 64;   // rows per split-K attention launch
+constexpr int64_t kMoeGemvMaxSlots = 64;  // matmul_id: up to this many routed rows -> one matrix-vector
+                                          // product per routed row; more -> the grouped GEMM
 constexpr size_t kDequantChunkElems = 64u << 20;  // bf16 weights dequantized per cuBLASLt call (128 MiB): one
                                                   // call covers every matrix of an 8B model but its head
 constexpr size_t kLtWorkspaceBytes = 32u << 20;

@@ -202,14 +202,14 @@ void launch_gemv_dense_id(DType wt, const void* W, size_t w_ld, size_t w_es, int
   const dim3 grid(unsigned((N + kWarpsPerBlock - 1) / kWarpsPerBlock), unsigned(n_slots));
   const int threads = kWarpsPerBlock * kWarpSize;
   switch (wt) {
-#define TANDEM_GEMV_ID(T, TAG)                                                                            \
-  case DType::T:                                                                                          \
-    if (vec)                                                                                              \
-      gemv_dense_vec_kernel<DType::T, 1>                                                                  \
-          <<<grid, threads, 0, stream>>>(w, w_ld, K, N, x, x_ld, y, y_ld, ids, w_es, k, kx);              \
-    else                                                                                                  \
-      gemv_dense_scalar_kernel<TAG><<<grid, threads, 0, stream>>>(w, w_ld, K, N, x, x_ld, y, y_ld, ids,   \
-                                                                  w_es, k, kx);                           \
+#define TANDEM_GEMV_ID(T, TAG)                                                               \
+  case DType::T:                                                                             \
+    if (vec)                                                                                 \
+      gemv_dense_vec_kernel<DType::T, 1>                                                     \
+          <<<grid, threads, 0, stream>>>(w, w_ld, K, N, x, x_ld, y, y_ld, ids, w_es, k, kx); \
+    else                                                                                     \
+      gemv_dense_scalar_kernel<TAG>                                                          \
+          <<<grid, threads, 0, stream>>>(w, w_ld, K, N, x, x_ld, y, y_ld, ids, w_es, k, kx); \
     break;
     TANDEM_GEMV_ID(F32, F32Tag)
     TANDEM_GEMV_ID(F16, F16Tag)

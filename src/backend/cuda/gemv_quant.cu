@@ -117,8 +117,8 @@ template <DType QT, int NC>
 __global__ void __launch_bounds__(kRowsPerBlock* kWarpSize)
     gemv_quant_kernel(const char* __restrict__ W, size_t w_ld, int64_t K, int64_t N, size_t row_bytes,
                       size_t pitch, const int8_t* __restrict__ xq, const float2* __restrict__ xds,
-                      float* __restrict__ y, int64_t y_ld, const int32_t* __restrict__ ids, size_t w_es, int k,
-                      int kx) {
+                      float* __restrict__ y, int64_t y_ld, const int32_t* __restrict__ ids, size_t w_es,
+                      int k, int kx) {
   extern __shared__ __align__(16) uint8_t smem[];
   if (ids) {  // matmul_id: routed row s = blockIdx.y reads its expert's rows and its input column (NC == 1)
     const int64_t s = blockIdx.y;
@@ -199,7 +199,8 @@ void launch_one(const char* W, size_t w_ld, int64_t K, int64_t N, size_t row_byt
 
 template <DType QT>
 void launch_id(const char* W, size_t w_ld, size_t w_es, int64_t K, int64_t N, const void* scratch,
-               const int32_t* ids, int64_t n_slots, int k, int kx, float* y, int64_t y_ld, cudaStream_t stream) {
+               const int32_t* ids, int64_t n_slots, int k, int kx, float* y, int64_t y_ld,
+               cudaStream_t stream) {
   static std::once_flag once;
   std::call_once(once, [] {
     TANDEM_CUDA_CHECK(cudaFuncSetAttribute(gemv_quant_kernel<QT, 1>,

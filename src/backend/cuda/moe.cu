@@ -20,12 +20,14 @@ namespace {
 
 constexpr float kMinWeightSum = 6.1035e-5f;  // C.5: the selected probabilities' sum is clamped to >= this
 
-// ---- router: one warp per row -------------------------------------------------------------------------------
+// ---- router: one warp per row
+// -------------------------------------------------------------------------------
 constexpr int kRouteWarps = 4;
 
-__global__ void __launch_bounds__(kRouteWarps* kWarpSize) moe_route_kernel(const float* __restrict__ logits, int64_t l_ld, int64_t n_expert, int64_t T,
-                                 int k, const float* __restrict__ expert_scale, int32_t* __restrict__ ids,
-                                 float* __restrict__ weights) {
+__global__ void __launch_bounds__(kRouteWarps* kWarpSize)
+    moe_route_kernel(const float* __restrict__ logits, int64_t l_ld, int64_t n_expert, int64_t T, int k,
+                     const float* __restrict__ expert_scale, int32_t* __restrict__ ids,
+                     float* __restrict__ weights) {
   __shared__ int32_t chosen_ids[kRouteWarps][32];  // the experts already picked for this warp's row
   const int64_t t = int64_t(blockIdx.x) * kRouteWarps + threadIdx.x / kWarpSize;
   if (t >= T) return;  // whole warps leave together
@@ -58,7 +60,8 @@ __global__ void __launch_bounds__(kRouteWarps* kWarpSize) moe_route_kernel(const
     for (int o = 16; o > 0; o >>= 1) {
       const float ob = __shfl_xor_sync(0xffffffffu, best, o);
       const int32_t oe = __shfl_xor_sync(0xffffffffu, best_e, o);
-      if (oe < int32_t(n_expert) && (best_e == int32_t(n_expert) || ob > best || (ob == best && oe < best_e))) {
+      if (oe < int32_t(n_expert) &&
+          (best_e == int32_t(n_expert) || ob > best || (ob == best && oe < best_e))) {
         best = ob;
         best_e = oe;
       }
@@ -79,9 +82,11 @@ __global__ void __launch_bounds__(kRouteWarps* kWarpSize) moe_route_kernel(const
   }
 }
 
-// ---- weighted sum over the selected experts -----------------------------------------------------------------
+// ---- weighted sum over the selected experts
+// -----------------------------------------------------------------
 __global__ void moe_combine_kernel(const char* __restrict__ y, size_t y_nb1, size_t y_nb2, int64_t n, int k,
-                                   const float* __restrict__ weights, char* __restrict__ out, size_t out_nb1) {
+                                   const float* __restrict__ weights, char* __restrict__ out,
+                                   size_t out_nb1) {
   const int64_t t = blockIdx.y;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
@@ -91,10 +96,11 @@ __global__ void moe_combine_kernel(const char* __restrict__ y, size_t y_nb1, siz
   reinterpret_cast<float*>(out + t * out_nb1)[i] = acc;
 }
 
-// ---- grouped GEMM over the rows routed to each expert --------------------------------------------------------
-constexpr int kTileN = 64;   // weight rows (outputs) per block
-constexpr int kTileM = 32;   // routed rows per chunk
-constexpr int kTileK = 32;   // inputs per step (inside one block of every block type)
+// ---- grouped GEMM over the rows routed to each expert
+// --------------------------------------------------------
+constexpr int kTileN = 64;  // weight rows (outputs) per block
+constexpr int kTileM = 32;  // routed rows per chunk
+constexpr int kTileK = 32;  // inputs per step (inside one block of every block type)
 constexpr int kThreads = 256;
 
 struct GemmArgs {
@@ -116,7 +122,11 @@ constexpr int64_t block_size_of(DType t) {
   return t == DType::Q8_0 || t == DType::Q4_0 ? 32 : 256;
 }
 constexpr size_t block_bytes_of(DType t) {
-  return t == DType::Q8_0 ? 34 : t == DType::Q4_0 ? 18 : t == DType::Q4_K ? 144 : t == DType::Q5_K ? 176 : 210;
+  return t == DType::Q8_0   ? 34
+         : t == DType::Q4_0 ? 18
+         : t == DType::Q4_K ? 144
+         : t == DType::Q5_K ? 176
+                            : 210;
 }
 
 // Values j .. j+7 of weight row `row` (j a multiple of 8) as f32.
@@ -247,8 +257,8 @@ void launch_moe_route(const Tensor& logits, const float* expert_scale, int32_t* 
   const int64_t T = logits.ne[1];
   if (T == 0) return;
   moe_route_kernel<<<unsigned((T + kRouteWarps - 1) / kRouteWarps), kRouteWarps * kWarpSize, 0, stream>>>(
-      static_cast<const float*>(logits.data), int64_t(logits.nb[1] / 4), logits.ne[0], T, k, expert_scale, ids,
-      weights);
+      static_cast<const float*>(logits.data), int64_t(logits.nb[1] / 4), logits.ne[0], T, k, expert_scale,
+      ids, weights);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
