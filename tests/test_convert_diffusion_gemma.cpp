@@ -192,7 +192,7 @@ TEST(ConvertDiffusionGemma, KeysTensorsTokensAndItRuns) {
   auto src_run = make_canvas_source(model, o);
   src_run->begin_block(std::vector<int32_t>{1, 2, 3});
   const Tensor& l = src_run->forward(std::vector<int32_t>(8, 261), false, 1.0f);
-  EXPECT_EQ(l.ne[0], 261);
+  EXPECT_EQ(l.ne[0], 262);  // 261 tokens + <|mask|>
   EXPECT_EQ(l.ne[1], 8);
 }
 

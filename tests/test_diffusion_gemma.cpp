@@ -129,7 +129,9 @@ TEST(DiffusionGemma, UnifiedEqualsPrefillDecodeAndDeviceScEqualsHostSc) {
                 std::string::npos)
           << src->describe();
       const Steps s = run_steps(model, options(kv, true, dev), prompt, canvases);
-      for (size_t k = 0; k < 3; ++k) EXPECT_LE(row_error(s.logits[k], as_double(base.logits[k])), 1e-5);
+      // f32 on the device path vs double on the host path, amplified by the layers: ~1e-4 at most, while
+      // any rule broken (TheReferenceCanFail) moves the logits by > 1e-3.
+      for (size_t k = 0; k < 3; ++k) EXPECT_LE(row_error(s.logits[k], as_double(base.logits[k])), 3e-4);
     }
   // A second block starts clean: the same steps again give the same logits (SC state and cache reset).
   auto src = make_canvas_source(model, options(true, true, Toggle::On));
@@ -137,8 +139,8 @@ TEST(DiffusionGemma, UnifiedEqualsPrefillDecodeAndDeviceScEqualsHostSc) {
     src->begin_block(prompt);
     const auto l0 = host_rows(src->forward(canvases[0], false, 1.0f));
     const auto l1 = host_rows(src->forward(canvases[1], true, 1.25f));
-    EXPECT_LE(row_error(l0, as_double(base.logits[0])), 1e-5);
-    EXPECT_LE(row_error(l1, as_double(base.logits[1])), 1e-5);
+    EXPECT_LE(row_error(l0, as_double(base.logits[0])), 3e-4);
+    EXPECT_LE(row_error(l1, as_double(base.logits[1])), 3e-4);
   }
 }
 
@@ -156,7 +158,7 @@ TEST(DiffusionGemma, LayerAndTensorSplitsOverTwoCpuRanksGiveTheSingleDeviceLogit
       for (Toggle dev : {Toggle::Off, Toggle::On}) {
         SCOPED_TRACE(std::string(mode) + (kv ? " kv" : " unified") + (dev == Toggle::On ? " device SC" : ""));
         const Steps s = run_steps(model, options(kv, true, dev), prompt, canvases);
-        for (size_t k = 0; k < 3; ++k) EXPECT_LE(row_error(s.logits[k], as_double(single.logits[k])), 1e-5);
+        for (size_t k = 0; k < 3; ++k) EXPECT_LE(row_error(s.logits[k], as_double(single.logits[k])), 3e-4);
       }
   }
 }
@@ -173,7 +175,7 @@ TEST(DiffusionGemma, BadFilesAndInputsAreClearErrors) {
   };
   {  // a gemma4 file is not a canvas model
     TempFile f("dg_g4");
-    write_g4(m.g, f.path);
+    write_g4(make_g4(small_config(), 5), f.path);
     const auto model = load(f.path.string());
     expect_error([&] { canvas_model_info(*model); }, "not a canvas diffusion model");
     expect_error([&] { make_canvas_source(model, {}); }, "not a canvas diffusion model");

@@ -252,8 +252,8 @@ std::vector<Vec> reference_forward(const G4Model& m, std::vector<Vec> x, Visible
       Vec f = matvec(W(bn(l, "ffn_down.weight")), ff, E, gate);
       rms(f, 0, size_t(E), &W(bn(l, "post_ffw_norm.weight")), eps);
       for (int64_t i = 0; i < E; ++i) xt[size_t(i)] += f[size_t(i)];
-      const double f = scale(l, t);
-      for (double& v : xt) v *= f;
+      const double out_scale = scale(l, t);
+      for (double& v : xt) v *= out_scale;
     }
   }
   std::vector<Vec> logits;

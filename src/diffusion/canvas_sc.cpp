@@ -35,7 +35,7 @@ double gelu_tanh(double z) {
 
 std::vector<uint16_t> f16_token_rows(const gguf::GgufFile& file, int64_t n_embd, int64_t n_vocab) {
   const gguf::TensorInfo* t = file.find_tensor("token_embd.weight");
-  check(t != nullptr && t->ne.size() == 2 && t->ne[0] == n_embd && t->ne[1] == n_vocab,
+  check(t != nullptr && t->n_dims == 2 && t->ne[0] == n_embd && t->ne[1] == n_vocab,
         file.path() + ": token_embd.weight is missing or not {n_embd, n_vocab}");
   std::vector<uint16_t> out(static_cast<size_t>(n_embd * n_vocab));
   std::vector<float> row(static_cast<size_t>(n_embd));
@@ -51,7 +51,7 @@ std::vector<uint16_t> f16_token_rows(const gguf::GgufFile& file, int64_t n_embd,
 HostSelfCond::HostSelfCond(const gguf::GgufFile& file, int64_t n_embd, int64_t n_vocab, float eps)
     : E_(n_embd), V_(n_vocab), eps_(eps) {
   const gguf::TensorInfo* g = file.find_tensor("self_cond_gate.weight");
-  check(g != nullptr && g->ne.size() == 2, file.path() + ": the model has no self-conditioning tensors");
+  check(g != nullptr && g->n_dims == 2, file.path() + ": the model has no self-conditioning tensors");
   F_ = g->ne[1];
   emb16_ = f16_token_rows(file, E_, V_);
   pre_norm_ = dequantized(file, "self_cond_pre_norm.weight", E_);

@@ -156,7 +156,7 @@ std::unique_ptr<DecoderModel> load_diffusion_gemma(const gguf::GgufFile& file, c
                                                "_down) must all be present or all absent");
   if (n_sc == 4) {
     const gguf::TensorInfo* g = file.find_tensor("self_cond_gate.weight");
-    check(g->ne.size() == 2, "self_cond_gate.weight must be a matrix");
+    check(g->n_dims == 2, "self_cond_gate.weight must be a matrix");
     const int64_t E = hp.n_embd, F = g->ne[1];
     SelfCondWeights s;
     s.n_ff = F;
