@@ -62,7 +62,7 @@ inline void check_fixture(const std::string& prefix, const std::string& where) {
       auto src = make_canvas_source(model, o);
       src->begin_block(prompt);
       for (size_t k = 0; k < fx["steps"].size(); ++k) {
-        const auto& st = fx["steps"][k];
+        const nlohmann::json st = fx["steps"][k];  // copies: no reference through operator[] (GCC 13)
         const Tensor& t = src->forward(st["canvas"].get<std::vector<int32_t>>(), st["use_sc"].get<bool>(),
                                        st["temp_inv"].get<float>());
         std::vector<float> got(size_t(t.ne[0] * t.ne[1]));
@@ -74,7 +74,7 @@ inline void check_fixture(const std::string& prefix, const std::string& where) {
           d.copy_to_host(d.default_stream(), got.data(), t.data, got.size() * 4);
           d.default_stream().synchronize();
         }
-        const auto& want = st["logits"];
+        const nlohmann::json want = st["logits"];
         ASSERT_EQ(int64_t(want.size()), t.ne[1]);
         double worst = 0;
         for (size_t r = 0; r < want.size(); ++r) {

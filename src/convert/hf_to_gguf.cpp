@@ -435,7 +435,26 @@ ConvertResult convert_diffusion_gemma(const ConvertOptions& o, gguf::GgufWriter&
   const int64_t mask = find_mask_token(tok, c.mask_token_id, o.hf_dir.string());
 
   const SafetensorsModel model = SafetensorsModel::open_dir(o.hf_dir);
-  std::vector<Job> jobs = match_tensors(plan_diffusion_gemma_tensors(c, n_tokens),
+  std::vector<PlannedTensor> plan = plan_diffusion_gemma_tensors(c, n_tokens);
+  // The encoder's weights are the decoder's (D.1): a checkpoint may store a shared tensor once under the
+  // encoder's name (or without the decoder prefix). The layer scalars differ and are never substituted.
+  int64_t renamed = 0;
+  for (PlannedTensor& p : plan) {
+    const std::string& pre = c.text.tensor_prefix;
+    if (p.hf_name.empty() || model.find(p.hf_name) || !p.hf_name.starts_with(pre) ||
+        p.hf_name.ends_with("layer_scalar"))
+      continue;
+    const std::string rest = p.hf_name.substr(pre.size());
+    for (const std::string& alt : {c.encoder_prefix + rest, "model." + rest, "model.language_model." + rest})
+      if (model.find(alt)) {
+        p.hf_name = alt;
+        ++renamed;
+        break;
+      }
+  }
+  if (renamed > 0)
+    result.notes.push_back(std::to_string(renamed) + " decoder tensors read from their shared encoder / plain names");
+  std::vector<Job> jobs = match_tensors(std::move(plan),
                                         {c.text.hf_architecture, "diffusion-gemma", true}, model, o.hf_dir,
                                         result.notes);
   if (n_tokens < c.text.n_vocab)

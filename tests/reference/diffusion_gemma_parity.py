@@ -78,11 +78,15 @@ def write_tokenizer(d, vocab_size):
               "rstrip": False, "normalized": False}]
     for i in range(258, vocab_size):
         vocab[f"tok{i}"] = i
-    tok = {"version": "1.0", "added_tokens": added, "normalizer": None,
-           "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
-                             "use_regex": True},
+    # The same shape as tests/test_convert_fixture.h's tokenizer (Qwen2-style split + byte level).
+    regex = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| "
+             r"?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+    tok = {"version": "1.0", "added_tokens": added, "normalizer": {"type": "NFC"},
+           "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+               {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated", "invert": False},
+               {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]},
            "post_processor": None,
-           "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": True},
+           "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
            "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
                      "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "vocab": vocab,
                      "merges": ["h e"]}}
