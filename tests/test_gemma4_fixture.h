@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -144,11 +145,12 @@ inline G4Model make_g4(const G4Config& c, uint64_t seed) {
 
 inline void write_g4(const G4Model& m, const std::filesystem::path& path,
                      const std::vector<std::pair<std::string, Value>>& extra_keys = {},
-                     const std::vector<std::pair<std::string, std::vector<int64_t>>>& extra_tensors = {}) {
+                     const std::vector<std::pair<std::string, std::vector<int64_t>>>& extra_tensors = {},
+                     const std::string& arch = "gemma4") {
   const G4Config& c = m.c;
   gguf::GgufWriter w;
-  const std::string a = "gemma4.";
-  w.set("general.architecture", Value::string("gemma4"));
+  const std::string a = arch + ".";
+  w.set("general.architecture", Value::string(arch));
   w.set(a + "context_length", Value::u32(4096));
   w.set(a + "embedding_length", Value::u32(uint32_t(c.n_embd)));
   w.set(a + "block_count", Value::u32(uint32_t(c.n_layer)));
@@ -282,21 +284,22 @@ inline Vec reference_moe(const G4Model& m, int64_t l, const Vec& x1) {
   return out;
 }
 
-inline std::vector<Vec> reference_logits(const G4Model& m, const std::vector<int32_t>& toks) {
+// The layers and head over input rows x (row t at position t): visible(l, sliding, q, k) says whether row q
+// sees row k in layer l; scale(l, t) is the factor row t's residual stream gets after layer l. toks: the
+// rows' token ids, needed by per-layer inputs (C.7) only.
+template <class Visible, class Scale>
+std::vector<Vec> reference_forward(const G4Model& m, std::vector<Vec> x, Visible visible, Scale scale,
+                                   const std::vector<int32_t>* toks = nullptr) {
   const G4Config& c = m.c;
-  const int64_t E = c.n_embd, T = int64_t(toks.size());
+  const int64_t E = c.n_embd, T = int64_t(x.size());
   const double eps = c.eps;
   auto W = [&](const std::string& n) -> const std::vector<float>& { return m.w.at(n); };
-  std::vector<Vec> x(static_cast<size_t>(T), Vec(static_cast<size_t>(E)));
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t i = 0; i < E; ++i)
-      x[size_t(t)][size_t(i)] =
-          double(W("token_embd.weight")[size_t(toks[size_t(t)] * E + i)]) * double(std::sqrt(float(E)));
   // C.7 per-layer inputs: inp[t][l] = (RMS(proj(x0) / sqrt(E)) * proj_norm + pl_embd[t] * sqrt(npl)) /
   // sqrt(2)
   const int64_t npl = c.n_embd_pl;
   std::vector<Vec> ple_in(static_cast<size_t>(T));
   if (npl > 0) {
+    if (!toks) throw std::runtime_error("reference_forward: per-layer inputs need the token ids");
     for (int64_t t = 0; t < T; ++t) {
       Vec proj = matvec(W("per_layer_model_proj.weight"), E, npl * c.n_layer, x[size_t(t)]);
       for (double& v : proj) v /= std::sqrt(double(E));
@@ -304,7 +307,7 @@ inline std::vector<Vec> reference_logits(const G4Model& m, const std::vector<int
         rms(proj, size_t(l * npl), size_t(npl), &W("per_layer_proj_norm.weight"), eps);
       const std::vector<float>& pe = W("per_layer_token_embd.weight");
       for (int64_t i = 0; i < npl * c.n_layer; ++i)
-        proj[size_t(i)] = (proj[size_t(i)] + double(pe[size_t(toks[size_t(t)] * npl * c.n_layer + i)]) *
+        proj[size_t(i)] = (proj[size_t(i)] + double(pe[size_t((*toks)[size_t(t)] * npl * c.n_layer + i)]) *
                                                  double(std::sqrt(float(npl)))) /
                           std::sqrt(2.0);
       ple_in[size_t(t)] = proj;
@@ -346,21 +349,23 @@ inline std::vector<Vec> reference_logits(const G4Model& m, const std::vector<int
       Vec att(static_cast<size_t>(c.n_head * hd), 0.0);
       for (int64_t hh = 0; hh < c.n_head; ++hh) {
         const int64_t g = hh / (c.n_head / nkv);
-        const int64_t lo = s ? std::max<int64_t>(0, t - c.window + 1) : 0;  // SWA: q - k < window
-        std::vector<double> sc;
+        std::vector<double> sc(static_cast<size_t>(T), 0.0);
         double mx = -1e300;
-        for (int64_t k = lo; k <= t; ++k) {
+        for (int64_t k = 0; k < T; ++k) {
+          if (!visible(l, s, t, k)) continue;
           double d = 0;
           for (int64_t i = 0; i < hd; ++i)
             d += Q[size_t(t)][size_t(hh * hd + i)] * K[size_t(k)][size_t(g * hd + i)];  // scale 1
-          sc.push_back(d);
+          sc[size_t(k)] = d;
           mx = std::max(mx, d);
         }
         double sum = 0;
-        for (double& v : sc) sum += (v = std::exp(v - mx));
-        for (int64_t k = lo; k <= t; ++k)
-          for (int64_t i = 0; i < hd; ++i)
-            att[size_t(hh * hd + i)] += sc[size_t(k - lo)] / sum * V[size_t(k)][size_t(g * hd + i)];
+        for (int64_t k = 0; k < T; ++k)
+          if (visible(l, s, t, k)) sum += (sc[size_t(k)] = std::exp(sc[size_t(k)] - mx));
+        for (int64_t k = 0; k < T; ++k)
+          if (visible(l, s, t, k))
+            for (int64_t i = 0; i < hd; ++i)
+              att[size_t(hh * hd + i)] += sc[size_t(k)] / sum * V[size_t(k)][size_t(g * hd + i)];
       }
       Vec a = matvec(W(bn(l, "attn_output.weight")), c.n_head * hd, E, att);
       rms(a, 0, size_t(E), &W(bn(l, "post_attention_norm.weight")), eps);
@@ -393,8 +398,8 @@ inline std::vector<Vec> reference_logits(const G4Model& m, const std::vector<int
         rms(p, 0, size_t(E), &W(bn(l, "post_norm.weight")), eps);
         for (int64_t i = 0; i < E; ++i) xt[size_t(i)] += p[size_t(i)];
       }
-      if (auto it = m.w.find(bn(l, "layer_output_scale.weight")); it != m.w.end())
-        for (double& v : xt) v *= double(it->second[0]);
+      const double out_scale = scale(l, t);
+      for (double& v : xt) v *= out_scale;
     }
   }
   std::vector<Vec> logits;
@@ -407,6 +412,25 @@ inline std::vector<Vec> reference_logits(const G4Model& m, const std::vector<int
     logits.push_back(lg);
   }
   return logits;
+}
+
+// gemma4: token rows scaled by sqrt(n_embd), causal + SWA (q - k < window), layer_output_scale.
+inline std::vector<Vec> reference_logits(const G4Model& m, const std::vector<int32_t>& toks) {
+  const int64_t E = m.c.n_embd, T = int64_t(toks.size());
+  std::vector<Vec> x(static_cast<size_t>(T), Vec(static_cast<size_t>(E)));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < E; ++i)
+      x[size_t(t)][size_t(i)] =
+          double(m.w.at("token_embd.weight")[size_t(toks[size_t(t)] * E + i)]) * double(std::sqrt(float(E)));
+  const int32_t window = m.c.window;
+  auto visible = [window](int64_t, bool sliding, int64_t q, int64_t k) {
+    return k <= q && (!sliding || q - k < window);
+  };
+  auto scale = [&m](int64_t l, int64_t) {
+    auto it = m.w.find(bn(l, "layer_output_scale.weight"));
+    return it == m.w.end() ? 1.0 : double(it->second[0]);
+  };
+  return reference_forward(m, std::move(x), visible, scale, &toks);
 }
 
 // ---- running tandem ----
