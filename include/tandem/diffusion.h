@@ -53,6 +53,7 @@ struct CanvasOptions {
   Toggle gpu_sampling = Toggle::Auto;  // self-conditioning buffers on the device (Auto: on when on a GPU)
   bool self_conditioning = true;       // SC at all (needs the self_cond_* tensors)
   int32_t max_prompt = 2048;           // prompt positions the session holds (+ canvas_length)
+  KvType kv_type = KvType::F32;        // the prompt-KV store's precision (F32 as the reference keeps it)
 };
 
 // One canvas model driven step by step. Not thread-safe; one block at a time.

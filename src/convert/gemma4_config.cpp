@@ -139,9 +139,9 @@ Gemma4Hparams parse_gemma4_config(std::string_view json_text, const std::string&
   return hp;
 }
 
-void add_gemma4_metadata(const Gemma4Hparams& hp, gguf::GgufWriter& w) {
+void add_gemma4_metadata(const Gemma4Hparams& hp, gguf::GgufWriter& w, const std::string& arch) {
   using gguf::Value;
-  const std::string a = "gemma4.";
+  const std::string a = arch + ".";
   auto u32 = [](int64_t v) {
     check(v >= 0 && v <= int64_t(UINT32_MAX),
           "hyperparameter " + std::to_string(v) + " does not fit in uint32");

@@ -49,6 +49,11 @@ struct ForwardInputs {
   bool out_rows_all = false;              // out_rows is 0..T-1 (no gather needed)
   Tensor logits;                          // F32 {n_vocab, n_out}
   std::span<const LayerTap> taps;
+  // The batch's mask as the host knows it, for models whose rows differ by region (diffusion-gemma: prompt
+  // rows at positions < prefix_len, canvas rows after): prefix_len of an AttentionMask::PrefixRegion batch,
+  // -1 for every other mask; host_positions = this chunk's positions (the same values as `positions`).
+  int32_t prefix_len = -1;
+  std::span<const int32_t> host_positions;
   // Tensor split: the communicator of this step's caller (each session owns one, so sessions of one model
   // never interleave their collectives); null: the one the decoder was loaded with.
   Comm* comm = nullptr;

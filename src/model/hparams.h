@@ -53,6 +53,8 @@ struct ModelHparams {
   std::string rope_scaling_type = "none";
   bool qk_norm = false;          // per-head RMS norm of Q and K before rope (qwen3)
   float embedding_scale = 1.0f;  // token embeddings are multiplied by it (gemma: sqrt(n_embd))
+  // Mixture of experts (0 = none): experts per MoE layer, experts each row uses, each expert's n_ff.
+  int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
   // Per layer (n_layer entries). The scalar fields above are the file's global keys (layer 0's head counts
   // and n_ff); every layer's when the layers are uniform.
   std::vector<LayerHparams> layers;

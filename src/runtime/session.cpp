@@ -291,6 +291,8 @@ ForwardInputs Session::Impl::prepare(RankState& r, const Batch& batch, size_t r0
 
   ForwardInputs in;
   in.n_rows = T;
+  in.prefix_len = batch.mask.kind == AttentionMask::PrefixRegion ? batch.mask.prefix_len : -1;
+  in.host_positions = std::span<const int32_t>(batch.positions).subspan(r0, size_t(T));
   in.positions = r.d_positions.view(T, dev);
   device.copy_from_host(stream, in.positions.data, batch.positions.data() + r0, size_t(T) * 4);
   if (shard.first) {  // only the rank that embeds needs the inputs (layer split)

@@ -27,7 +27,9 @@ namespace tandem::cuda {
 constexpr int64_t kDenseGemvMaxRows = 1;
 constexpr int64_t kQuantGemvMaxRows = 8;
 constexpr int64_t kPrefillMinRows = 64;
-constexpr int64_t kDecodeRowChunk = 64;           // rows per split-K attention launch
+constexpr int64_t kDecodeRowChunk = 64;   // rows per split-K attention launch
+constexpr int64_t kMoeGemvMaxSlots = 64;  // matmul_id: up to this many routed rows -> one matrix-vector
+                                          // product per routed row; more -> the grouped GEMM
 constexpr size_t kDequantChunkElems = 64u << 20;  // bf16 weights dequantized per cuBLASLt call (128 MiB): one
                                                   // call covers every matrix of an 8B model but its head
 constexpr size_t kLtWorkspaceBytes = 32u << 20;
@@ -66,6 +68,10 @@ class CudaOps final : public Ops {
                    const Tensor& out) override;
   void diffusion_sample_rows(Stream&, const Tensor& logits, float inv_temp, const Tensor& uniforms,
                              const Tensor& argmax, const Tensor& entropy, const Tensor& sampled) override;
+  void moe_route(Stream&, const Tensor& logits, const Tensor* expert_scale, const Tensor& ids,
+                 const Tensor& weights) override;
+  void matmul_id(Stream&, const Tensor& W, const Tensor& x, const Tensor& ids, const Tensor& y) override;
+  void moe_combine(Stream&, const Tensor& y, const Tensor& weights, const Tensor& out) override;
 
  private:
   struct Regions {                  // byte offsets into the workspace

@@ -63,8 +63,15 @@ __device__ __forceinline__ void accumulate(const uint4& wv, int64_t e, const flo
 template <DType WT, int NC>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
     gemv_dense_vec_kernel(const char* __restrict__ W, size_t w_ld, int64_t K, int64_t N,
-                          const float* __restrict__ x, int64_t x_ld, float* __restrict__ y, int64_t y_ld) {
+                          const float* __restrict__ x, int64_t x_ld, float* __restrict__ y, int64_t y_ld,
+                          const int32_t* __restrict__ ids = nullptr, size_t w_es = 0, int k = 1, int kx = 1) {
   constexpr int kE = Vec16<WT>::kElems;
+  if (ids) {  // matmul_id: routed row s = blockIdx.y reads its expert's rows and its input column (NC == 1)
+    const int64_t s = blockIdx.y;
+    W += size_t(ids[s]) * w_es;
+    x += ((s / k) * kx + (kx == 1 ? 0 : s % k)) * x_ld;
+    y += s * y_ld;
+  }
   constexpr int kUnroll = NC <= 2 ? 8 : 4;
   const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
   if (row >= N) return;
@@ -96,9 +103,17 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
 template <class Tag>
 __global__ void gemv_dense_scalar_kernel(const char* __restrict__ W, size_t w_ld, int64_t K, int64_t N,
                                          const float* __restrict__ x, int64_t x_ld, float* __restrict__ y,
-                                         int64_t y_ld) {
+                                         int64_t y_ld, const int32_t* __restrict__ ids = nullptr,
+                                         size_t w_es = 0, int k = 1, int kx = 1) {
   const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
-  const int64_t c = blockIdx.y;
+  int64_t c = blockIdx.y;
+  if (ids) {  // matmul_id: routed row s = blockIdx.y
+    const int64_t s = blockIdx.y;
+    W += size_t(ids[s]) * w_es;
+    x += ((s / k) * kx + (kx == 1 ? 0 : s % k)) * x_ld;
+    y += s * y_ld;
+    c = 0;
+  }
   if (row >= N) return;
   const int lane = threadIdx.x % kWarpSize;
   const auto* wrow = reinterpret_cast<const typename Tag::storage*>(W + row * w_ld);
@@ -173,6 +188,37 @@ void launch_gemv_dense(DType wt, const void* W, size_t w_ld, int64_t K, int64_t 
     default:
       throw Error(std::string("launch_gemv_dense: not a dense dtype: ") + dtype_name(wt));
   }
+}
+
+void launch_gemv_dense_id(DType wt, const void* W, size_t w_ld, size_t w_es, int64_t K, int64_t N,
+                          const float* x, int64_t x_ld, const int32_t* ids, int64_t n_slots, int k, int kx,
+                          float* y, int64_t y_ld, cudaStream_t stream) {
+  if (N == 0 || n_slots == 0) return;
+  const char* w = static_cast<const char*>(W);
+  const size_t elem = wt == DType::F32 ? 4 : 2;
+  const int64_t per_vec = int64_t(16 / elem);
+  const bool vec = aligned16(W) && w_ld % 16 == 0 && w_es % 16 == 0 && K % per_vec == 0 && aligned16(x) &&
+                   (x_ld * 4) % 16 == 0;
+  const dim3 grid(unsigned((N + kWarpsPerBlock - 1) / kWarpsPerBlock), unsigned(n_slots));
+  const int threads = kWarpsPerBlock * kWarpSize;
+  switch (wt) {
+#define TANDEM_GEMV_ID(T, TAG)                                                               \
+  case DType::T:                                                                             \
+    if (vec)                                                                                 \
+      gemv_dense_vec_kernel<DType::T, 1>                                                     \
+          <<<grid, threads, 0, stream>>>(w, w_ld, K, N, x, x_ld, y, y_ld, ids, w_es, k, kx); \
+    else                                                                                     \
+      gemv_dense_scalar_kernel<TAG>                                                          \
+          <<<grid, threads, 0, stream>>>(w, w_ld, K, N, x, x_ld, y, y_ld, ids, w_es, k, kx); \
+    break;
+    TANDEM_GEMV_ID(F32, F32Tag)
+    TANDEM_GEMV_ID(F16, F16Tag)
+    TANDEM_GEMV_ID(BF16, BF16Tag)
+#undef TANDEM_GEMV_ID
+    default:
+      throw Error(std::string("launch_gemv_dense_id: not a dense dtype: ") + dtype_name(wt));
+  }
+  TANDEM_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace tandem::cuda

@@ -117,8 +117,17 @@ template <DType QT, int NC>
 __global__ void __launch_bounds__(kRowsPerBlock* kWarpSize)
     gemv_quant_kernel(const char* __restrict__ W, size_t w_ld, int64_t K, int64_t N, size_t row_bytes,
                       size_t pitch, const int8_t* __restrict__ xq, const float2* __restrict__ xds,
-                      float* __restrict__ y, int64_t y_ld) {
+                      float* __restrict__ y, int64_t y_ld, const int32_t* __restrict__ ids, size_t w_es,
+                      int k, int kx) {
   extern __shared__ __align__(16) uint8_t smem[];
+  if (ids) {  // matmul_id: routed row s = blockIdx.y reads its expert's rows and its input column (NC == 1)
+    const int64_t s = blockIdx.y;
+    const int64_t c = (s / k) * kx + (kx == 1 ? 0 : s % k);
+    W += size_t(ids[s]) * w_es;
+    xq += c * K;
+    xds += c * (K / 32);
+    y += s * y_ld;
+  }
   const int64_t row0 = int64_t(blockIdx.x) * kRowsPerBlock;
   const int tid = threadIdx.x;
 
@@ -184,7 +193,28 @@ void launch_one(const char* W, size_t w_ld, int64_t K, int64_t N, size_t row_byt
   const size_t pitch = row_pitch(row_bytes);
   const unsigned grid = unsigned((N + kRowsPerBlock - 1) / kRowsPerBlock);
   gemv_quant_kernel<QT, NC><<<grid, kRowsPerBlock * kWarpSize, kRowsPerBlock * pitch, stream>>>(
-      W, w_ld, K, N, row_bytes, pitch, xq, xds, y, y_ld);
+      W, w_ld, K, N, row_bytes, pitch, xq, xds, y, y_ld, nullptr, 0, 1, 1);
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+template <DType QT>
+void launch_id(const char* W, size_t w_ld, size_t w_es, int64_t K, int64_t N, const void* scratch,
+               const int32_t* ids, int64_t n_slots, int k, int kx, float* y, int64_t y_ld,
+               cudaStream_t stream) {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(gemv_quant_kernel<QT, 1>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
+  });
+  const size_t row_bytes = dtype_row_bytes(QT, K);
+  const size_t pitch = row_pitch(row_bytes);
+  const int64_t n_x = (n_slots / k) * kx;  // input columns quantized in scratch
+  const int8_t* xq = static_cast<const int8_t*>(scratch);
+  const float2* xds =
+      reinterpret_cast<const float2*>(static_cast<const char*>(scratch) + align256(size_t(K * n_x)));
+  const dim3 grid(unsigned((N + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(n_slots));
+  gemv_quant_kernel<QT, 1><<<grid, kRowsPerBlock * kWarpSize, kRowsPerBlock * pitch, stream>>>(
+      W, w_ld, K, N, row_bytes, pitch, xq, xds, y, y_ld, ids, w_es, k, kx);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
@@ -268,6 +298,29 @@ void launch_gemv_quant(DType wt, const void* W, size_t w_ld, int64_t K, int64_t 
       return launch_type<DType::Q5_K>(w, w_ld, K, N, scratch, T, y, y_ld, stream);
     case DType::Q6_K:
       return launch_type<DType::Q6_K>(w, w_ld, K, N, scratch, T, y, y_ld, stream);
+    default:
+      break;
+  }
+}
+
+void launch_gemv_quant_id(DType wt, const void* W, size_t w_ld, size_t w_es, int64_t K, int64_t N,
+                          const void* scratch, const int32_t* ids, int64_t n_slots, int k, int kx, float* y,
+                          int64_t y_ld, cudaStream_t stream) {
+  check(gemv_quant_supports(wt, K), std::string("CUDA quantized matrix-vector product: ") + dtype_name(wt) +
+                                        " rows of " + std::to_string(K) + " values are not supported");
+  if (N == 0 || n_slots == 0) return;
+  const char* w = static_cast<const char*>(W);
+  switch (wt) {
+    case DType::Q8_0:
+      return launch_id<DType::Q8_0>(w, w_ld, w_es, K, N, scratch, ids, n_slots, k, kx, y, y_ld, stream);
+    case DType::Q4_0:
+      return launch_id<DType::Q4_0>(w, w_ld, w_es, K, N, scratch, ids, n_slots, k, kx, y, y_ld, stream);
+    case DType::Q4_K:
+      return launch_id<DType::Q4_K>(w, w_ld, w_es, K, N, scratch, ids, n_slots, k, kx, y, y_ld, stream);
+    case DType::Q5_K:
+      return launch_id<DType::Q5_K>(w, w_ld, w_es, K, N, scratch, ids, n_slots, k, kx, y, y_ld, stream);
+    case DType::Q6_K:
+      return launch_id<DType::Q6_K>(w, w_ld, w_es, K, N, scratch, ids, n_slots, k, kx, y, y_ld, stream);
     default:
       break;
   }
