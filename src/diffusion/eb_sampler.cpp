@@ -39,7 +39,7 @@ EbRandom::EbRandom(uint32_t seed, int32_t n_vocab) : gen_(seed), token_(0, n_voc
 }
 
 std::vector<int32_t> EbRandom::initial_canvas(int32_t canvas_length) {
-  std::vector<int32_t> canvas(size_t(canvas_length));
+  std::vector<int32_t> canvas(static_cast<size_t>(canvas_length));
   for (int32_t& t : canvas) t = token_(gen_);
   return canvas;
 }
@@ -118,9 +118,9 @@ EbBlockRun run_eb_block(CanvasSource& source, EbReducer& reducer, const EbParams
   EbBlockRun run;
   std::vector<int32_t> canvas = rng.initial_canvas(C);
   std::vector<int32_t> prev_argmax(size_t(C), -1);
-  std::vector<float> u(size_t(C));
-  std::vector<int32_t> renoise(size_t(C));
-  std::vector<EbRowStats> rows(size_t(C));
+  std::vector<float> u(static_cast<size_t>(C));
+  std::vector<int32_t> renoise(static_cast<size_t>(C));
+  std::vector<EbRowStats> rows(static_cast<size_t>(C));
   std::vector<float> entropy;  // the rows' fields as arrays, for the callback
   std::vector<int32_t> sampled;
   int32_t held = 0;
