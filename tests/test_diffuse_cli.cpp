@@ -62,6 +62,13 @@ TEST(DiffuseCli, ANonCanvasModelIsRefusedWithItsPath) {
   const auto r = run_tandem("diffuse -m " + kSmall + " -p hi -n 4");
   EXPECT_EQ(r.exit_code, 1) << r.out;
   EXPECT_NE(r.out.find("tandem-small-q8_0.gguf' cannot run canvas diffusion"), std::string::npos) << r.out;
+  const auto b = run_tandem("bench -m " + kSmall + " --diffusion -p 8 -r 1 --device cpu");
+  EXPECT_EQ(b.exit_code, 1) << b.out;
+  EXPECT_NE(b.out.find("bench --diffusion: '" + kSmall + "' cannot run canvas diffusion"), std::string::npos)
+      << b.out;
+  expect_error("bench --diffusion", "--diffusion needs the canvas model with -m");
+  expect_error("bench -m " + kSmall + " --diffusion --diffusion-steps -4",
+               "--diffusion-steps must be in [0, 100000]");
   // generate on the same model still runs autoregressively (not routed)
   EXPECT_EQ(run_tandem("generate -m " + kSmall + " --prompt-ids 1,2 -n 2 --ids --temp 0").exit_code, 0);
 }

@@ -182,7 +182,12 @@ class NoMemoryDevice : public Device {
   std::string name() const override { return "no-memory " + inner_.name(); }
   size_t total_memory() const override { return 0; }
   size_t free_memory() const override { return 0; }
-  Buffer allocate(size_t bytes) override { throw Error("out of memory allocating " + std::to_string(bytes)); }
+  // The first allocation (the toy source's logits buffer) succeeds; every later one (the sampler's scratch)
+  // fails as a GPU out of memory does.
+  Buffer allocate(size_t bytes) override {
+    if (allowed_-- > 0) return inner_.allocate(bytes);
+    throw Error("out of memory allocating " + std::to_string(bytes));
+  }
   Buffer allocate_host(size_t bytes) override { return inner_.allocate_host(bytes); }
   Stream& default_stream() override { return inner_.default_stream(); }
   std::unique_ptr<Stream> create_stream() override { return inner_.create_stream(); }
@@ -208,6 +213,7 @@ class NoMemoryDevice : public Device {
 
  private:
   Device& inner_;
+  int allowed_ = 1;
 };
 
 TEST(EbReducer, TheDevicePathEqualsTheHostPathAndFallsBackWhenItsScratchFails) {

@@ -10,6 +10,9 @@
 // the text printed ends before it (--ids: the ids up to the token that completed it). Prompt and generation
 // speed go to stderr at the end. The loop itself is the library's tandem::Generator (tandem/generator.h).
 //
+// A canvas diffusion model (tandem::canvas_model_info succeeds) is routed to `tandem diffuse`'s run
+// (diffuse_options.h): -p / --prompt-ids, -n, --seed, --ids and the --diffusion-* flags apply.
+//
 // Hidden (for tests and the transformers parity script): --dump-logits FILE writes the logits of every prompt
 // row and of every decoded row as binary records: the header "TLOG" + uint32 n_vocab, then per row int32
 // sequence, int32 position, n_vocab float32 (little-endian).
