@@ -39,17 +39,22 @@ void add_diffusion_options(CLI::App* cmd, DiffuseOptions* o) {
       ->group(g);
   cmd->add_option("--diffusion-t-min", o->t_min,
                   "Temperature at the end of the schedule (default: the model's)")
+      ->default_str("model")
       ->group(g);
   cmd->add_option("--diffusion-t-max", o->t_max, "Temperature of the first step (default: the model's)")
+      ->default_str("model")
       ->group(g);
   cmd->add_option("--diffusion-entropy-bound", o->entropy_bound,
                   "Entropy budget of the positions accepted per step (default: the model's)")
+      ->default_str("model")
       ->group(g);
   cmd->add_option("--diffusion-stability-threshold", o->stability_threshold,
                   "Steps the argmax canvas must stay unchanged to stop (default: the model's)")
+      ->default_str("model")
       ->group(g);
   cmd->add_option("--diffusion-confidence-threshold", o->confidence_threshold,
                   "Mean entropy under which a stable canvas stops (default: the model's)")
+      ->default_str("model")
       ->group(g);
   cmd->add_flag("--visual", o->visual,
                 "Watch the canvas settle in the terminal (off when stdout is not a TTY)")
