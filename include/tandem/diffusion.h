@@ -78,7 +78,8 @@ class CanvasSource {
   // (sampler side, added) The Device that holds forward()'s logits when they are not host memory; nullptr
   // when they are on the host. forward() returns with the logits ordered before any work the caller then
   // enqueues on that device's default_stream(). The sampler reduces them there (Ops::diffusion_sample_rows)
-  // or copies them to the host. Logits on a GPU with no Device named here are an Error.
+  // or copies them to the host. GPU logits with no Device named here are read after a device-wide
+  // synchronize (slow; one log line).
   virtual Device* logits_device() const { return nullptr; }
 };
 

@@ -56,13 +56,23 @@ void EbReducer::reduce(const Tensor& logits, Device* logits_device, float inv_te
   check(logits.type == DType::F32 && logits.ne[0] == n_vocab_ && logits.ne[1] >= C && logits.nb[0] == 4,
         "diffusion: the canvas logits must be F32 {" + std::to_string(n_vocab_) +
             ", >= " + std::to_string(C) + "} with contiguous rows, got " + logits.shape_string());
-  check(logits.device.kind == DeviceKind::CPU || logits_device != nullptr,
-        "diffusion: the canvas logits are on " + logits.device.to_string() +
-            ", but the canvas source names no device to read them from (CanvasSource::logits_device)");
-  check(logits_device == nullptr || logits_device->id() == logits.device,
-        "diffusion: the canvas logits are on " + logits.device.to_string() + ", but the source names " +
-            (logits_device ? logits_device->id().to_string() : std::string("none")));
   const Tensor rows = logits.rows(0, C);
+  if (logits.device.kind != DeviceKind::CPU &&
+      (logits_device == nullptr || logits_device->id() != logits.device)) {
+    // The logits are not where the source says: read them through a handle of our own, after waiting for
+    // the whole GPU (we do not know the stream that wrote them), on the host path.
+    if (!own_device_) {
+      log_("diffusion: the canvas logits are on " + logits.device.to_string() +
+           ", but the canvas source names " +
+           (logits_device ? logits_device->id().to_string() : std::string("no device")) +
+           " (CanvasSource::logits_device); reading them after a device-wide synchronize, sampling on the "
+           "host");
+      own_device_ = create_device(logits.device);
+    }
+    own_device_->synchronize();
+    last_on_device_ = false;
+    return reduce_on_host(rows, own_device_.get(), inv_temp, u, out);
+  }
   last_on_device_ = want_device(logits, logits_device);
   if (last_on_device_)
     reduce_on_device(*logits_device, rows, inv_temp, u, out);

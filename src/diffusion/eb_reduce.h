@@ -2,8 +2,8 @@
 // row, with Ops::diffusion_sample_rows either on the device that holds the logits (only the uniforms go up
 // and three numbers per row come back) or on the host (device logits are copied down first).
 //
-// The device path soft-fails: when its scratch cannot be allocated it logs one line and the host path takes
-// over for the rest of the run; the logits never have to be where the device path can read them.
+// The device path soft-fails: when its scratch cannot be allocated, or the logits are on a GPU the source
+// named no Device for, it logs one line and the host path takes over.
 #pragma once
 
 #include <functional>
@@ -26,8 +26,9 @@ class EbReducer {
 
   // Rows 0 .. canvas_length-1 of logits (F32 {n_vocab, >= canvas_length}, elements of a row contiguous) at
   // 1/t = inv_temp with the uniforms u. logits_device: the Device holding them when they are not host memory
-  // (CanvasSource::logits_device). Throws Error for logits of the wrong shape or type, or on a GPU without a
-  // Device.
+  // (CanvasSource::logits_device). GPU logits without that Device (a source breaking its contract) are read
+  // through a handle of our own after a device-wide synchronize, on the host path, with one log line. Throws
+  // Error for logits of the wrong shape or type.
   void reduce(const Tensor& logits, Device* logits_device, float inv_temp, std::span<const float> u,
               std::span<EbRowStats> out);
   // Whether the last reduce ran on the logits' device.
@@ -51,7 +52,8 @@ class EbReducer {
   Buffer dev_scratch_;           // u {C} F32, argmax {C} I32, entropy {C} F32, sampled {C} I32 on the device
   Buffer host_scratch_;          // the same on the host (pinned where the device offers it)
   std::unique_ptr<Device> cpu_;  // the host path's reference op (the CPU backend)
-  std::vector<float> host_logits_;  // device logits copied down for the host path
+  std::unique_ptr<Device> own_device_;  // a handle to a GPU whose logits the source named no Device for
+  std::vector<float> host_logits_;      // device logits copied down for the host path
   std::vector<int32_t> am_, smp_;
   std::vector<float> ent_;
 };

@@ -157,6 +157,19 @@ TEST_F(GpuDiffusion, TheLoopWithLogitsOnTheGpuEqualsTheHostPath) {
   for (int32_t a : accepted_dev) std::printf(" %d", a);
   std::printf("\n");
 
+  // A source that does not name its logits' device: read after a device-wide synchronize, one log line.
+  class Unnamed : public test::ToyCanvasSource {
+   public:
+    using ToyCanvasSource::ToyCanvasSource;
+    Device* logits_device() const override { return nullptr; }
+  } unnamed(V, C, 3.0f, target, gpu_.get());
+  p.gpu_sample_reduce = Toggle::Auto;
+  const DiffusionResult un = diffuse(unnamed, std::vector<int32_t>{1, 2, 3}, p);
+  EXPECT_FALSE(un.device_reduce);
+  EXPECT_EQ(un.tokens, host.tokens);
+  ASSERT_EQ(logs.size(), 1u);
+  EXPECT_NE(logs[0].find("names no device"), std::string::npos) << logs[0];
+
   // Off with device logits: the host path copies them down (same result).
   test::ToyCanvasSource off_src(V, C, 3.0f, target, gpu_.get());
   p.gpu_sample_reduce = Toggle::Off;
