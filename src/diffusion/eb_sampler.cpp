@@ -131,7 +131,10 @@ EbBlockRun run_eb_block(CanvasSource& source, EbReducer& reducer, const EbParams
     const float temperature = eb_temperature(p, cur_step);
     const float temp_inv = 1.0f / temperature;
     // Self-conditioning reads the previous step's logits at the previous step's 1/t; none on step 0.
-    const Tensor& logits = source.forward(canvas, step_idx > 0, prev_temp_inv);
+    // (A named span, not a temporary: a reference bound to a call with a temporary argument trips GCC 13's
+    // -Wdangling-reference.)
+    const std::span<const int32_t> input(canvas);
+    const Tensor& logits = source.forward(input, step_idx > 0, prev_temp_inv);
     check_logits(logits, info);
     rng.draw_step(u, renoise);
     reducer.reduce(logits, source.logits_device(), temp_inv, u, rows);

@@ -40,7 +40,7 @@ PathResult run_path(CanvasSource& source, const std::vector<int32_t>& prompt, co
   p.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   for (int i = 0; i <= reps; ++i) {  // run 0 warms up (allocations, graph recording)
     const DiffusionResult res = diffuse(source, prompt, p);
-    const DiffusionBlockStats& b = res.blocks.at(0);
+    const DiffusionBlockStats& b = res.blocks.front();
     if (i == 0) continue;
     r.ran_on_device = res.device_reduce;
     r.steps = b.steps;
