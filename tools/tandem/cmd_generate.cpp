@@ -10,6 +10,9 @@
 // the text printed ends before it (--ids: the ids up to the token that completed it). Prompt and generation
 // speed go to stderr at the end. The loop itself is the library's tandem::Generator (tandem/generator.h).
 //
+// A canvas diffusion model (tandem::canvas_model_info succeeds) is routed to `tandem diffuse`'s run
+// (diffuse_options.h): -p / --prompt-ids, -n, --seed, --ids and the --diffusion-* flags apply.
+//
 // Hidden (for tests and the transformers parity script): --dump-logits FILE writes the logits of every prompt
 // row and of every decoded row as binary records: the header "TLOG" + uint32 n_vocab, then per row int32
 // sequence, int32 position, n_vocab float32 (little-endian).
@@ -25,6 +28,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/thread_pool.h"
+#include "diffuse_options.h"
 #include "eval/default_model.h"
 #include "spec_options.h"
 #include "split_options.h"
@@ -65,6 +69,7 @@ struct GenerateArgs {
   std::vector<std::string> stop;
   std::string dump_logits;
   SplitOptions split;
+  DiffuseOptions diffusion;  // the --diffusion-* flags, for canvas models (routed to run_diffusion)
 };
 
 // "1,2,3;4,5" -> {{1, 2, 3}, {4, 5}}
@@ -195,6 +200,7 @@ void run_generate(const GenerateArgs& a) {
   check_spec_options(a.spec);
   check(!a.spec.enabled() || (a.stop.empty() && a.dump_logits.empty() && !a.device_sampling),
         "--draft does not combine with --stop, --dump-logits or --device-sampling");
+  check_diffusion_options(a.diffusion);
 
   ModelParams mp;
   mp.n_threads = a.threads;
@@ -205,6 +211,20 @@ void run_generate(const GenerateArgs& a) {
   check(a.dump_logits.empty() || !same_file(a.dump_logits, model_path),
         "--dump-logits '" + a.dump_logits + "' is the model file (-m); write the logits to a different path");
   const auto model = Model::load(model_path, mp);
+  // A canvas diffusion model generates whole canvases with the EB sampler: `tandem diffuse`'s run.
+  if (is_canvas_model(*model)) {
+    check(!a.spec.enabled() && a.stop.empty() && a.dump_logits.empty() && a.parallel == 1,
+          "'" + model_path +
+              "' is a canvas diffusion model: --draft, --stop, --dump-logits and --parallel do not "
+              "apply to it (see tandem diffuse --help)");
+    DiffuseOptions d = a.diffusion;
+    d.prompt = a.prompt;
+    d.prompt_ids = a.prompt_ids;
+    d.n_predict = a.n_predict;
+    d.seed = a.seed;
+    d.ids = a.ids;
+    return run_diffusion(d, model, model_path);
+  }
   const ModelInfo& info = model->info();
   if (a.verbose)
     std::fprintf(stderr, "model: %s %s, %lld layers, n_embd %lld, vocab %lld, %.1f M params, on %s\n",
@@ -380,6 +400,7 @@ void add_generate_command(CLI::App& app) {
       ->allow_extra_args(false);  // one string per --stop
   add_split_options(cmd, &args->split);
   add_spec_options(cmd, &args->spec);
+  add_diffusion_options(cmd, &args->diffusion);
   cmd->add_flag("--ids", args->ids, "Print generated token ids (one line per sequence) instead of text");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Do not stop at end-of-generation tokens");
   cmd->add_flag(

@@ -23,6 +23,7 @@ void add_perplexity_command(CLI::App& app);
 void add_chat_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_parallel_command(CLI::App& app);
+void add_diffuse_command(CLI::App& app);
 
 // Every subcommand, in the order `tandem --help` lists them: the binary and the command-line fuzzer register
 // the same set from here, so a new command is fuzzed as soon as it exists.
@@ -37,6 +38,7 @@ inline void add_all_commands(CLI::App& app) {
   add_chat_command(app);
   add_serve_command(app);
   add_parallel_command(app);
+  add_diffuse_command(app);
 }
 
 }  // namespace tandem::cli
