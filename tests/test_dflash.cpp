@@ -25,6 +25,7 @@
 #include "tandem/model.h"
 #include "tandem/session.h"
 #include "tandem/speculative.h"
+#include "test_cli_util.h"
 #include "test_dflash_fixture.h"
 
 namespace tandem {
@@ -160,7 +161,8 @@ TEST(Dflash, ForwardMatchesReferenceGivenFeatures) {
     ASSERT_EQ(out.size(), 1u);
     ASSERT_EQ(out[0].tokens.size(), size_t(n));
     for (int32_t j = 1; j <= n; ++j) {
-      EXPECT_LT(testing::row_rel_error(ds2.logits(size_t(j)), ref[size_t(j - 1)]), 1e-4) << "drafter row " << j;
+      // Features from tandem's own target (f32) instead of the double reference's: a looser bound.
+      EXPECT_LT(testing::row_rel_error(ds2.logits(size_t(j)), ref[size_t(j - 1)]), 1e-3) << "drafter row " << j;
     }
   }
 }
@@ -177,7 +179,14 @@ TEST(Dflash, DeviceAndHostFeaturePathsAreBitIdentical) {
     SamplingParams greedy;
     greedy.temperature = 0;
     outs[device] = spec.generate(prompts, 20, std::span(&greedy, 1));
-    for (size_t r = 0; r < 5; ++r) {  // the last draft pass's rows of the first sequence
+    // One more draft pass after the generated text of sequence 0: its block rows' logits.
+    std::vector<int32_t> hist = prompts[0];
+    hist.insert(hist.end(), outs[device][0].begin(), outs[device][0].end());
+    const std::vector<int32_t>* h = &hist;
+    const int32_t seq = 0, n_max = 5;
+    std::vector<Draft> d;
+    drafter.draft(std::span(&seq, 1), std::span(&h, 1), std::span(&n_max, 1), std::span(&greedy, 1), 0.0f, d);
+    for (size_t r = 0; r < 5; ++r) {
       const auto l = ds.logits(r + 1);
       logits[device].emplace_back(l.begin(), l.end());
     }
@@ -205,7 +214,9 @@ void expect_dflash_greedy_identical(const std::shared_ptr<Model>& target, const 
       const SpeculativeStats& st = spec.stats();
       EXPECT_EQ(st.emitted, int64_t(n) * int64_t(prompts.size()));
       EXPECT_LE(st.mean_accepted_length(), double(draft_max) + 1.0);
-      if (expect_acceptance) EXPECT_GT(st.accepted, 0) << st.summary();
+      if (expect_acceptance) {
+        EXPECT_GT(st.accepted, 0) << st.summary();
+      }
       std::printf("dflash draft_max %d device %d: %s\n", draft_max, device, st.summary().c_str());
     }
   }
@@ -406,7 +417,8 @@ TEST(DflashErrors, NonAscendingLayersTakeTheHostPath) {
   const int32_t seq = 0, n_max = 3;
   std::vector<Draft> out;
   d2.draft(std::span(&seq, 1), std::span(&h, 1), std::span(&n_max, 1), std::span(&greedy, 1), 0.0f, out);
-  for (int32_t j = 1; j <= 3; ++j) EXPECT_LT(testing::row_rel_error(ds2.logits(size_t(j)), ref[size_t(j - 1)]), 1e-4);
+  for (int32_t j = 1; j <= 3; ++j)  // features from tandem's f32 target: the looser bound
+    EXPECT_LT(testing::row_rel_error(ds2.logits(size_t(j)), ref[size_t(j - 1)]), 1e-3);
 }
 
 TEST(DflashErrors, BadFiles) {
@@ -425,11 +437,21 @@ TEST(DflashErrors, BadFiles) {
     std::filesystem::remove(path);
     return msg;
   };
-  EXPECT_NE(load_with({.skip_keys = {"dflash.target_layers"}}, "nolayers").find("dflash.target_layers"),
-            std::string::npos);
-  EXPECT_NE(load_with({.skip_keys = {"tokenizer.ggml.mask_token_id"}}, "nomask").find("mask_token_id"),
-            std::string::npos);
-  EXPECT_NE(load_with({.skip_tensors = {"fc.weight"}}, "nofc").find("fc.weight"), std::string::npos);
+  {
+    testing::WriteOptions o;
+    o.skip_keys = {"dflash.target_layers"};
+    EXPECT_NE(load_with(o, "nolayers").find("dflash.target_layers"), std::string::npos);
+  }
+  {
+    testing::WriteOptions o;
+    o.skip_keys = {"tokenizer.ggml.mask_token_id"};
+    EXPECT_NE(load_with(o, "nomask").find("mask_token_id"), std::string::npos);
+  }
+  {
+    testing::WriteOptions o;
+    o.skip_tensors = {"fc.weight"};
+    EXPECT_NE(load_with(o, "nofc").find("fc.weight"), std::string::npos);
+  }
   {
     testing::WriteOptions o;
     o.extra_keys.emplace("dflash.target_layers", gguf::Value::i32_array({1, 1}));
@@ -451,6 +473,53 @@ TEST(DflashErrors, BadFiles) {
     std::filesystem::remove(path);
   }
   std::filesystem::remove(tpath);
+}
+
+// The CLI with a DFlash drafter: kind auto-detected, greedy ids equal plain generate's, stats printed, a kind
+// that contradicts the file is an error; bench reports speedup and acceptance.
+TEST(DflashCli, GenerateAndBench) {
+  const auto path = shipped_shape_drafter();
+  const std::string target = "-m '" + std::string(TANDEM_SOURCE_DIR) + "/models/" + eval::kDefaultModelFile + "' -t 2 ";
+  const std::string common = target + "--prompt-ids '0,417,1210,4145;0,893' -n 20 --temp 0 --ids ";
+  const std::string draft = "--draft '" + path.string() + "' ";
+  const auto plain = test::run_tandem("generate " + common, test::Stderr::Discard);
+  ASSERT_EQ(plain.exit_code, 0) << plain.out;
+  const auto spec = test::run_tandem("generate " + common + draft + "--draft-max 5");
+  ASSERT_EQ(spec.exit_code, 0) << spec.out;
+  EXPECT_NE(spec.out.find(plain.out.substr(0, plain.out.size() - 1)), std::string::npos) << spec.out;
+  EXPECT_NE(spec.out.find("dflash: target features of layers [1,4,7]"), std::string::npos) << spec.out;
+  EXPECT_NE(spec.out.find("mean accepted length"), std::string::npos) << spec.out;
+  const auto wrong = test::run_tandem("generate " + common + draft + "--spec draft");
+  EXPECT_NE(wrong.exit_code, 0);
+  EXPECT_NE(wrong.out.find("is a dflash model"), std::string::npos) << wrong.out;
+  const auto bench = test::run_tandem("bench " + target + draft + "--draft-max 3 -p 0 -n 12 -b 1 -r 1 --device cpu");
+  ASSERT_EQ(bench.exit_code, 0) << bench.out;
+  EXPECT_NE(bench.out.find("speedup over AR:"), std::string::npos) << bench.out;
+  EXPECT_NE(bench.out.find("per cycle: draft pass"), std::string::npos) << bench.out;
+  std::filesystem::remove(path);
+}
+
+// The shipped trained drafter (models/tandem-small-dflash-q8_0.gguf), when present: greedy identity with
+// real acceptance on the CPU, out of the box.
+TEST(DflashShipped, TrainedDrafterAccepts) {
+  const std::string file = std::string(TANDEM_SOURCE_DIR) + "/models/tandem-small-dflash-q8_0.gguf";
+  if (!std::filesystem::exists(file)) GTEST_SKIP() << "no trained drafter shipped yet";
+  const auto target = shipped_target();
+  ModelParams dp;
+  dp.n_threads = 2;
+  dp.share_weights_from = target;
+  const auto dm = Model::load(file, dp);
+  const std::vector<std::vector<int32_t>> prompts = {{0, 417, 1210, 4145}, {0, 306, 258, 1210, 1327}};
+  std::vector<std::vector<int32_t>> expected;
+  for (const auto& pr : prompts) expected.push_back(plain_greedy(target, pr, 32));
+  Session ts(target, {.n_ctx = 256, .n_seq_max = 2}), ds(dm, {.n_ctx = 256, .n_seq_max = 2});
+  DflashDrafter drafter(ds, ts, {.log = false});
+  SpeculativeDecoder spec(ts, drafter, {.draft_max = 7});
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  EXPECT_EQ(spec.generate(prompts, 32, std::span(&greedy, 1)), expected);
+  EXPECT_GT(spec.stats().mean_accepted_length(), 1.5) << spec.stats().summary();
+  std::printf("shipped dflash: %s\n", spec.stats().summary().c_str());
 }
 
 }  // namespace

@@ -68,6 +68,9 @@ struct TapDestination {
   // The consumer's "read" event (optional): a decode waits for it, on the device, before it overwrites the
   // taps. The consumer records it after it has read them.
   Event* read = nullptr;
+  // Rows the destination holds (> 0: a decode of a larger batch is refused before anything runs); 0 = the
+  // caller guarantees room for every batch.
+  int64_t n_rows = 0;
 };
 
 // Threading: a session is used from one thread at a time. Sessions of one model (split or not) share its

@@ -81,7 +81,8 @@ class DFlashLayer(nn.Module):
         rep = self.heads // self.kv_heads
         k = k.repeat_interleave(rep, dim=1)
         v = v.repeat_interleave(rep, dim=1)
-        q = q.transpose(1, 2)
+        q = q.transpose(1, 2).to(v.dtype)  # the norms return f32 under autocast; v is the matmul's dtype
+        k = k.to(v.dtype)
         if hasattr(F, "scaled_dot_product_attention"):
             o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         else:  # PyTorch 1.x

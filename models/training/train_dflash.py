@@ -89,7 +89,7 @@ def make_data(m, n_seq, length, device, gen):
     """Sequences: BOS, a sampled prefix (8..24 tokens, temperature 1), then the target's greedy continuation.
     Returns ids [n_seq, length] and each sequence's prefix length."""
     out, prefix = [], []
-    chunk = 512 if device == "cuda" else 8
+    chunk = 1024 if device == "cuda" else 8
     for s0 in range(0, n_seq, chunk):
         b = min(chunk, n_seq - s0)
         ids = torch.zeros(b, 1, dtype=torch.long, device=device)
@@ -153,7 +153,7 @@ def main():
     c = {"hidden_size": E, "layers": args.layers, "heads": tc["num_attention_heads"],
          "kv_heads": tc["num_key_value_heads"], "head_dim": tc["head_dim"], "ffn": args.ffn,
          "rms_eps": tc["rms_norm_eps"], "rope_theta": tc["rope_theta"], "n_taps": len(TAPS)}
-    n_seq, length = (16, 48) if args.smoke else (3072, 160)
+    n_seq, length = (16, 48) if args.smoke else (2048, 160)
     data, prefix = make_data(m, n_seq, length, device, gen)
     n_eval = max(2, n_seq // 16)
     print("data: %d sequences of %d tokens in %.1f s" % (n_seq, length, time.time() - t_start), flush=True)

@@ -25,6 +25,9 @@ bool needs_one_pass(const Batch& b) {
 void Session::Impl::validate(const Batch& batch) {
   const size_t n = batch.size();
   check(n > 0, "cannot decode an empty batch");
+  check(tap_layers.empty() || tap_dst.n_rows <= 0 || int64_t(n) <= tap_dst.n_rows,
+        "a batch of " + std::to_string(n) + " rows exceeds the " + std::to_string(tap_dst.n_rows) +
+            " rows of the tap destination (a DFlash drafter's feature buffer holds the target's n_batch rows)");
   check(batch.seq_ids.size() == n && batch.logits.size() == n,
         "batch has " + std::to_string(n) + " positions but " + std::to_string(batch.seq_ids.size()) +
             " sequence ids and " + std::to_string(batch.logits.size()) + " logit flags");

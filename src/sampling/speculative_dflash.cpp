@@ -128,6 +128,7 @@ DflashDrafter::DflashDrafter(Session& draft, Session& target, const DflashDrafte
   TapDestination dst;
   dst.tap_stride = size_t(s.n_embd) * sizeof(float);
   dst.row_stride = s.row_floats() * sizeof(float);
+  dst.n_rows = s.n_rows;
   if (s.device) {
     s.read = dr.device.create_event();
     dst.device = s.draft_device;
