@@ -119,7 +119,7 @@ TEST(Dflash, ForwardMatchesReferenceGivenFeatures) {
   const int32_t last = 12, n = 5;
   const auto ref = testing::reference_dflash_block(p.drafter, p.target, ref_t.hidden, P, last, n);
 
-  Session ds(p.dm, {.n_ctx = 64});
+  Session ds(p.dm, {.n_ctx = 64, .kv_type = KvType::F32});  // F16 K/V alone would cost ~1e-4
   Batch fb;  // feature rows from the reference target's hidden states, host memory
   for (int64_t q = 0; q < P; ++q) {
     std::vector<float> row;
@@ -143,7 +143,7 @@ TEST(Dflash, ForwardMatchesReferenceGivenFeatures) {
 
   // Through the drafter: the target's taps give the features; the same logits (the target's own rounding).
   for (int device : {0, 1}) {
-    Session ts(p.tm, {.n_ctx = 64}), ds2(p.dm, {.n_ctx = 64});
+    Session ts(p.tm, {.n_ctx = 64, .kv_type = KvType::F32}), ds2(p.dm, {.n_ctx = 64, .kv_type = KvType::F32});
     DflashDrafter drafter(ds2, ts, {.device_features = device, .log = false});
     EXPECT_EQ(drafter.device_features(), device == 1);
     Batch tb;
@@ -406,7 +406,7 @@ TEST(DflashErrors, NonAscendingLayersTakeTheHostPath) {
   // The features are fused in the file's order: the reference with layers {3, 1} matches.
   const auto ref_t = testing::reference_forward(desc.target, prompt);
   const auto ref = testing::reference_dflash_block(desc.drafter, desc.target, ref_t.hidden, 3, 4, 3);
-  Session ts2(desc.tm, {.n_ctx = 64}), ds2(desc.dm, {.n_ctx = 64});
+  Session ts2(desc.tm, {.n_ctx = 64, .kv_type = KvType::F32}), ds2(desc.dm, {.n_ctx = 64, .kv_type = KvType::F32});
   DflashDrafter d2(ds2, ts2, {.log = false});
   Batch tb;
   tb.add_sequence(prompt, 0, 0, false);
