@@ -291,9 +291,13 @@ double chi_square(const std::map<int32_t, int64_t>& counts, std::span<const Toke
   return covered == double(n) ? chi : INFINITY;
 }
 
-TEST(Dflash, SampledOutputFollowsTarget) {
-  const TinyPair p = load_pair("sampled", tiny_target_config(12), {.mask_token_id = 11});
-  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5};
+// Sampled speculative decoding: the first emitted token (decided at draft position 1) and the second given
+// the most frequent first (position 2) follow the target sampler's distribution (chi-square, 5 dof).
+void expect_sampled_follows_target(const std::shared_ptr<Model>& tm, const std::shared_ptr<Model>& dm,
+                                   const std::vector<int32_t>& prompt) {
+  struct {
+    std::shared_ptr<Model> tm, dm;
+  } p{tm, dm};
   SamplingParams sp;
   sp.temperature = 1.0f;
   sp.top_k = 6;
@@ -348,6 +352,23 @@ TEST(Dflash, SampledOutputFollowsTarget) {
   EXPECT_LT(chi2, 20.5);
   EXPECT_GT(spec.stats().drafted, 0);
   EXPECT_LT(spec.stats().accepted, spec.stats().drafted);  // rejections happened: the residual path ran
+}
+
+TEST(Dflash, SampledOutputFollowsTargetTiny) {
+  const TinyPair p = load_pair("sampled", tiny_target_config(12), {.mask_token_id = 11});
+  expect_sampled_follows_target(p.tm, p.dm, {1, 2, 3, 4, 5});
+}
+
+// The small model with its trained drafter (a random one would reject every draft and test nothing more).
+TEST(Dflash, SampledOutputFollowsTargetOnShippedModel) {
+  const std::string file = std::string(TANDEM_SOURCE_DIR) + "/models/tandem-small-dflash-q8_0.gguf";
+  if (!std::filesystem::exists(file)) GTEST_SKIP() << "no trained drafter shipped yet";
+  const auto target = shipped_target();
+  ModelParams dp;
+  dp.n_threads = 2;
+  dp.share_weights_from = target;
+  const auto dm = Model::load(file, dp);
+  expect_sampled_follows_target(target, dm, {0, 306, 258, 1210, 1327});
 }
 
 TEST(DflashErrors, HiddenSizeMismatch) {
