@@ -138,15 +138,16 @@ inline std::vector<std::vector<double>> reference_dflash_block(
     g[size_t(p)] = rms(u, W("enc.output_norm.weight"), 0, E);
   }
   const int64_t B = int64_t(n) + 1;
-  const auto& emb = c.own_embeddings ? W("token_embd.weight") : target.w.at("token_embd.weight");
+  const std::vector<float> emb = c.own_embeddings ? W("token_embd.weight") : target.w.at("token_embd.weight");
   std::vector<std::vector<double>> x(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) {
     const int64_t t = b == 0 ? last : c.mask_token_id;
     x[size_t(b)].assign(emb.begin() + t * E, emb.begin() + (t + 1) * E);
   }
   for (int64_t l = 0; l < c.n_layer; ++l) {
-    const auto& wk = W(blk_name(l, "attn_k.weight"));
-    const auto& wv = W(blk_name(l, "attn_v.weight"));
+    // Copies: a reference bound to W(temporary name) trips GCC 13's -Wdangling-reference.
+    const std::vector<float> wk = W(blk_name(l, "attn_k.weight"));
+    const std::vector<float> wv = W(blk_name(l, "attn_v.weight"));
     std::vector<std::vector<double>> K, V;
     for (int64_t p = 0; p < P; ++p) {  // injected context: no attention norm before the projections
       std::vector<double> k = matvec(wk, g[size_t(p)], HKV * hd);
@@ -199,8 +200,8 @@ inline std::vector<std::vector<double>> reference_dflash_block(
     }
   }
   const TinyConfig& tc = target.cfg;
-  const auto& head = c.own_embeddings ? W("output.weight")
-                                      : target.w.at(tc.tied ? "token_embd.weight" : "output.weight");
+  const std::vector<float> head =
+      c.own_embeddings ? W("output.weight") : target.w.at(tc.tied ? "token_embd.weight" : "output.weight");
   const int64_t n_vocab = int64_t(head.size()) / E;
   std::vector<std::vector<double>> logits;
   for (int64_t b = 1; b < B; ++b) {

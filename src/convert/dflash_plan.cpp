@@ -39,7 +39,7 @@ DflashConfig parse_dflash_config(std::string_view json_text, const std::string& 
   }
   check(j.contains("dflash_config") && j["dflash_config"].is_object(),
         source + ": no \"dflash_config\" object (target_layer_ids, mask_token_id)");
-  const json& d = j["dflash_config"];
+  const json d = j["dflash_config"];
   check(d.contains("target_layer_ids") && d["target_layer_ids"].is_array() && !d["target_layer_ids"].empty(),
         source + ": dflash_config.target_layer_ids must be a non-empty list of layer ids");
   std::set<int64_t> seen;
