@@ -231,6 +231,13 @@ class Ops {
   // Sizes the workspace for every shape within plan (see WorkspacePlan).
   virtual void reserve(const WorkspacePlan& plan) = 0;
 
+  // Batch-invariant mode (SessionParams::batch_invariant): while on, every row's result of matmul and
+  // attention is bit-identical to what a one-row call would give, whatever the other rows of the call are
+  // (a backend picks its per-row kernels for every row count). Speculative verification needs it: the
+  // target's n+1 verify rows must give exactly the logits that plain decoding gives row by row. The CPU
+  // kernels are batch-invariant already (the default does nothing).
+  virtual void set_batch_invariant(bool on) { (void)on; }
+
   // y[o, t] = sum_i W[i, o] * x[i, t].  W {in, out} of dtype F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K or Q6_K
   // (in a multiple of the block size; W rows may be strided by nb[1]); x F32 {in, T}; y F32 {out, T}.
   // Quantized weights use an integer dot product against x quantized to 8 bits per 32 (Q8_0/Q4_0) or 256 (K

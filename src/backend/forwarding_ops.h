@@ -11,6 +11,7 @@ class ForwardingOps : public Ops {
   explicit ForwardingOps(Ops& inner) : inner_(inner) {}
 
   void reserve(const WorkspacePlan& plan) override { inner_.reserve(plan); }
+  void set_batch_invariant(bool on) override { inner_.set_batch_invariant(on); }
   void matmul(Stream& s, const Tensor& W, const Tensor& x, const Tensor& y) override {
     inner_.matmul(s, W, x, y);
   }

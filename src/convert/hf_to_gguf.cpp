@@ -12,6 +12,7 @@
 #include <sstream>
 
 #include "convert/diffusion_gemma_config.h"
+#include "convert/dflash_plan.h"
 #include "convert/gemma4_config.h"
 #include "convert/gemma4_plan.h"
 #include "convert/hf_config.h"
@@ -486,6 +487,79 @@ ConvertResult convert_diffusion_gemma(const ConvertOptions& o, gguf::GgufWriter&
   return result;
 }
 
+// The architecture named first in config.json, "" when there is none (the parsers give the messages).
+std::string first_architecture(const fs::path& hf_dir) {
+  std::ifstream in(hf_dir / "config.json", std::ios::binary);
+  if (!in) return "";
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  const nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
+  if (!j.is_object() || !j.contains("architectures") || !j["architectures"].is_array() ||
+      j["architectures"].empty() || !j["architectures"][0].is_string())
+    return "";
+  return j["architectures"][0].get<std::string>();
+}
+
+// A z-lab DFlash drafter (facts E.1): the Qwen3 keys under dflash., its own keys, the target's vocabulary.
+ConvertResult convert_dflash(const ConvertOptions& o, gguf::GgufWriter& w) {
+  ConvertResult result;
+  result.arch = "dflash";
+  check(!o.target_model_dir.empty(),
+        o.hf_dir.string() + " is a DFlash drafter: give its target model's Hugging Face directory with "
+                            "--target-model-dir (the drafter uses the target's vocabulary)");
+  check(fs::is_directory(o.target_model_dir), o.target_model_dir.string() + ": not a directory");
+  const fs::path cfg = o.hf_dir / "config.json";
+  std::ifstream in(cfg, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  const DflashConfig c = parse_dflash_config(ss.str(), cfg.string());
+  const ModelHparams target = load_hf_config(o.target_model_dir);
+  check(target.n_embd == c.hp.n_embd,
+        "the DFlash drafter's hidden_size (" + std::to_string(c.hp.n_embd) + ") differs from the target's (" +
+            std::to_string(target.n_embd) + ", " + o.target_model_dir.string() +
+            "): the drafter reads the target's hidden states at its own width");
+  for (int32_t l : c.target_layers)
+    check(l <= target.n_layer, cfg.string() + ": target layer id " + std::to_string(l - 1) +
+                                   " is not a layer of the target (" + std::to_string(target.n_layer) +
+                                   " layers)");
+  check(c.mask_token_id < target.n_vocab, cfg.string() + ": mask_token_id " + std::to_string(c.mask_token_id) +
+                                              " is outside the target's vocabulary (" +
+                                              std::to_string(target.n_vocab) + ")");
+  const SafetensorsModel model = SafetensorsModel::open_dir(o.hf_dir);
+  check(model.find("d2t") == nullptr && model.find("model.d2t") == nullptr,
+        o.hf_dir.string() + ": the checkpoint has a d2t (reduced draft vocabulary) tensor; converting it is "
+                            "not supported yet");
+  const std::string prefix = model.find("model.fc.weight") ? "model." : "";
+  std::vector<Job> jobs =
+      match_tensors(plan_dflash_tensors(c, prefix), {c.hp.hf_architecture, "dflash", false}, model, o.hf_dir,
+                    result.notes);
+  for (const Job& j : jobs)
+    if (j.plan.gguf_name == "token_embd.weight" || j.plan.gguf_name == "output.weight")
+      check(j.plan.ne.back() == target.n_vocab || !j.src,
+            "the DFlash drafter's " + j.plan.gguf_name + " has " + std::to_string(j.plan.ne.back()) +
+                " rows, the target's vocabulary " + std::to_string(target.n_vocab));
+  result.type = resolve_auto(o.type, first_matrix_dtype(jobs));
+  choose_types(jobs, result.type, c.hp.n_layer, result.notes);
+
+  w.set("general.architecture", Value::string("dflash"));
+  w.set("general.type", Value::string("model"));
+  w.set("general.name", Value::string(o.name.empty() ? model_name_of(o.hf_dir) : o.name));
+  add_hparams_metadata(c.hp, w);
+  w.set("dflash.block_size", Value::u32(uint32_t(c.block_size)));
+  w.set("dflash.target_layers", Value::i32_array(c.target_layers));
+  w.set("general.file_type", Value::u32(file_type_of(result.type)));
+  w.set("general.quantization_version", Value::u32(2));
+  add_tokenizer_metadata(o.target_model_dir, w);
+  pad_vocab_to(w, target.n_vocab, o.target_model_dir, result.notes);
+  w.set("tokenizer.ggml.mask_token_id", Value::u32(uint32_t(c.mask_token_id)));
+
+  add_tensor_jobs(o, w, jobs, [](const PlannedTensor&) { return std::vector<float>{}; });
+  result.n_tensors = jobs.size();
+  for (const auto& n : result.notes) log_line(o, "note: " + n);
+  w.write(o.output.string());
+  return result;
+}
+
 }  // namespace
 
 ConvertResult convert_hf_to_gguf(const ConvertOptions& o) {
@@ -522,6 +596,8 @@ ConvertResult convert_hf_to_gguf(const ConvertOptions& o) {
 
   if (is_gemma4_checkpoint(o.hf_dir)) return convert_gemma4(o, w);
   if (is_diffusion_gemma_checkpoint(o.hf_dir)) return convert_diffusion_gemma(o, w);
+  if (is_dflash_architecture(first_architecture(o.hf_dir))) return convert_dflash(o, w);
+  check(o.target_model_dir.empty(), "--target-model-dir is for DFlash drafters (DFlashDraftModel) only");
 
   const ModelHparams hp = load_hf_config(o.hf_dir);
   const SafetensorsModel model = SafetensorsModel::open_dir(o.hf_dir);

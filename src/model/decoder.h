@@ -90,6 +90,9 @@ struct DecoderLoadContext {
   Comm* comm = nullptr;                  // tensor split: all-reduce of partial sums between the ranks
   RowSplitWeights* row_split = nullptr;  // row split: where the matrices' row slices go
   const DecoderModel* borrow = nullptr;  // weights missing from the file come from this model (shared_weight)
+  // Weights missing from the file are read from this model file instead (a lender split over devices, or on
+  // another device, cannot hand out whole tensors; only architectures that say so use it: dflash).
+  const gguf::GgufFile* borrow_file = nullptr;
 };
 
 // One rank's part of a model. Unsplit, it is the whole model. Split:

@@ -4,6 +4,7 @@
 #include "core/error.h"
 #include "model/decoder.h"
 #include "model/diffusion_gemma.h"
+#include "model/dflash.h"
 #include "model/gemma4.h"
 #include "model/llama.h"
 #include "model/qwen3.h"
@@ -26,6 +27,7 @@ constexpr ArchEntry kArchitectures[] = {
     {"qwen3", qwen3_hparams, load_qwen3, transformer_shard_rules},
     {"gemma4", gemma4_hparams, load_gemma4, gemma4_shard_rules},
     {"diffusion-gemma", diffusion_gemma_hparams, load_diffusion_gemma, diffusion_gemma_shard_rules},
+    {"dflash", dflash_hparams, load_dflash, dflash_shard_rules},
 };
 
 const ArchEntry& arch_of(const gguf::GgufFile& file) {

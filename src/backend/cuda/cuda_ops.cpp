@@ -154,7 +154,7 @@ void CudaOps::matmul(Stream& s, const Tensor& W, const Tensor& x, const Tensor& 
   const int64_t x_ld = int64_t(x.nb[1] / 4), y_ld = int64_t(y.nb[1] / 4);
   const bool dense = is_float_type(W.type);
 
-  if (dense && T <= kDenseGemvMaxRows) {
+  if (dense && (T <= kDenseGemvMaxRows || batch_invariant_)) {
     launch_gemv_dense(W.type, W.data, W.nb[1], K, N, xp, x_ld, T, yp, y_ld, st);
     return;
   }
@@ -163,11 +163,16 @@ void CudaOps::matmul(Stream& s, const Tensor& W, const Tensor& x, const Tensor& 
         "matmul: x {" + std::to_string(K) + ", " + std::to_string(T) +
             "} exceeds the reserved workspace bounds (" + std::to_string(plan_.max_matmul_in) + " inputs, " +
             std::to_string(plan_.max_rows) + " rows); call Ops::reserve() with larger bounds first");
-  if (!dense && T <= kQuantGemvMaxRows && gemv_quant_supports(W.type, K)) {
-    need(regions_.act_bytes, q8_activation_bytes(K, T), "8-bit activations");
+  if (!dense && (T <= kQuantGemvMaxRows || batch_invariant_) && gemv_quant_supports(W.type, K)) {
+    // In chunks of kQuantGemvMaxRows columns (what the activation region holds); per column the same
+    // quantization and dot products as a one-row call.
     void* act = region(regions_.act);
-    launch_quantize_q8(xp, x_ld, K, T, act, st);
-    launch_gemv_quant(W.type, W.data, W.nb[1], K, N, act, T, yp, y_ld, st);
+    for (int64_t t0 = 0; t0 < T; t0 += kQuantGemvMaxRows) {
+      const int64_t n = std::min(kQuantGemvMaxRows, T - t0);
+      need(regions_.act_bytes, q8_activation_bytes(K, n), "8-bit activations");
+      launch_quantize_q8(xp + t0 * x_ld, x_ld, K, n, act, st);
+      launch_gemv_quant(W.type, W.data, W.nb[1], K, N, act, n, yp + t0 * y_ld, y_ld, st);
+    }
     return;
   }
   need(regions_.lt_bytes, kLtWorkspaceBytes, "cuBLASLt");
@@ -359,7 +364,8 @@ void CudaOps::attention(Stream& s, const Tensor& q, const KvLayerView& kv, const
   a.scale = scale;
   // The tensor-core kernel shares each K/V tile among the rows of one sequence; decode batches (one row per
   // sequence) go to split-K decoding, which handles each row's sequence in parallel.
-  if (T >= std::max<int64_t>(kPrefillMinRows, 2 * n_seqs) && attention_prefill_supported(a)) {
+  if (!batch_invariant_ && T >= std::max<int64_t>(kPrefillMinRows, 2 * n_seqs) &&
+      attention_prefill_supported(a)) {
     launch_attention_prefill(a, st);
     return;
   }

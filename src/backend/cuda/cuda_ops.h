@@ -11,6 +11,7 @@
 //     larger T -> weights dequantized to bf16 in chunks of rows into the workspace, then cuBLASLt.
 // attention: T >= max(kPrefillMinRows, 2 x sequences of the block table) with F16/BF16 caches -> tensor-core
 // flash attention; otherwise split-K flash decoding (rows in chunks that fit the reserved workspace).
+// Batch-invariant mode (set_batch_invariant) takes the matrix-vector and split-K paths for every T.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -40,6 +41,7 @@ class CudaOps final : public Ops {
   ~CudaOps() override;
 
   void reserve(const WorkspacePlan& plan) override;
+  void set_batch_invariant(bool on) override { batch_invariant_ = on; }
   size_t workspace_bytes() const { return ws_bytes_; }
   // Incremented whenever the workspace moves (recorded graphs that point into it become invalid).
   uint64_t workspace_generation() const { return ws_generation_; }
@@ -84,6 +86,11 @@ class CudaOps final : public Ops {
   void need(size_t have, size_t want, const char* what) const;
 
   int index_;
+  // Batch-invariant mode (Ops::set_batch_invariant): matmul runs the matrix-vector kernels for every row
+  // count (in chunks of their column limit; each column's accumulation order does not depend on the other
+  // columns) and attention runs split-K decoding for every row count (its splits are fixed cache ranges,
+  // combined in split order, so a row's result does not depend on the batch either).
+  bool batch_invariant_ = false;
   LtGemm gemm_;
   WorkspacePlan plan_{};
   Regions regions_{};
