@@ -87,6 +87,28 @@ wait_peer() {
   fi
 }
 
+# PAR=1: the TOPICS run side by side (correctness topics on small models: the call ends when the slowest one
+# does, not after their sum). Timings taken in such a run are not comparable.
+run_topic() {  # topic budget
+  OUT="$WORK/$1" timeout --kill-after=10 "$2" bash "scripts/device/$1.sh" >"$WORK/$1/stdout.log" 2>&1
+  echo "=== $(date +%T) topic $1 rc=$?" >>"$WORK/$1/stdout.log"
+}
+if [ "${PAR:-0}" = 1 ]; then
+  pids=()
+  for spec in ${TOPICS:-}; do
+    topic=${spec%%:*}; budget=120
+    [ "$topic" != "$spec" ] && budget=${spec#*:}
+    mkdir -p "$WORK/$topic"
+    echo "=== $(date +%T) topic $topic started (budget ${budget}s, side by side)"
+    run_topic "$topic" "$budget" &
+    pids+=($!)
+  done
+  ((${#pids[@]})) && wait "${pids[@]}"
+  for spec in ${TOPICS:-}; do
+    echo "=== topic ${spec%%:*}: last lines"; tail -25 "$WORK/${spec%%:*}/stdout.log"
+  done
+  TOPICS=""
+fi
 for spec in ${TOPICS:-}; do
   topic=${spec%%:*}; budget=120
   [ "$topic" != "$spec" ] && budget=${spec#*:}
