@@ -73,7 +73,7 @@ DiffusionGemmaConfig parse_diffusion_gemma_config(std::string_view config_json, 
   c.text.hf_architecture = top["architectures"][0].get<std::string>();
   c.text.tie_word_embeddings = true;  // D.1: lm_head is tied to the decoder's embed_tokens
   c.text.tensor_prefix = "model.decoder.";
-  c.encoder_prefix = "model.encoder.";
+  c.encoder_prefix = "model.encoder.language_model.";  // transformers 5.17 (convert also tries "model.encoder.")
 
   const json gen = generation_json.empty() ? json::object() : parse(generation_json, generation_source);
   const json* tc = top.contains("text_config") ? &top["text_config"] : nullptr;

@@ -456,6 +456,12 @@ ConvertResult convert_diffusion_gemma(const ConvertOptions& o, gguf::GgufWriter&
   // The encoder's weights are the decoder's (D.1): a checkpoint may store a shared tensor once under the
   // encoder's name (or without the decoder prefix). The layer scalars differ and are never substituted.
   int64_t renamed = 0;
+  for (PlannedTensor& p : plan) {  // the encoder's scalars without "language_model." (older layouts)
+    if (p.hf_name.starts_with(c.encoder_prefix) && !model.find(p.hf_name)) {
+      const std::string alt = "model.encoder." + p.hf_name.substr(c.encoder_prefix.size());
+      if (model.find(alt)) p.hf_name = alt;
+    }
+  }
   for (PlannedTensor& p : plan) {
     const std::string& pre = c.text.tensor_prefix;
     if (p.hf_name.empty() || model.find(p.hf_name) || !p.hf_name.starts_with(pre) ||
