@@ -52,6 +52,10 @@ DiffusionGemmaConfig parse_diffusion_gemma_config(std::string_view config_json, 
   // head_dim / num_key_value_heads from "per_layer_config" {"<layer>": {...}} instead of global_head_dim /
   // num_global_key_value_heads.
   text["attention_k_eq_v"] = true;
+  // final_logit_softcapping is a class attribute of DiffusionGemmaTextConfig (30.0), not a field: config.json
+  // does not carry it, and the model applies it.
+  if (!text.contains("final_logit_softcapping") || text["final_logit_softcapping"].is_null())
+    text["final_logit_softcapping"] = 30.0;
   if (text.contains("per_layer_config") && text["per_layer_config"].is_object()) {
     for (const auto& [key, o] : text["per_layer_config"].items()) {
       check(o.is_object(), config_source + ": per_layer_config[\"" + key + "\"] must be an object");
