@@ -224,10 +224,12 @@ def call_variants(model, prompt, canvas, prev):
     """Yields (label, callable) ways of running one UNIFIED canvas forward on this transformers version."""
     import torch
     params = set(inspect.signature(model.forward).parameters)
-    sc_names = [p for p in params if any(s in p for s in ("self_cond", "sc_logits", "prev_logits",
-                                                          "previous_logits", "self_conditioning"))]
-    canvas_names = [p for p in params if p in ("decoder_input_ids", "canvas_ids", "canvas_input_ids",
-                                               "noisy_input_ids", "xt", "x_t")]
+    # 5.17: self_conditioning_logits (and self_conditioning_mask, which is not the logits).
+    sc_names = sorted((p for p in params if any(s in p for s in ("self_cond", "sc_logits", "prev_logits",
+                                                                 "previous_logits")) and "mask" not in p),
+                      key=lambda p: (0 if p == "self_conditioning_logits" else 1 if "logits" in p else 2, p))
+    canvas_names = [p for p in ("decoder_input_ids", "canvas_ids", "canvas_input_ids", "noisy_input_ids")
+                    if p in params]
     sc_kw = {}
     if prev is not None:
         if not sc_names:
