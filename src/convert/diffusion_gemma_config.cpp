@@ -48,13 +48,36 @@ DiffusionGemmaConfig parse_diffusion_gemma_config(std::string_view config_json, 
   text.erase("text_config");
   text["num_kv_shared_layers"] = 0;
   text["hidden_size_per_layer_input"] = 0;
+  // transformers 5.17's DiffusionGemmaTextConfig: full-attention layers have no v_proj (V = K) and take their
+  // head_dim / num_key_value_heads from "per_layer_config" {"<layer>": {...}} instead of global_head_dim /
+  // num_global_key_value_heads.
+  text["attention_k_eq_v"] = true;
+  // final_logit_softcapping is a class attribute of DiffusionGemmaTextConfig (30.0), not a field: config.json
+  // does not carry it, and the model applies it.
+  if (!text.contains("final_logit_softcapping") || text["final_logit_softcapping"].is_null())
+    text["final_logit_softcapping"] = 30.0;
+  if (text.contains("per_layer_config") && text["per_layer_config"].is_object()) {
+    for (const auto& [key, o] : text["per_layer_config"].items()) {
+      check(o.is_object(), config_source + ": per_layer_config[\"" + key + "\"] must be an object");
+      auto take = [&](const char* field, const char* as) {
+        if (!o.contains(field) || o[field].is_null()) return;
+        check(!text.contains(as) || text[as] == o[field],
+              config_source + ": per_layer_config gives layers different " + field + " values; tandem supports "
+                              "one value for all full-attention layers");
+        text[as] = o[field];
+      };
+      take("head_dim", "global_head_dim");
+      take("num_key_value_heads", "num_global_key_value_heads");
+    }
+    text.erase("per_layer_config");
+  }
   if (!text.contains("tie_word_embeddings") && top.contains("tie_word_embeddings"))
     text["tie_word_embeddings"] = top["tie_word_embeddings"];
   c.text = parse_gemma4_config(text.dump(), config_source + (top.contains("text_config") ? " text_config" : ""));
   c.text.hf_architecture = top["architectures"][0].get<std::string>();
   c.text.tie_word_embeddings = true;  // D.1: lm_head is tied to the decoder's embed_tokens
   c.text.tensor_prefix = "model.decoder.";
-  c.encoder_prefix = "model.encoder.";
+  c.encoder_prefix = "model.encoder.language_model.";  // transformers 5.17 (convert also tries "model.encoder.")
 
   const json gen = generation_json.empty() ? json::object() : parse(generation_json, generation_source);
   const json* tc = top.contains("text_config") ? &top["text_config"] : nullptr;

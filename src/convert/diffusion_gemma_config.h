@@ -21,7 +21,7 @@ bool is_diffusion_gemma_architecture(std::string_view hf_architecture);
 
 struct DiffusionGemmaConfig {
   Gemma4Hparams text;               // tensor_prefix: the decoder's ("model.decoder.")
-  std::string encoder_prefix;       // "model.encoder."
+  std::string encoder_prefix;       // "model.encoder.language_model." (transformers 5.17)
   int64_t canvas_length = 0;        // required > 0
   std::optional<int64_t> mask_token_id;  // from config.json / generation_config.json, when given there
   std::vector<std::pair<std::string, gguf::Value>> diffusion_keys;  // diffusion.eb_*, diffusion.shift_logits

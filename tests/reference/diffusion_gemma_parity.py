@@ -133,38 +133,45 @@ def text_config(spec):
     return dict(
         vocab_size=spec["vocab"], hidden_size=spec["hidden"], intermediate_size=spec["ff"], num_hidden_layers=L,
         num_attention_heads=spec["heads"], num_key_value_heads=spec["kv"], head_dim=spec["head_dim"],
+        # DiffusionGemmaTextConfig (5.17) pops global_head_dim / num_global_key_value_heads into per_layer_config;
+        # final_logit_softcapping is a class attribute (30.0), not an argument; full layers have no v_proj.
         global_head_dim=spec["global_head_dim"], num_global_key_value_heads=spec["global_kv"],
-        attention_k_eq_v=True, sliding_window=spec["window"], layer_types=types,
-        final_logit_softcapping=spec["softcap"], hidden_size_per_layer_input=0, num_kv_shared_layers=0,
-        enable_moe_block=False, tie_word_embeddings=True, rms_norm_eps=1e-6, max_position_embeddings=4096,
+        sliding_window=spec["window"], layer_types=types,
+        tie_word_embeddings=True, rms_norm_eps=1e-6, max_position_embeddings=4096,
         rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                          "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
                                             "rope_theta": 1000000.0}}), types
 
 
-MIN_VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                  num_key_value_heads=2, head_dim=16, patch_size=4, image_size=16)
+# transformers 5.17 builds the vision tower unconditionally (vision_config=None fails at model construction):
+# a tiny gemma4_vision config (fields of Gemma4VisionConfig) works around it.
+MIN_VISION = dict(model_type="gemma4_vision", hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                  num_attention_heads=2, num_key_value_heads=2, head_dim=16, patch_size=4,
+                  position_embedding_size=64)
 
 
-def make_config(cfg_cls, spec, mask_id):
+def make_model(model_cls, cfg_cls, spec, mask_id):
+    """The config and the model: the first vision_config variant with which both can be built."""
+    import copy
     text, types = text_config(spec)
-    extra = dict(canvas_length=spec["canvas"], mask_token_id=mask_id, tie_word_embeddings=True)
     last = None
-    for label, vision in (("vision_config=None", None), ("vision_config={}", {}),
-                          ("minimal vision_config", MIN_VISION), ("no vision_config argument", "omit")):
-        kw = dict(text_config=text, **extra)
-        if vision != "omit":
-            kw["vision_config"] = vision
-        for drop in ((), ("canvas_length",), ("canvas_length", "mask_token_id")):
-            k2 = {k: v for k, v in kw.items() if k not in drop}
+    for label, vision in (("minimal gemma4_vision config", MIN_VISION), ("vision_config=None", None),
+                          ("vision_config={}", {})):
+        for extra in (dict(canvas_length=spec["canvas"], mask_token_id=mask_id), dict(canvas_length=spec["canvas"])):
             try:
-                cfg = cfg_cls(**k2)
-                log(f"config built with {label}" + (f", without {drop}" if drop else ""))
-                return cfg, types
+                cfg = cfg_cls(text_config=copy.deepcopy(text), vision_config=copy.deepcopy(vision),
+                              tie_word_embeddings=True, **extra)
+                try:
+                    cfg._attn_implementation = "eager"
+                    cfg.text_config._attn_implementation = "eager"
+                except Exception:  # noqa: BLE001
+                    pass
+                model = model_cls(cfg).float().eval()
+                log(f"config + model built with {label}, extra {list(extra)}")
+                return cfg, model, types
             except Exception as e:  # noqa: BLE001 - the next variant is tried
                 last = e
-                log(f"config with {label} {('without ' + str(drop)) if drop else ''} failed: "
-                    f"{type(e).__name__}: {str(e)[:300]}")
+                log(f"{label} {list(extra)} failed: {type(e).__name__}: {str(e)[:300]}")
     raise RuntimeError(f"no config variant worked: {last}")
 
 
@@ -194,13 +201,8 @@ def make_hf(spec, work, seed):
         shutil.rmtree(hf_dir)
     hf_dir.mkdir(parents=True)
     mask_id = write_tokenizer(hf_dir, spec["vocab"])
-    cfg, types = make_config(cfg_cls, spec, mask_id)
-    try:
-        cfg._attn_implementation = "eager"
-    except Exception:  # noqa: BLE001
-        pass
     torch.manual_seed(seed)
-    model = model_cls(cfg).float().eval()
+    cfg, model, types = make_model(model_cls, cfg_cls, spec, mask_id)
     randomize(model)
     sd = model.state_dict()
     keys = list(sd.keys())
@@ -222,10 +224,12 @@ def call_variants(model, prompt, canvas, prev):
     """Yields (label, callable) ways of running one UNIFIED canvas forward on this transformers version."""
     import torch
     params = set(inspect.signature(model.forward).parameters)
-    sc_names = [p for p in params if any(s in p for s in ("self_cond", "sc_logits", "prev_logits",
-                                                          "previous_logits", "self_conditioning"))]
-    canvas_names = [p for p in params if p in ("decoder_input_ids", "canvas_ids", "canvas_input_ids",
-                                               "noisy_input_ids", "xt", "x_t")]
+    # 5.17: self_conditioning_logits (and self_conditioning_mask, which is not the logits).
+    sc_names = sorted((p for p in params if any(s in p for s in ("self_cond", "sc_logits", "prev_logits",
+                                                                 "previous_logits")) and "mask" not in p),
+                      key=lambda p: (0 if p == "self_conditioning_logits" else 1 if "logits" in p else 2, p))
+    canvas_names = [p for p in ("decoder_input_ids", "canvas_ids", "canvas_input_ids", "noisy_input_ids")
+                    if p in params]
     sc_kw = {}
     if prev is not None:
         if not sc_names:
