@@ -2,14 +2,14 @@
 // driven with cpp-httplib's client. Greedy completions equal `tandem generate`; 32 concurrent streams each
 // equal their single-client text; a client that disconnects mid-stream frees its KV (seen in /metrics); bad
 // requests get the right 4xx with a clear message and the server keeps serving.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -76,8 +76,10 @@ class RawStream {
     if (connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return;
     body["stream"] = true;
     const std::string b = body.dump();
-    const std::string req = "POST " + path + " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                            "Content-Length: " + std::to_string(b.size()) + "\r\n\r\n" + b;
+    const std::string req = "POST " + path +
+                            " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                            "Content-Length: " +
+                            std::to_string(b.size()) + "\r\n\r\n" + b;
     ok_ = write(fd_, req.data(), req.size()) == ssize_t(req.size());
   }
   ~RawStream() {
@@ -127,7 +129,9 @@ bool wait_metric_at(int port, const std::string& name, int64_t value) {
 
 class Serve : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { server_ = new ServerProcess("--parallel 8 --ctx 8192 --kv-unified --chat-template chatml"); }
+  static void SetUpTestSuite() {
+    server_ = new ServerProcess("--parallel 8 --ctx 8192 --kv-unified --chat-template chatml");
+  }
   static void TearDownTestSuite() {
     delete server_;
     server_ = nullptr;
@@ -204,7 +208,8 @@ TEST_F(Serve, GreedyCompletionEqualsGenerate) {
   const auto gen = tandem::test::run_tandem("generate -p 'Once upon a time' -n 24 --temp 0",
                                             tandem::test::Stderr::Discard);
   ASSERT_EQ(gen.exit_code, 0);
-  const json r = post("/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0}});
+  const json r =
+      post("/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0}});
   EXPECT_EQ(r["choices"][0]["text"].get<std::string>() + "\n", gen.out);
   EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
   EXPECT_EQ(r["usage"]["completion_tokens"], 24);
@@ -220,10 +225,10 @@ TEST_F(Serve, GreedyCompletionEqualsGenerate) {
   EXPECT_EQ(r2["choices"][0]["text"], r["choices"][0]["text"]);
   // Streaming gives the same text.
   auto c = client();
-  auto s = c.Post("/v1/completions",
-                  json{{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0}, {"stream", true}}
-                      .dump(),
-                  "application/json");
+  auto s = c.Post(
+      "/v1/completions",
+      json{{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0}, {"stream", true}}.dump(),
+      "application/json");
   ASSERT_TRUE(s);
   const Streamed st = parse_sse(s->body, 1, false);
   EXPECT_TRUE(st.done);
@@ -232,17 +237,19 @@ TEST_F(Serve, GreedyCompletionEqualsGenerate) {
 }
 
 TEST_F(Serve, StopStringsAndSeeds) {
-  const json full = post("/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0}});
+  const json full =
+      post("/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0}});
   const std::string text = full["choices"][0]["text"];
   ASSERT_GT(text.size(), 12u);
   const std::string stop = text.substr(8, 4);
-  const json r = post("/v1/completions",
-                      {{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0}, {"stop", stop}});
+  const json r =
+      post("/v1/completions",
+           {{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0}, {"stop", stop}});
   EXPECT_EQ(r["choices"][0]["text"].get<std::string>(), text.substr(0, text.find(stop)));
   EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
   // Same seed, same text; n choices use seed + i; logprobs come back.
-  const json a = post("/v1/completions", {{"prompt", "The"}, {"max_tokens", 16}, {"seed", 7}, {"n", 2},
-                                          {"logprobs", 3}});
+  const json a = post("/v1/completions",
+                      {{"prompt", "The"}, {"max_tokens", 16}, {"seed", 7}, {"n", 2}, {"logprobs", 3}});
   const json b = post("/v1/completions", {{"prompt", "The"}, {"max_tokens", 16}, {"seed", 7}});
   EXPECT_EQ(a["choices"][0]["text"], b["choices"][0]["text"]);
   EXPECT_EQ(a["choices"].size(), 2u);
@@ -256,17 +263,19 @@ TEST_F(Serve, ThirtyTwoConcurrentStreamsEqualTheirSingleClientText) {
   for (int i = 0; i < n; ++i) prompts.push_back("Story number " + std::to_string(i) + ": once");
   for (int i = 0; i < n; ++i)
     single[size_t(i)] =
-        post("/v1/completions", {{"prompt", prompts[size_t(i)]}, {"max_tokens", 12}, {"temperature", 0}})["choices"][0]["text"];
+        post("/v1/completions",
+             {{"prompt", prompts[size_t(i)]}, {"max_tokens", 12}, {"temperature", 0}})["choices"][0]["text"];
   std::vector<std::string> got(n);
   std::vector<bool> done(n);
   std::vector<std::thread> threads;
   for (int i = 0; i < n; ++i)
     threads.emplace_back([&, i] {
       auto c = client();
-      auto r = c.Post("/v1/completions",
-                      json{{"prompt", prompts[size_t(i)]}, {"max_tokens", 12}, {"temperature", 0}, {"stream", true}}
-                          .dump(),
-                      "application/json");
+      auto r = c.Post(
+          "/v1/completions",
+          json{{"prompt", prompts[size_t(i)]}, {"max_tokens", 12}, {"temperature", 0}, {"stream", true}}
+              .dump(),
+          "application/json");
       if (!r) return;
       const Streamed s = parse_sse(r->body, 1, false);
       got[size_t(i)] = s.text[0];
@@ -281,7 +290,8 @@ TEST_F(Serve, ThirtyTwoConcurrentStreamsEqualTheirSingleClientText) {
 
 TEST_F(Serve, DisconnectMidStreamFreesKv) {
   {
-    RawStream long_one(server_->port(), json{{"prompt", "A long story"}, {"max_tokens", 4000}, {"ignore_eos", true}});
+    RawStream long_one(server_->port(),
+                       json{{"prompt", "A long story"}, {"max_tokens", 4000}, {"ignore_eos", true}});
     ASSERT_TRUE(long_one.wait_for_tokens(2));
     EXPECT_GT(metric("tandem_kv_cells_used"), 0);
   }  // closed mid-stream
@@ -330,7 +340,8 @@ TEST(ServeAuth, ApiKeyIsRequired) {
 TEST_F(Serve, ChatCompletionsRenderTheChatmlTemplate) {
   const json messages = json::array({{{"role", "system"}, {"content", "You tell stories."}},
                                      {{"role", "user"}, {"content", "A story about a cat."}}});
-  const json r = post("/v1/chat/completions", {{"messages", messages}, {"max_tokens", 12}, {"temperature", 0}});
+  const json r =
+      post("/v1/chat/completions", {{"messages", messages}, {"max_tokens", 12}, {"temperature", 0}});
   ASSERT_TRUE(r.contains("choices")) << r.dump();
   EXPECT_EQ(r["object"], "chat.completion");
   EXPECT_EQ(r["choices"][0]["message"]["role"], "assistant");
@@ -347,9 +358,10 @@ TEST_F(Serve, ChatCompletionsRenderTheChatmlTemplate) {
             r["usage"]["prompt_tokens"].get<size_t>());
   // Streamed: a role delta first, then content deltas that add up to the same text.
   auto c = client();
-  auto s = c.Post("/v1/chat/completions",
-                  json{{"messages", messages}, {"max_tokens", 12}, {"temperature", 0}, {"stream", true}}.dump(),
-                  "application/json");
+  auto s =
+      c.Post("/v1/chat/completions",
+             json{{"messages", messages}, {"max_tokens", 12}, {"temperature", 0}, {"stream", true}}.dump(),
+             "application/json");
   ASSERT_TRUE(s);
   EXPECT_NE(s->body.find("\"role\":\"assistant\""), std::string::npos);
   const Streamed st = parse_sse(s->body, 1, true);
@@ -358,14 +370,13 @@ TEST_F(Serve, ChatCompletionsRenderTheChatmlTemplate) {
   // Malformed conversations are 400s that name the field.
   const json none = post("/v1/chat/completions", {{"max_tokens", 2}}, 400);
   EXPECT_NE(none["error"]["message"].get<std::string>().find("messages"), std::string::npos);
-  const json bad_role =
-      post("/v1/chat/completions", {{"messages", json::array({{{"content", "hi"}}})}}, 400);
+  const json bad_role = post("/v1/chat/completions", {{"messages", json::array({{{"content", "hi"}}})}}, 400);
   EXPECT_NE(bad_role["error"]["message"].get<std::string>().find("role"), std::string::npos);
 }
 
 TEST_F(Serve, SameSeedSameTextWhateverElseRuns) {
   const json req{{"prompt", "The dog"}, {"max_tokens", 20}, {"temperature", 0.9}, {"top_k", 40},
-                 {"top_p", 0.95}, {"min_p", 0.02}, {"seed", 1234}};
+                 {"top_p", 0.95},       {"min_p", 0.02},    {"seed", 1234}};
   const std::string alone = post("/v1/completions", req)["choices"][0]["text"];
   // The same request among eight others with other prompts and seeds, all in flight at once.
   std::vector<std::string> got(9);
@@ -412,15 +423,17 @@ TEST_F(Serve, SecondRequestWithTheSameSystemPromptReusesItsKvCells) {
 }
 
 TEST_F(Serve, MetricsCountTokensLatenciesAndKv) {
-  post("/v1/completions", {{"prompt", "Metrics"}, {"max_tokens", 5}, {"temperature", 0}, {"ignore_eos", true}});
+  post("/v1/completions",
+       {{"prompt", "Metrics"}, {"max_tokens", 5}, {"temperature", 0}, {"ignore_eos", true}});
   auto c = client();
   auto r = c.Get("/metrics");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200);
-  for (const char* name : {"tandem_requests_running", "tandem_requests_queued", "tandem_prompt_tokens_total",
-                           "tandem_generated_tokens_total", "tandem_tokens_per_second", "tandem_kv_cells_used",
-                           "tandem_kv_cells_total", "tandem_time_to_first_token_seconds_bucket",
-                           "tandem_inter_token_latency_seconds_bucket"})
+  for (const char* name :
+       {"tandem_requests_running", "tandem_requests_queued", "tandem_prompt_tokens_total",
+        "tandem_generated_tokens_total", "tandem_tokens_per_second", "tandem_kv_cells_used",
+        "tandem_kv_cells_total", "tandem_time_to_first_token_seconds_bucket",
+        "tandem_inter_token_latency_seconds_bucket"})
     EXPECT_NE(r->body.find(std::string("\n") + name), std::string::npos) << name;
   EXPECT_GE(metric("tandem_generated_tokens_total"), 5);
   EXPECT_GE(metric("tandem_prompt_tokens_total"), 1);
@@ -442,13 +455,15 @@ TEST(ServeAdmission, FullQueueAndQueueTimeoutAre503) {
   std::thread waiter([&] {
     httplib::Client c("127.0.0.1", s.port());
     c.set_read_timeout(60, 0);
-    auto r = c.Post("/v1/completions", json{{"prompt", "Queued"}, {"max_tokens", 2}}.dump(), "application/json");
+    auto r =
+        c.Post("/v1/completions", json{{"prompt", "Queued"}, {"max_tokens", 2}}.dump(), "application/json");
     if (r) waited_status = r->status, waited_body = r->body;
   });
   ASSERT_TRUE(wait_metric_at(s.port(), "tandem_requests_queued", 1));
   httplib::Client c("127.0.0.1", s.port());
   c.set_read_timeout(60, 0);
-  auto full = c.Post("/v1/completions", json{{"prompt", "Third"}, {"max_tokens", 2}}.dump(), "application/json");
+  auto full =
+      c.Post("/v1/completions", json{{"prompt", "Third"}, {"max_tokens", 2}}.dump(), "application/json");
   ASSERT_TRUE(full);
   EXPECT_EQ(full->status, 503);
   EXPECT_NE(full->body.find("queue is full"), std::string::npos) << full->body;

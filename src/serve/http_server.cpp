@@ -16,7 +16,6 @@
 #include "tandem/model.h"
 #include "tokenizer/tokenizer.h"
 
-
 namespace tandem::serve {
 
 using json = nlohmann::json;
@@ -46,7 +45,9 @@ void set_error(httplib::Response& res, int status, const std::string& type, cons
 }
 
 // Typed field access with a clear message naming the field.
-bool has(const json& body, const char* key) { return body.contains(key) && !body[key].is_null(); }
+bool has(const json& body, const char* key) {
+  return body.contains(key) && !body[key].is_null();
+}
 
 int64_t get_int(const json& body, const char* key, int64_t def, int64_t lo, int64_t hi) {
   if (!has(body, key)) return def;
@@ -90,7 +91,9 @@ double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-const char* finish_name(FinishReason r) { return r == FinishReason::Length ? "length" : "stop"; }
+const char* finish_name(FinishReason r) {
+  return r == FinishReason::Length ? "length" : "stop";
+}
 
 }  // namespace
 
@@ -119,7 +122,8 @@ struct HttpServer::Impl {
   }
 
   const tokenizer::Tokenizer& tokenizer() const {
-    if (!tok) throw ApiError{400, "invalid_request_error", "no_tokenizer", "this model has no usable tokenizer"};
+    if (!tok)
+      throw ApiError{400, "invalid_request_error", "no_tokenizer", "this model has no usable tokenizer"};
     return *tok;
   }
 
@@ -148,9 +152,10 @@ struct HttpServer::Impl {
       std::vector<int32_t> ids;
       for (const json& t : p) {
         if (!t.is_number_integer())
-          bad_request("'prompt' must be a string or a list of token ids (integers); several prompts in one "
-                      "request are not supported",
-                      "invalid_type");
+          bad_request(
+              "'prompt' must be a string or a list of token ids (integers); several prompts in one "
+              "request are not supported",
+              "invalid_type");
         const int64_t v = t.get<int64_t>();
         if (v < 0 || v >= sched.model().info().n_vocab)
           bad_request("token id " + std::to_string(v) + " in 'prompt' is outside the vocabulary [0, " +
@@ -167,7 +172,8 @@ struct HttpServer::Impl {
     GenerationParams g;
     const int64_t cap = sched.slot_capacity();
     int64_t max_tokens = default_max;
-    if (has(body, "max_completion_tokens")) max_tokens = get_int(body, "max_completion_tokens", 0, 0, INT32_MAX);
+    if (has(body, "max_completion_tokens"))
+      max_tokens = get_int(body, "max_completion_tokens", 0, 0, INT32_MAX);
     max_tokens = get_int(body, "max_tokens", max_tokens, 0, INT32_MAX);
     g.max_tokens = int32_t(std::min<int64_t>(max_tokens, cap));
     SamplingParams& s = g.sampling;
@@ -277,8 +283,8 @@ struct HttpServer::Impl {
     }
   }
 
-  // Waits for the first event of a job: a rejection (queue timeout, shutdown) becomes a 503 before any byte of
-  // the answer is sent.
+  // Waits for the first event of a job: a rejection (queue timeout, shutdown) becomes a 503 before any byte
+  // of the answer is sent.
   std::vector<RequestEvent> first_events(Job& job) {
     while (true) {
       std::vector<RequestEvent> ev = job.channel->pop(std::chrono::milliseconds(100));
@@ -305,14 +311,17 @@ struct HttpServer::Impl {
     const bool stream = get_bool(body, "stream", false);
     int n_logprobs = -1;
     if (chat) {
-      if (get_bool(body, "logprobs", false)) n_logprobs = int(get_int(body, "top_logprobs", 0, 0, 20));
-      else if (has(body, "top_logprobs")) bad_request("'top_logprobs' needs 'logprobs': true");
+      if (get_bool(body, "logprobs", false))
+        n_logprobs = int(get_int(body, "top_logprobs", 0, 0, 20));
+      else if (has(body, "top_logprobs"))
+        bad_request("'top_logprobs' needs 'logprobs': true");
     } else if (has(body, "logprobs")) {
       n_logprobs = int(get_int(body, "logprobs", 0, 0, 20));
     }
     bool include_usage = false;
     if (has(body, "stream_options")) {
-      if (!body["stream_options"].is_object()) bad_request("'stream_options' must be an object", "invalid_type");
+      if (!body["stream_options"].is_object())
+        bad_request("'stream_options' must be an object", "invalid_type");
       include_usage = get_bool(body["stream_options"], "include_usage", false);
     }
     const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
@@ -387,9 +396,10 @@ struct HttpServer::Impl {
           try {
             if (chat)
               for (int i = 0; i < n; ++i)
-                send(chunk_of(json::array(
-                    {{{"index", i}, {"delta", {{"role", "assistant"}, {"content", ""}}}, {"logprobs", nullptr},
-                      {"finish_reason", nullptr}}})));
+                send(chunk_of(json::array({{{"index", i},
+                                            {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                            {"logprobs", nullptr},
+                                            {"finish_reason", nullptr}}})));
             int finished = 0, completion_tokens = 0;
             std::vector<RequestEvent> ev = std::move(*pending);
             while (finished < n) {
@@ -401,7 +411,8 @@ struct HttpServer::Impl {
                 }
                 const bool last = e.token < 0;
                 if (!last && e.text.empty() && n_logprobs < 0) continue;
-                json c{{"index", e.index}, {"finish_reason", last ? json(finish_name(e.finish)) : json(nullptr)}};
+                json c{{"index", e.index},
+                       {"finish_reason", last ? json(finish_name(e.finish)) : json(nullptr)}};
                 json lp = nullptr;
                 if (n_logprobs >= 0 && !last) {
                   if (chat) {
@@ -532,8 +543,8 @@ struct HttpServer::Impl {
                 "missing or wrong API key: send 'Authorization: Bearer <key>' (--api-key)");
       return httplib::Server::HandlerResponse::Handled;
     });
-    server.set_error_handler(httplib::Server::HandlerWithResponse(
-        [this](const httplib::Request& req, httplib::Response& res) {
+    server.set_error_handler(httplib::Server::HandlerWithResponse([this](const httplib::Request& req,
+                                                                         httplib::Response& res) {
       if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
       if (res.status == 413)
         set_error(res, 413, "invalid_request_error", "payload_too_large",
@@ -608,7 +619,9 @@ HttpServer::HttpServer(Scheduler& scheduler, HttpParams params)
   impl_->setup();
 }
 
-HttpServer::~HttpServer() { stop(); }
+HttpServer::~HttpServer() {
+  stop();
+}
 
 int HttpServer::bind() {
   const HttpParams& p = impl_->params;
@@ -617,8 +630,9 @@ int HttpServer::bind() {
     port = impl_->server.bind_to_any_port(p.host);
     check(port > 0, "cannot listen on " + p.host + " (--host)");
   } else {
-    check(impl_->server.bind_to_port(p.host, port),
-          "cannot listen on " + p.host + ":" + std::to_string(port) + " (--host/--port: in use or not allowed)");
+    check(impl_->server.bind_to_port(p.host, port), "cannot listen on " + p.host + ":" +
+                                                        std::to_string(port) +
+                                                        " (--host/--port: in use or not allowed)");
   }
   // httplib 0.11 listens with a backlog of 5 (compiled into Debian's library): a burst of clients connecting
   // at once would see dropped SYNs and one-second retries. Listening again on the bound socket raises it.
@@ -626,7 +640,9 @@ int HttpServer::bind() {
   return port;
 }
 
-void HttpServer::serve() { impl_->server.listen_after_bind(); }
+void HttpServer::serve() {
+  impl_->server.listen_after_bind();
+}
 
 void HttpServer::stop() {
   if (impl_) impl_->server.stop();

@@ -22,7 +22,7 @@ struct HttpParams {
   std::string host = "127.0.0.1";
   int port = 8080;  // 0: any free port (printed)
   std::string api_key;
-  std::string model_id;  // the name /v1/models reports and requests may give; empty = the file's stem
+  std::string model_id;       // the name /v1/models reports and requests may give; empty = the file's stem
   std::string chat_template;  // override name or path for chat completions (empty: the model's)
   size_t max_body = 1 << 20;
   int n_http_threads = 0;  // 0: 2 * n_slots + 16

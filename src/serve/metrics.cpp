@@ -48,7 +48,8 @@ std::string Histogram::render(const std::string& name, const std::string& help) 
   return s;
 }
 
-Metrics::Metrics() : start_s_(now_s()), window_t_(start_s_), ttft_(latency_bounds()), itl_(latency_bounds()) {}
+Metrics::Metrics()
+    : start_s_(now_s()), window_t_(start_s_), ttft_(latency_bounds()), itl_(latency_bounds()) {}
 
 void Metrics::on_step(int running, int queued, int64_t kv_used, int64_t kv_total) {
   std::lock_guard lock(mu_);
@@ -66,6 +67,11 @@ void Metrics::on_step(int running, int queued, int64_t kv_used, int64_t kv_total
   }
 }
 
+void Metrics::on_kv(int64_t kv_used, int64_t kv_total) {
+  std::lock_guard lock(mu_);
+  kv_used_ = kv_used;
+  kv_total_ = kv_total;
+}
 void Metrics::on_prompt_tokens(int64_t n) {
   std::lock_guard lock(mu_);
   prompt_tokens_ += uint64_t(n);

@@ -28,6 +28,9 @@ class Metrics {
  public:
   Metrics();
   void on_step(int running, int queued, int64_t kv_used, int64_t kv_total);
+  // KV cells after a step's decode, before its tokens reach the clients (so a client that has a token sees
+  // the cells that produced it in /metrics).
+  void on_kv(int64_t kv_used, int64_t kv_total);
   void on_prompt_tokens(int64_t n);
   void on_prompt_tokens_reused(int64_t n);  // forked from another request's KV (prefix sharing)
   void on_generated_token();

@@ -22,7 +22,8 @@ void Channel::push(RequestEvent e) {
 std::vector<RequestEvent> Channel::pop(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mu_);
   cv_.wait_for(lock, timeout, [&] { return !events_.empty(); });
-  std::vector<RequestEvent> out(std::make_move_iterator(events_.begin()), std::make_move_iterator(events_.end()));
+  std::vector<RequestEvent> out(std::make_move_iterator(events_.begin()),
+                                std::make_move_iterator(events_.end()));
   events_.clear();
   return out;
 }
@@ -35,8 +36,8 @@ struct Scheduler::Active {
   int32_t n_generated = 0;
   Sampler sampler;
   std::unique_ptr<tokenizer::StreamingDetokenizer> detok;
-  std::string text;       // generated text so far (cut at a stop string)
-  size_t released = 0;    // bytes of `text` already sent
+  std::string text;     // generated text so far (cut at a stop string)
+  size_t released = 0;  // bytes of `text` already sent
   Clock::time_point arrived;
   Clock::time_point last_token;
   bool prefilled = false;
@@ -50,9 +51,9 @@ struct Scheduler::Active {
 Scheduler::Scheduler(std::shared_ptr<Model> model, SessionParams sp, SchedulerParams params)
     : model_(std::move(model)), params_(params) {
   check(params_.n_slots >= 1, "--parallel must be at least 1, got " + std::to_string(params_.n_slots));
-  check(params_.n_ctx >= params_.n_slots,
-        "--ctx (" + std::to_string(params_.n_ctx) + ") must be at least --parallel (" +
-            std::to_string(params_.n_slots) + ")");
+  check(params_.n_ctx >= params_.n_slots, "--ctx (" + std::to_string(params_.n_ctx) +
+                                              ") must be at least --parallel (" +
+                                              std::to_string(params_.n_slots) + ")");
   check(params_.n_batch >= 1, "--batch must be at least 1, got " + std::to_string(params_.n_batch));
   sp.n_ctx = params_.n_ctx;
   sp.n_seq_max = params_.n_slots;
@@ -67,7 +68,9 @@ Scheduler::Scheduler(std::shared_ptr<Model> model, SessionParams sp, SchedulerPa
   thread_ = std::thread([this] { loop(); });
 }
 
-Scheduler::~Scheduler() { stop(); }
+Scheduler::~Scheduler() {
+  stop();
+}
 
 void Scheduler::stop() {
   {
@@ -282,6 +285,7 @@ bool Scheduler::step() {
   }
   if (batch_.empty()) return false;
   session_->decode(batch_);
+  metrics_.on_kv(session_->kv_capacity() - session_->kv_free_positions(), session_->kv_capacity());
   for (auto& [a, n] : chunks) {
     a->n_kv += n;
     metrics_.on_prompt_tokens(n);
@@ -309,10 +313,10 @@ void Scheduler::sample_row(Active& a, size_t row) {
     metrics_.on_inter_token(std::chrono::duration<double>(now - a.last_token).count());
   a.last_token = now;
 
-  const bool eog = !a.req.gen.ignore_eos && (tok_ ? tok_->is_end_of_generation(token)
-                                                  : std::find(model_->info().eos_ids.begin(),
-                                                              model_->info().eos_ids.end(),
-                                                              token) != model_->info().eos_ids.end());
+  const bool eog = !a.req.gen.ignore_eos &&
+                   (tok_ ? tok_->is_end_of_generation(token)
+                         : std::find(model_->info().eos_ids.begin(), model_->info().eos_ids.end(), token) !=
+                               model_->info().eos_ids.end());
   if (eog) {
     finish(a, FinishReason::EndOfGeneration);
     return;
@@ -402,6 +406,8 @@ void Scheduler::finish(Active& a, FinishReason reason) {
   slots_[size_t(seq)].reset();
 }
 
-void Scheduler::release(Active& a) { session_->seq_clear(a.seq); }
+void Scheduler::release(Active& a) {
+  session_->seq_clear(a.seq);
+}
 
 }  // namespace tandem::serve

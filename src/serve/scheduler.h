@@ -9,8 +9,8 @@
 // its KV positions are freed at once when it finishes or is cancelled (Session::seq_clear).
 //
 // Prefix sharing: at admission a request's prompt is compared with the tokens already in the KV of every
-// running request; the longest common prefix (at least one block) is forked (Session::seq_fork: the blocks are
-// shared, not copied), and only the rest is prefilled. A shared system prompt is thus decoded once.
+// running request; the longest common prefix (at least one block) is forked (Session::seq_fork: the blocks
+// are shared, not copied), and only the rest is prefilled. A shared system prompt is thus decoded once.
 //
 // Admission control: a request is admitted when a slot is free and the KV can hold its prompt plus max_tokens
 // beside what the running requests reserved (kv_unified: one pool of n_ctx; otherwise each slot has its own
@@ -41,10 +41,10 @@
 namespace tandem::serve {
 
 struct SchedulerParams {
-  int32_t n_slots = 4;       // concurrent sequences (--parallel)
-  int32_t n_ctx = 4096;      // KV positions in total (--ctx)
-  bool kv_unified = false;   // one pool for all slots; else n_ctx / n_slots per slot
-  int32_t n_batch = 512;     // token budget of one step (decode rows + prefill chunks)
+  int32_t n_slots = 4;            // concurrent sequences (--parallel)
+  int32_t n_ctx = 4096;           // KV positions in total (--ctx)
+  bool kv_unified = false;        // one pool for all slots; else n_ctx / n_slots per slot
+  int32_t n_batch = 512;          // token budget of one step (decode rows + prefill chunks)
   double queue_timeout_s = 30.0;  // a request waiting longer for a slot / KV room fails (503)
   int32_t max_queue = 1024;       // more waiting requests than this: rejected at once (503)
 };
@@ -56,11 +56,11 @@ struct TopLogprob {
 
 // One event of a request, delivered to its channel.
 struct RequestEvent {
-  int index = 0;          // the choice index (n > 1)
-  int32_t token = -1;     // the generated token; -1 on the last event
-  std::string text;       // text that became final with it
-  float logprob = 0.0f;   // log-probability of the token (when logprobs were asked for)
-  std::vector<TopLogprob> top;  // the most likely alternatives (top_logprobs)
+  int index = 0;                             // the choice index (n > 1)
+  int32_t token = -1;                        // the generated token; -1 on the last event
+  std::string text;                          // text that became final with it
+  float logprob = 0.0f;                      // log-probability of the token (when logprobs were asked for)
+  std::vector<TopLogprob> top;               // the most likely alternatives (top_logprobs)
   FinishReason finish = FinishReason::None;  // on the last event
   bool rejected = false;  // the last event: the request never ran (queue timeout / full queue)
   std::string error;      // why it was rejected
@@ -86,7 +86,7 @@ class Channel {
 
 struct ServeRequest {
   std::vector<int32_t> prompt;
-  GenerationParams gen;   // max_tokens, sampling (seed), stop, ignore_eos
+  GenerationParams gen;     // max_tokens, sampling (seed), stop, ignore_eos
   int32_t n_logprobs = -1;  // -1: none; k >= 0: the token's logprob and the k most likely
   int index = 0;
   std::shared_ptr<Channel> channel;
@@ -109,6 +109,7 @@ class Scheduler {
   const Model& model() const { return *model_; }
   // Stops the loop; waiting and running requests end with Rejected.
   void stop();
+
  private:
   struct Active;
   void loop();

@@ -112,15 +112,17 @@ void run_parallel(const ParallelArgs& a) {
     kv_peak = std::max(kv_peak, sched.metrics().kv_used());
   }
   const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
-  std::printf("parallel: %d sequences, %d slots, ctx %d%s, prompts %d..%d tokens (+%d shared), %d tokens each\n",
-              a.sequences, a.parallel, a.ctx, a.kv_unified ? " unified" : " per-slot", a.prompt_min, a.prompt_max,
-              a.shared, a.n_predict);
+  std::printf(
+      "parallel: %d sequences, %d slots, ctx %d%s, prompts %d..%d tokens (+%d shared), %d tokens each\n",
+      a.sequences, a.parallel, a.ctx, a.kv_unified ? " unified" : " per-slot", a.prompt_min, a.prompt_max,
+      a.shared, a.n_predict);
   std::printf("prompt tokens: %zu, generated tokens: %zu, rejected: %d\n", n_prompt_tokens, n_generated,
               rejected);
   std::printf("wall: %.3f s, throughput: %.2f tokens/s (prompt + generated), %.2f generated tokens/s\n", wall,
               double(n_prompt_tokens + n_generated) / wall, double(n_generated) / wall);
-  std::printf("time to first token (from start): p50 %.3f s, p99 %.3f s; request end: p50 %.3f s, p99 %.3f s\n",
-              pct(ttft, 0.5), pct(ttft, 0.99), pct(total, 0.5), pct(total, 0.99));
+  std::printf(
+      "time to first token (from start): p50 %.3f s, p99 %.3f s; request end: p50 %.3f s, p99 %.3f s\n",
+      pct(ttft, 0.5), pct(ttft, 0.99), pct(total, 0.5), pct(total, 0.99));
   std::printf("KV: peak %lld positions used (sampled between steps)\n", (long long)kv_peak);
   check(rejected == 0, std::to_string(rejected) + " requests were rejected");
 }

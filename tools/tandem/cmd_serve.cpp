@@ -1,6 +1,6 @@
 // `tandem serve -m MODEL.gguf [--host H] [--port P] [--parallel N] [--ctx N] [--kv-unified] [--batch N]
-// [--queue-timeout S] [--max-queue N] [--chat-template NAME] [--api-key KEY] [--devices LIST --split-mode MODE]`:
-// an OpenAI-compatible HTTP server (src/serve/).
+// [--queue-timeout S] [--max-queue N] [--chat-template NAME] [--api-key KEY] [--devices LIST --split-mode
+// MODE]`: an OpenAI-compatible HTTP server (src/serve/).
 //
 // Prints "listening on http://HOST:PORT" on stdout once it accepts connections (--port 0: a free port, so
 // tests read the port from that line). Runs until SIGINT/SIGTERM.
@@ -47,14 +47,14 @@ void on_signal(int) {
 }
 
 void run_serve(const ServeArgs& a) {
-  check(a.port >= 0 && a.port <= 65535, "--port must be in [0, 65535] (0: any free port), got " +
-                                            std::to_string(a.port));
+  check(a.port >= 0 && a.port <= 65535,
+        "--port must be in [0, 65535] (0: any free port), got " + std::to_string(a.port));
   check(a.parallel >= 1, "--parallel must be at least 1, got " + std::to_string(a.parallel));
   check(a.ctx >= 1, "--ctx must be at least 1, got " + std::to_string(a.ctx));
   check(a.batch >= 1, "--batch must be at least 1, got " + std::to_string(a.batch));
-  check(a.threads >= 0 && a.threads <= ThreadPool::kMaxThreads,
-        "--threads must be in [0, " + std::to_string(ThreadPool::kMaxThreads) + "], got " +
-            std::to_string(a.threads));
+  check(a.threads >= 0 && a.threads <= ThreadPool::kMaxThreads, "--threads must be in [0, " +
+                                                                    std::to_string(ThreadPool::kMaxThreads) +
+                                                                    "], got " + std::to_string(a.threads));
   check(a.queue_timeout > 0, "--queue-timeout must be positive (seconds)");
   check(a.max_queue >= 0, "--max-queue must be >= 0, got " + std::to_string(a.max_queue));
   check(a.max_body >= 1024, "--max-body must be at least 1024 bytes, got " + std::to_string(a.max_body));
