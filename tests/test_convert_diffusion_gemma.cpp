@@ -28,12 +28,11 @@ json dg_config(bool with_canvas = true) {
                {"num_attention_heads", kHead},
                {"num_key_value_heads", kKv},
                {"head_dim", kHd},
-               {"global_head_dim", kGhd},
+               {"per_layer_config", {{"1", {{"head_dim", kGhd}, {"num_key_value_heads", kKv}}}}},  // 5.17 style
                {"vocab_size", kVocab},
                {"sliding_window", 8},
                {"max_position_embeddings", 4096},
                {"rms_norm_eps", 1e-6},
-               {"attention_k_eq_v", true},
                {"final_logit_softcapping", 30.0},
                {"num_kv_shared_layers", 1},          // forced to 0 by the converter
                {"hidden_size_per_layer_input", 16},  // likewise

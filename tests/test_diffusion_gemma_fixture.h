@@ -121,8 +121,8 @@ inline std::vector<Vec> ref_self_cond(const DgModel& m, const std::vector<std::v
     for (int64_t v = 0; v < V; ++v) z += (p[size_t(v)] = std::exp(double(l[size_t(v)] * float(temp_inv)) - mx));
     Vec soft(static_cast<size_t>(E), 0.0);
     for (int64_t v = 0; v < V; ++v)
-      for (int64_t i = 0; i < E; ++i)  // the embedding rounded to F16 (D.5 step 2)
-        soft[size_t(i)] += p[size_t(v)] / z * double(fp16_to_fp32(fp32_to_fp16(emb[size_t(v * E + i)])));
+      for (int64_t i = 0; i < E; ++i)  // the F32 file's embedding as it is (transformers: the model's dtype)
+        soft[size_t(i)] += p[size_t(v)] / z * double(emb[size_t(v * E + i)]);
     for (double& s : soft) s *= double(std::sqrt(float(E)));
     rms(soft, 0, size_t(E), &m.g.w.at("self_cond_pre_norm.weight"), c.eps);
     Vec g = matvec(m.g.w.at("self_cond_gate.weight"), E, F, soft);

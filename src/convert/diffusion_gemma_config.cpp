@@ -48,6 +48,25 @@ DiffusionGemmaConfig parse_diffusion_gemma_config(std::string_view config_json, 
   text.erase("text_config");
   text["num_kv_shared_layers"] = 0;
   text["hidden_size_per_layer_input"] = 0;
+  // transformers 5.17's DiffusionGemmaTextConfig: full-attention layers have no v_proj (V = K) and take their
+  // head_dim / num_key_value_heads from "per_layer_config" {"<layer>": {...}} instead of global_head_dim /
+  // num_global_key_value_heads.
+  text["attention_k_eq_v"] = true;
+  if (text.contains("per_layer_config") && text["per_layer_config"].is_object()) {
+    for (const auto& [key, o] : text["per_layer_config"].items()) {
+      check(o.is_object(), config_source + ": per_layer_config[\"" + key + "\"] must be an object");
+      auto take = [&](const char* field, const char* as) {
+        if (!o.contains(field) || o[field].is_null()) return;
+        check(!text.contains(as) || text[as] == o[field],
+              config_source + ": per_layer_config gives layers different " + field + " values; tandem supports "
+                              "one value for all full-attention layers");
+        text[as] = o[field];
+      };
+      take("head_dim", "global_head_dim");
+      take("num_key_value_heads", "num_global_key_value_heads");
+    }
+    text.erase("per_layer_config");
+  }
   if (!text.contains("tie_word_embeddings") && top.contains("tie_word_embeddings"))
     text["tie_word_embeddings"] = top["tie_word_embeddings"];
   c.text = parse_gemma4_config(text.dump(), config_source + (top.contains("text_config") ? " text_config" : ""));

@@ -432,7 +432,24 @@ ConvertResult convert_diffusion_gemma(const ConvertOptions& o, gguf::GgufWriter&
                                         std::to_string(c.text.n_vocab));
   const int64_t retyped = retype_control_tokens(tok);
   if (retyped > 0) result.notes.push_back(std::to_string(retyped) + " control-looking tokens retyped CONTROL");
-  const int64_t mask = find_mask_token(tok, c.mask_token_id, o.hf_dir.string());
+  std::optional<int64_t> mask_id = c.mask_token_id;
+  if (!mask_id && fs::exists(o.hf_dir / "tokenizer_config.json")) {  // its "mask_token", by name
+    const auto tc = nlohmann::json::parse(read_text(o.hf_dir / "tokenizer_config.json"), nullptr, false);
+    if (tc.is_object() && tc.contains("mask_token")) {
+      std::string name;
+      if (tc["mask_token"].is_string()) name = tc["mask_token"].get<std::string>();
+      if (tc["mask_token"].is_object() && tc["mask_token"].contains("content") &&
+          tc["mask_token"]["content"].is_string())
+        name = tc["mask_token"]["content"].get<std::string>();
+      for (const auto& [k, v] : tok.metadata())
+        if (k == "tokenizer.ggml.tokens" && !name.empty()) {
+          const std::vector<std::string> names = v.as_string_array();
+          for (size_t i = 0; i < names.size(); ++i)
+            if (names[i] == name) mask_id = int64_t(i);
+        }
+    }
+  }
+  const int64_t mask = find_mask_token(tok, mask_id, o.hf_dir.string());
 
   const SafetensorsModel model = SafetensorsModel::open_dir(o.hf_dir);
   std::vector<PlannedTensor> plan = plan_diffusion_gemma_tensors(c, n_tokens);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "core/error.h"
 #include "core/half.h"
@@ -33,17 +34,19 @@ double gelu_tanh(double z) {
 
 }  // namespace
 
-std::vector<uint16_t> f16_token_rows(const gguf::GgufFile& file, int64_t n_embd, int64_t n_vocab) {
+std::vector<float> sc_token_rows(const gguf::GgufFile& file, int64_t n_embd, int64_t n_vocab, bool* is_f32) {
   const gguf::TensorInfo* t = file.find_tensor("token_embd.weight");
   check(t != nullptr && t->n_dims == 2 && t->ne[0] == n_embd && t->ne[1] == n_vocab,
         file.path() + ": token_embd.weight is missing or not {n_embd, n_vocab}");
-  std::vector<uint16_t> out(static_cast<size_t>(n_embd * n_vocab));
-  std::vector<float> row(static_cast<size_t>(n_embd));
+  *is_f32 = t->type == DType::F32;
+  std::vector<float> out(static_cast<size_t>(n_embd * n_vocab));
   const size_t row_bytes = dtype_row_bytes(t->type, n_embd);
   const uint8_t* src = file.tensor_data(*t);
   for (int64_t v = 0; v < n_vocab; ++v) {
-    quant::dequantize_row(t->type, src + size_t(v) * row_bytes, row.data(), n_embd);
-    for (int64_t e = 0; e < n_embd; ++e) out[size_t(v * n_embd + e)] = fp32_to_fp16(row[size_t(e)]);
+    float* row = out.data() + size_t(v * n_embd);
+    quant::dequantize_row(t->type, src + size_t(v) * row_bytes, row, n_embd);
+    if (!*is_f32)
+      for (int64_t e = 0; e < n_embd; ++e) row[e] = fp16_to_fp32(fp32_to_fp16(row[e]));
   }
   return out;
 }
@@ -53,7 +56,8 @@ HostSelfCond::HostSelfCond(const gguf::GgufFile& file, int64_t n_embd, int64_t n
   const gguf::TensorInfo* g = file.find_tensor("self_cond_gate.weight");
   check(g != nullptr && g->n_dims == 2, file.path() + ": the model has no self-conditioning tensors");
   F_ = g->ne[1];
-  emb16_ = f16_token_rows(file, E_, V_);
+  bool f32 = false;
+  emb_ = sc_token_rows(file, E_, V_, &f32);
   pre_norm_ = dequantized(file, "self_cond_pre_norm.weight", E_);
   gate_ = dequantized(file, "self_cond_gate.weight", E_ * F_);
   up_ = dequantized(file, "self_cond_up.weight", E_ * F_);
@@ -72,8 +76,8 @@ void HostSelfCond::compute(std::span<const float> logits, int64_t C, float temp_
     std::fill(soft.begin(), soft.end(), 0.0);
     for (int64_t v = 0; v < V_; ++v) {
       const double pv = p[size_t(v)] / z;
-      const uint16_t* row = emb16_.data() + size_t(v * E_);
-      for (int64_t e = 0; e < E_; ++e) soft[size_t(e)] += pv * double(fp16_to_fp32(row[e]));
+      const float* row = emb_.data() + size_t(v * E_);
+      for (int64_t e = 0; e < E_; ++e) soft[size_t(e)] += pv * double(row[e]);
     }
     double ss = 0;
     for (double& s : soft) {
@@ -105,7 +109,10 @@ DeviceSelfCond::DeviceSelfCond(Device& device, const gguf::GgufFile& file, const
   const int64_t F = w.n_ff;
   constexpr size_t kAlign = 256;
   auto padded = [](size_t n) { return (n + kAlign - 1) / kAlign * kAlign; };
-  const size_t emb_bytes = padded(size_t(V_ * E_) * 2);
+  bool f32 = false;
+  const std::vector<float> rows = sc_token_rows(file, E_, V_, &f32);
+  const size_t el = f32 ? 4 : 2;
+  const size_t emb_bytes = padded(size_t(V_ * E_) * el);
   const size_t f32_counts[] = {size_t(V_ * C_), size_t(V_ * C_), size_t(E_ * C_), size_t(F * C_),
                                size_t(F * C_),  size_t(F * C_),  size_t(E_ * C_)};
   size_t total = emb_bytes;
@@ -113,22 +120,30 @@ DeviceSelfCond::DeviceSelfCond(Device& device, const gguf::GgufFile& file, const
   mem_ = device.allocate(total);
   char* p = static_cast<char*>(mem_.data());
   const DeviceId id = device.id();
-  emb_t_ = Tensor::contiguous(DType::F16, {V_, E_}, p, id);
+  emb_t_ = Tensor::contiguous(f32 ? DType::F32 : DType::F16, {V_, E_}, p, id);
   p += emb_bytes;
-  Tensor* f32[] = {&logits_, &probs_, &soft_, &gate_, &up_, &act_, &out_};
+  Tensor* bufs[] = {&logits_, &probs_, &soft_, &gate_, &up_, &act_, &out_};
   const int64_t widths[] = {V_, V_, E_, F, F, F, E_};
-  for (size_t i = 0; i < std::size(f32); ++i) {
-    *f32[i] = Tensor::contiguous(DType::F32, {widths[i], C_}, p, id);
+  for (size_t i = 0; i < std::size(bufs); ++i) {
+    *bufs[i] = Tensor::contiguous(DType::F32, {widths[i], C_}, p, id);
     p += padded(f32_counts[i] * 4);
   }
   // sc_embT: the F16-rounded embedding transposed, so that soft = sc_embT . p is one matmul over the vocab.
   {
-    const std::vector<uint16_t> rows = f16_token_rows(file, E_, V_);
-    std::vector<uint16_t> t(rows.size());
+    std::vector<uint8_t> t(rows.size() * el);
     for (int64_t v = 0; v < V_; ++v)
-      for (int64_t e = 0; e < E_; ++e) t[size_t(e * V_ + v)] = rows[size_t(v * E_ + e)];
+      for (int64_t e = 0; e < E_; ++e) {
+        const float x = rows[size_t(v * E_ + e)];
+        const size_t at = size_t(e * V_ + v) * el;
+        if (f32) {
+          std::memcpy(t.data() + at, &x, 4);
+        } else {
+          const uint16_t h = fp32_to_fp16(x);
+          std::memcpy(t.data() + at, &h, 2);
+        }
+      }
     Stream& st = device.default_stream();
-    device.copy_from_host(st, emb_t_.data, t.data(), t.size() * 2);
+    device.copy_from_host(st, emb_t_.data, t.data(), t.size());
     st.synchronize();  // t is freed on return
   }
   WorkspacePlan plan;

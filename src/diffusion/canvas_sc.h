@@ -2,7 +2,7 @@
 // [n_vocab, C] to the C vectors added to the canvas rows' scaled embeddings,
 //   p = softmax(logits * temp_inv); soft = sqrt(n_embd) * sum_v p_v E16_v; n = RMS(soft) * pre_norm;
 //   sc = down(gelu_tanh(gate n) * up n)
-// where E16 is token_embd dequantized and rounded to F16. Two paths with the same values:
+// where E16 is token_embd dequantized and rounded to F16 (kept F32 for an F32 token_embd: sc_token_rows). Two paths with the same values:
 //   DeviceSelfCond  Ops on one device (the model's first rank, where the embedding reads the rows): the
 //                   transposed F16 table sc_embT {n_vocab, n_embd} built once, a persistent logits buffer
 //                   sc_logits {n_vocab, C} (written at the end of each forward, read by the next) and the MLP's
@@ -20,8 +20,10 @@
 
 namespace tandem {
 
-// token_embd of `file` dequantized and rounded to F16: n_vocab rows of n_embd halves (row v = token v).
-std::vector<uint16_t> f16_token_rows(const gguf::GgufFile& file, int64_t n_embd, int64_t n_vocab);
+// The SC embedding table: token_embd of `file` dequantized, n_vocab rows of n_embd (row v = token v), rounded
+// to F16 (D.5: llama.cpp's F16 copy) unless token_embd is F32 — transformers multiplies by the embedding in the
+// model's dtype, so an F32 model keeps F32 (the reference the parity compares with). *is_f32 says which.
+std::vector<float> sc_token_rows(const gguf::GgufFile& file, int64_t n_embd, int64_t n_vocab, bool* is_f32);
 
 class HostSelfCond {
  public:
@@ -32,7 +34,7 @@ class HostSelfCond {
  private:
   int64_t E_, V_, F_;
   float eps_;
-  std::vector<uint16_t> emb16_;                            // [V][E]
+  std::vector<float> emb_;                                 // [V][E], the SC table
   std::vector<float> pre_norm_, gate_, up_, down_;         // gate/up [F][E], down [E][F]
 };
 
