@@ -31,7 +31,7 @@ part() {  # name, time limit (s), then the command; its output goes to $OUT/<nam
 }
 
 part gpu_tests 200 "$TESTS/tandem_gpu_tests" --gtest_filter='GpuGemma4.*:GpuMoe.*'
-part cpu_tests 200 "$TESTS/tandem_tests" --gtest_filter='Gemma4*:CpuMoeOps*'
+part cpu_tests 200 "$TESTS/tandem_tests" --gtest_filter='Gemma4*:*CpuMoeOps*:*Gemma4HfFixture*:DiffusionGemma.Moe*'
 part parity_moe 300 python3 tests/reference/gemma4_parity.py --tandem "$BIN/tandem" --out "$OUT/parity_moe" \
   --work /tmp/gemma4_parity_work --fixtures "$OUT/fixtures" \
   --only gemma4_moe_tiny,gemma4_moe_small,gemma4_e2b_tiny,gemma4_26b_a4b_moe
