@@ -127,6 +127,28 @@ TEST(Diffuse, DiffusionBlocksOverridesTheCountAndTheCallbackSeesEveryStep) {
   EXPECT_EQ(blocks_seen.back(), 1);
 }
 
+TEST(Diffuse, MaxPrefixRefusesALongPromptAndEndsTheResponseBeforeOverflowing) {
+  test::ToyCanvasSource src(kV, kC, 40.0f, counting);
+  DiffusionParams p = quiet_params(5 * kC);
+  std::vector<std::string> logs;
+  p.log = [&logs](const std::string& l) { logs.push_back(l); };
+  p.max_prefix = 2 + 2 * kC;  // the prompt (2) and two blocks
+  const DiffusionResult r = diffuse(src, std::vector<int32_t>{1, 2}, p);
+  EXPECT_EQ(r.blocks.size(), 3u);  // blocks over prefixes of 2, 10 and 18 tokens; the fourth would be 26
+  EXPECT_EQ(src.prefixes.back().size(), size_t(2 + 2 * kC));
+  ASSERT_EQ(logs.size(), 1u);
+  EXPECT_NE(logs[0].find("stopping after 3 blocks"), std::string::npos) << logs[0];
+  p.max_prefix = 1;
+  try {
+    diffuse(src, std::vector<int32_t>{1, 2}, p);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the prompt has 2 tokens, more than the 1 positions"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Diffuse, BadArgumentsAndBrokenSourcesAreErrors) {
   test::ToyCanvasSource src(kV, kC, 40.0f, counting);
   DiffusionParams p = quiet_params(8);

@@ -125,6 +125,9 @@ struct DiffusionParams {
   Toggle gpu_sample_reduce = Toggle::Auto;
   std::vector<int32_t> eog_ids;  // a block is cut at the first of these
   int32_t repeat_run = 6;        // a block is cut where a unit of 1 or 2 tokens repeats this often (0 = off)
+  // > 0: the longest prefix (prompt + kept blocks) a block may start over (CanvasOptions::max_prompt of the
+  // source). A longer prompt is an Error; a later block that would exceed it ends the response (D.7).
+  int32_t max_prefix = 0;
   std::function<void(const std::string&)> log;  // one-line notes (soft fallbacks); null: stderr
 };
 

@@ -50,6 +50,9 @@ DiffusionResult diffuse(CanvasSource& source, std::span<const int32_t> prompt, c
   check(params.repeat_run >= 0,
         "diffusion: repeat_run must be >= 0, got " + std::to_string(params.repeat_run));
   check(!prompt.empty(), "diffusion: the prompt is empty");
+  check(params.max_prefix <= 0 || int64_t(prompt.size()) <= params.max_prefix,
+        "diffusion: the prompt has " + std::to_string(prompt.size()) + " tokens, more than the " +
+            std::to_string(params.max_prefix) + " positions the canvas model holds before its canvas");
   for (int32_t t : prompt)
     check(t >= 0 && t < info.n_vocab,
           "diffusion: prompt token " + std::to_string(t) + " is outside the vocabulary");
@@ -64,6 +67,12 @@ DiffusionResult diffuse(CanvasSource& source, std::span<const int32_t> prompt, c
   DiffusionResult result;
   std::vector<int32_t> prefix(prompt.begin(), prompt.end());
   for (int32_t b = 0; b < n_blocks; ++b) {
+    if (params.max_prefix > 0 && int64_t(prefix.size()) > params.max_prefix) {
+      log("diffusion: stopping after " + std::to_string(b) + " blocks: the next would start after " +
+          std::to_string(prefix.size()) + " tokens, more than the model holds (" +
+          std::to_string(params.max_prefix) + ")");
+      break;
+    }
     DiffusionBlockStats stats;
     const auto t0 = Clock::now();
     source.begin_block(prefix);

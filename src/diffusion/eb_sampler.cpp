@@ -2,7 +2,6 @@
 #include "diffusion/eb_sampler.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <numeric>
 

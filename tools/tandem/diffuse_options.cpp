@@ -214,6 +214,7 @@ void run_diffusion(const DiffuseOptions& o, const std::shared_ptr<Model>& model,
   CanvasOptions copt;
   copt.kv_cache = parse_toggle(o.kv_cache, "--diffusion-kv-cache");
   copt.gpu_sampling = parse_toggle(o.gpu_sampling, "--diffusion-gpu-sampling");
+  params.max_prefix = copt.max_prompt;
   std::unique_ptr<CanvasSource> source = make_canvas_source(model, copt);
   std::fprintf(stderr,
                "diffusion: canvas %d, %d steps at most, t %.3g..%.3g, entropy bound %.3g, seed %llu; %s\n",
