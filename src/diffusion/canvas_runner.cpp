@@ -133,6 +133,10 @@ class CanvasRunner : public CanvasSource {
     return result_;
   }
 
+  // The device sampler reads the logits where they are: the SC buffer's device (its default stream, which the
+  // step's copy into the buffer is ordered on), or the host when SC runs there.
+  Device* logits_device() const override { return dev_sc_ ? &dev_sc_->device() : nullptr; }
+
   std::string describe() const override {
     std::string s = "canvas " + std::to_string(C_) + ": prompt KV cache " +
                     (kv_cache_ ? "on (PREFILL once, DECODE per step)" : "off (UNIFIED per step)") +
