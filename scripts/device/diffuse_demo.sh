@@ -10,7 +10,7 @@ M=$(ls .dmodel/*.gguf 2>/dev/null | head -1)
 [ -n "$M" ] || { echo "SKIP diffuse_demo: no .dmodel/*.gguf carried"; exit 0; }
 run() {  # name, then flags
   local name=$1; shift
-  timeout 60 "$BIN/tandem" diffuse -m "$M" -p "The Python interpreter" -n 64 --seed 3 --ids "$@" \
+  timeout 60 "$BIN/tandem" diffuse -m "$M" -p "The Python interpreter" -n 64 --seed 3 --ids --no-chat-template "$@" \
     >"$OUT/$name.ids" 2>"$OUT/$name.err"
   echo "$name rc=$? $(tail -1 "$OUT/$name.err" | cut -c1-160)"
 }
