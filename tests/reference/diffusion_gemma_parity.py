@@ -137,6 +137,9 @@ def text_config(spec):
         # final_logit_softcapping is a class attribute (30.0), not an argument; full layers have no v_proj.
         global_head_dim=spec["global_head_dim"], num_global_key_value_heads=spec["global_kv"],
         sliding_window=spec["window"], layer_types=types,
+        # 5.17 builds the router and experts in every layer (D.2): num_experts=None fails in torch.empty.
+        num_experts=spec.get("experts", 4), top_k_experts=spec.get("top_k", 2),
+        moe_intermediate_size=spec.get("expert_ff", max(8, spec["ff"] // 2)),
         tie_word_embeddings=True, rms_norm_eps=1e-6, max_position_embeddings=4096,
         rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                          "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,

@@ -143,11 +143,20 @@ def make_hf(spec, seed, device):
                                             "rope_theta": 1000000.0}})
     cfg._attn_implementation = "eager"
     for key, want in moe_kw.items():  # a field the config does not know would be silently dropped
-        got = getattr(cfg, key, None)
+        try:
+            got = getattr(cfg, key, None)
+        except Exception:  # noqa: BLE001 -- a per-layer field: checked through the model's parameters below
+            continue
         if got != want:
             raise RuntimeError(f"Gemma4TextConfig.{key} is {got!r}, expected {want!r}: transformers' MoE field "
                                f"names differ from this script's")
-    used = {k: getattr(cfg, k, None) for k in
+    def field(k):  # transformers 5.17 raises (not AttributeError) for per-layer fields read globally
+        try:
+            return getattr(cfg, k, None)
+        except Exception as e:  # noqa: BLE001
+            return f"<per-layer: {type(e).__name__}>"
+
+    used = {k: field(k) for k in
             ["vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
              "num_key_value_heads", "head_dim", "global_head_dim", "num_global_key_value_heads",
              "attention_k_eq_v", "sliding_window", "layer_types", "final_logit_softcapping", "enable_moe_block",
