@@ -107,7 +107,7 @@ if [ "${PAR:-0}" = 1 ]; then
   for spec in ${TOPICS:-}; do
     echo "=== topic ${spec%%:*}: last lines"; tail -25 "$WORK/${spec%%:*}/stdout.log"
   done
-  TOPICS=""
+  TOPICS="${SEQ_TOPICS:-}"  # then these, one after another (benches: undisturbed timings)
 fi
 for spec in ${TOPICS:-}; do
   topic=${spec%%:*}; budget=120
