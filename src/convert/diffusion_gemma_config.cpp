@@ -56,21 +56,7 @@ DiffusionGemmaConfig parse_diffusion_gemma_config(std::string_view config_json, 
   // does not carry it, and the model applies it.
   if (!text.contains("final_logit_softcapping") || text["final_logit_softcapping"].is_null())
     text["final_logit_softcapping"] = 30.0;
-  if (text.contains("per_layer_config") && text["per_layer_config"].is_object()) {
-    for (const auto& [key, o] : text["per_layer_config"].items()) {
-      check(o.is_object(), config_source + ": per_layer_config[\"" + key + "\"] must be an object");
-      auto take = [&](const char* field, const char* as) {
-        if (!o.contains(field) || o[field].is_null()) return;
-        check(!text.contains(as) || text[as] == o[field],
-              config_source + ": per_layer_config gives layers different " + field + " values; tandem supports "
-                              "one value for all full-attention layers");
-        text[as] = o[field];
-      };
-      take("head_dim", "global_head_dim");
-      take("num_key_value_heads", "num_global_key_value_heads");
-    }
-    text.erase("per_layer_config");
-  }
+  fold_per_layer_config(text, config_source);
   if (!text.contains("tie_word_embeddings") && top.contains("tie_word_embeddings"))
     text["tie_word_embeddings"] = top["tie_word_embeddings"];
   c.text = parse_gemma4_config(text.dump(), config_source + (top.contains("text_config") ? " text_config" : ""));
