@@ -31,7 +31,8 @@ void run_diffuse(const DiffuseArgs& a) {
   ModelParams mp;
   mp.n_threads = a.threads;
   apply(a.split, mp);  // bad split flags fail here, before any file is read
-  const std::string path = a.model.empty() ? eval::default_model_path(TANDEM_SOURCE_DIR) : a.model;
+  const std::string path =
+      a.model.empty() ? eval::default_model_path(TANDEM_SOURCE_DIR, eval::kDefaultDiffusionModelFile) : a.model;
   const auto model = Model::load(path, mp);
   run_diffusion(a.d, model, path);
 }
