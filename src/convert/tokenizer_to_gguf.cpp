@@ -295,10 +295,11 @@ void add_tokenizer_metadata_unchecked(const fs::path& hf_dir, gguf::GgufWriter& 
   collect_pre_steps(tj.value("pre_tokenizer", json()), pre_steps, byte_level, metaspace, unsupported);
   if (!byte_level && json_has_type(tj.value("decoder", json()), "ByteLevel")) byte_level = true;
   const std::string arch = architecture_of(w, hf_dir);
-  // Gemma 4's own tokenizer is SentencePiece-style BPE; a byte-level BPE vocabulary in a gemma-family model
-  // (tandem's shipped canvas model uses the small models' vocabulary) stays byte-level.
-  const bool gemma4 =
-      (arch.rfind("gemma4", 0) == 0 || arch == "diffusion-gemma" || arch == "diffusion_gemma") && !byte_level;
+  // gemma4 files always get Gemma 4's SentencePiece-style kind (facts C.1). A diffusion-gemma checkpoint with a
+  // byte-level BPE vocabulary (tandem's shipped canvas model uses the small models' vocabulary) stays
+  // byte-level: labelled gemma4 it would detokenize to raw byte-level symbols.
+  const bool diffusion_arch = arch == "diffusion-gemma" || arch == "diffusion_gemma";
+  const bool gemma4 = arch.rfind("gemma4", 0) == 0 || (diffusion_arch && !byte_level);
 
   std::string ggml_model;
   if (gemma4) {
