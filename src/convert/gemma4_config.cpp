@@ -50,7 +50,9 @@ bool is_gemma4_architecture(std::string_view a) {
 // {"<layer>": {...}} instead of global_head_dim / num_global_key_value_heads: fold them into those fields.
 void fold_per_layer_config(nlohmann::json& text, const std::string& source) {
   if (!text.contains("per_layer_config") || !text["per_layer_config"].is_object()) return;
-  for (const auto& [key, o] : text["per_layer_config"].items()) {
+  for (const auto& item : text["per_layer_config"].items()) {
+    const std::string key = item.key();
+    const nlohmann::json& o = item.value();  // a plain reference: clang 14 cannot capture structured bindings
     check(o.is_object(), source + ": per_layer_config[\"" + key + "\"] must be an object");
     auto take = [&](const char* field, const char* as) {
       if (!o.contains(field) || o[field].is_null()) return;
