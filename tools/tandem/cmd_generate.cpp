@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "flag_checks.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/thread_pool.h"
@@ -181,19 +182,7 @@ void run_generate(const GenerateArgs& a) {
   check(a.threads >= 0 && a.threads <= ThreadPool::kMaxThreads,
         "--threads must be in [0, " + std::to_string(ThreadPool::kMaxThreads) + "] (0 = all cores), got " +
             std::to_string(a.threads));
-  // Every sampling flag in its range, named (SamplingParams::validate checks the combination again).
-  check(a.top_k >= 0, "--top-k must be >= 0 (0 = off), got " + std::to_string(a.top_k));
-  check(std::isfinite(a.temperature),
-        "--temp must be a finite number (<= 0 = greedy), got " + std::to_string(a.temperature));
-  check(std::isfinite(a.top_p) && a.top_p >= 0.0f && a.top_p <= 1.0f,
-        "--top-p must be in [0, 1] (1 = off), got " + std::to_string(a.top_p));
-  check(std::isfinite(a.min_p) && a.min_p >= 0.0f && a.min_p <= 1.0f,
-        "--min-p must be in [0, 1] (0 = off), got " + std::to_string(a.min_p));
-  check(a.seed >= -1, "--seed must be >= 0, or -1 for a random seed, got " + std::to_string(a.seed));
-  check(a.repeat_last_n >= -1,
-        "--repeat-last-n must be >= -1 (-1 = all), got " + std::to_string(a.repeat_last_n));
-  check(std::isfinite(a.repeat_penalty) && a.repeat_penalty > 0.0f,
-        "--repeat-penalty must be a positive number (1 = off), got " + std::to_string(a.repeat_penalty));
+  check_sampling_flags(a.top_k, a.temperature, a.top_p, a.min_p, a.seed, a.repeat_last_n, a.repeat_penalty);
   check(a.prompt.empty() != a.prompt_ids.empty(),
         "give the prompt either as text (-p) or as ids (--prompt-ids)");
   for (const std::string& s : a.stop) check(!s.empty(), "--stop: the stop string is empty");
