@@ -104,6 +104,7 @@ if [ "${PAR:-0}" = 1 ]; then
     pids+=($!)
   done
   ((${#pids[@]})) && wait "${pids[@]}"
+  pack  # the side-by-side topics' folders come back even when a later topic runs out of time
   for spec in ${TOPICS:-}; do
     echo "=== topic ${spec%%:*}: last lines"; tail -25 "$WORK/${spec%%:*}/stdout.log"
   done
@@ -123,7 +124,11 @@ for spec in ${TOPICS:-}; do
   tail -25 "$WORK/$topic/stdout.log"
   pack
 done
-wait_peer
+# No topic is left that needs the peer: stop its build rather than spend the call waiting for it.
+if [ -n "${PEER_PID:-}" ] && kill -0 "$PEER_PID" 2>/dev/null; then
+  echo "=== $(date +%T) peer build unfinished, stopped: $(tail -1 "$WORK/peer_build.log")"
+  pkill -P "$PEER_PID" 2>/dev/null; kill "$PEER_PID" 2>/dev/null
+fi
 wait_background
 pack
 echo "=== $(date +%T) done"
