@@ -127,7 +127,7 @@ done
 # No topic is left that needs the peer: stop its build rather than spend the call waiting for it.
 if [ -n "${PEER_PID:-}" ] && kill -0 "$PEER_PID" 2>/dev/null; then
   echo "=== $(date +%T) peer build unfinished, stopped: $(tail -1 "$WORK/peer_build.log")"
-  pkill -P "$PEER_PID" 2>/dev/null; kill "$PEER_PID" 2>/dev/null
+  kill "$PEER_PID" 2>/dev/null; pkill -f "llama.cpp/build" 2>/dev/null; pkill -f "ggml" 2>/dev/null
 fi
 wait_background
 pack
