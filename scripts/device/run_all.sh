@@ -11,6 +11,7 @@
 # for the peer, .peer (llama.cpp.tar.gz).
 # usage (from the repo root): TOPICS="step_seam hardening gemma4:240" PEER=1 bash scripts/device/run_all.sh
 #   BG_TOPICS="train_diffusion:330" runs topics in the background from the start (see below).
+#   BUILD_TARGETS="tandem_cli": build only those targets (a bench call that needs no test binaries).
 #   a topic may carry its budget in seconds after a colon (default 120).
 set -uo pipefail
 FINAL_OUT=${OUT:-/tmp/device_out}
@@ -65,12 +66,12 @@ wait_background() {
 source bench/device_prep.sh >/dev/null
 t0=$SECONDS
 cmake -S . -B build-gpu -G Ninja -DTANDEM_CUDA=ON -DTANDEM_WERROR=ON -DTANDEM_MPI=OFF -DCMAKE_BUILD_TYPE=Release ${TANDEM_EXTRA_CMAKE:-} \
-  >"$WORK/build.log" 2>&1 && cmake --build build-gpu -j 12 >>"$WORK/build.log" 2>&1
+  >"$WORK/build.log" 2>&1 && cmake --build build-gpu -j 12 ${BUILD_TARGETS:+--target $BUILD_TARGETS} >>"$WORK/build.log" 2>&1
 rc=$?
 echo "=== $(date +%T) tandem build (-Werror) rc=$rc in $((SECONDS - t0)) s"
 if [ $rc -ne 0 ]; then  # keep the call useful: show the warnings, then build without -Werror
   grep -E "error:|warning:" "$WORK/build.log" | sort | uniq | head -30
-  cmake -S . -B build-gpu -DTANDEM_WERROR=OFF >>"$WORK/build.log" 2>&1 && cmake --build build-gpu -j 12 >>"$WORK/build.log" 2>&1
+  cmake -S . -B build-gpu -DTANDEM_WERROR=OFF >>"$WORK/build.log" 2>&1 && cmake --build build-gpu -j 12 ${BUILD_TARGETS:+--target $BUILD_TARGETS} >>"$WORK/build.log" 2>&1
   rc=$?
   echo "=== $(date +%T) tandem build without -Werror rc=$rc"
 fi
