@@ -35,7 +35,7 @@ if [ "${PEER:-0}" = 1 ] && [ -f .peer/llama.cpp.tar.gz ]; then
   mkdir -p /tmp/llama.cpp && tar xzf .peer/llama.cpp.tar.gz -C /tmp/llama.cpp
   (cd /tmp/llama.cpp && cmake -S . -B build -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF \
      -DLLAMA_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=Release >"$WORK/peer_build.log" 2>&1 &&
-   cmake --build build -j 6 --target llama-bench llama-server llama-cli >>"$WORK/peer_build.log" 2>&1;
+   cmake --build build -j ${PEER_JOBS:-6} --target ${PEER_TARGETS:-llama-bench llama-server llama-cli} >>"$WORK/peer_build.log" 2>&1;
    echo "peer build rc=$?" >>"$WORK/peer_build.log") &
   PEER_PID=$!
   export LLAMA_CPP_SRC=/tmp/llama.cpp LLAMA_CPP_BIN=/tmp/llama.cpp/build/bin
