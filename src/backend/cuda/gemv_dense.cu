@@ -1,7 +1,8 @@
 // Matrix-vector products for decode with F32/F16/BF16 weights: y[o, t] = sum_i W[i, o] x[i, t] for a few
-// columns t. Decode is bound by reading W once, so each warp streams one row of W with 16-byte loads, several
+// columns t. Decode is bound by reading W once, so each warp streams kRows rows of W with 16-byte loads, several
 // in flight per lane (kUnroll), evict-first so that x stays in L1; x is read through the read-only cache and
 // shared by all rows. Columns are a template parameter (1..8) so that the accumulators stay in registers.
+// The same kernel runs fused products (GemvArgs: Q/K/V in one launch, gate/up with SwiGLU, residual add).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -13,7 +14,7 @@
 namespace tandem::cuda {
 namespace {
 
-constexpr int kWarpsPerBlock = 8;
+constexpr int kWarpsPerBlock = 8;  // scalar path
 
 // Eight (16-bit types) or four (F32) weights of one 16-byte load, as floats.
 template <DType WT>
@@ -42,53 +43,130 @@ struct Vec16 {
   }
 };
 
+// Vector path (W rows and x columns 16-byte aligned, K a multiple of the elements per load), fused over up to
+// three matrices (GemvArgs). A warp owns kRows weight rows: every x value a lane loads serves kRows rows, so
+// at T = 8 the L1 traffic for x is 8 cols x 32 B / kRows = 64 B per 16 B of weights (it was 256 B with one row
+// per warp, which kept T = 8 at 30% of bandwidth). Bytes in flight: kRows x kUnroll x 16 B = 256 B per lane,
+// 8 KB per warp; H200 wants >= ~40 KB per SM, i.e. >= 5 warps resident, and ~110 registers at T = 1 allow 16.
+// Each (row, column) sum is one fmaf chain over i in a fixed order, whatever NC is: batch invariant.
+constexpr int kRows = 4;
+constexpr int kUnroll = 4;
+constexpr int kFusedWarps = 4;
+
+template <GemvEpilogue EPI>
+constexpr int rows_per_unit() {
+  return EPI == GemvEpilogue::SwiGlu ? kRows / 2 : kRows;  // SwiGlu: kRows/2 gate rows + the same up rows
+}
+
+__device__ __forceinline__ const GemvSeg& seg_at(const GemvArgs& a, int s) {
+  return s == 0 ? a.seg[0] : s == 1 ? a.seg[1] : a.seg[2];
+}
+
+// The segment and first row of work unit u (units are laid segment after segment); false past the end.
+template <GemvEpilogue EPI>
+__device__ __forceinline__ bool find_unit(const GemvArgs& a, int64_t u, int& seg, int64_t& row0) {
+  constexpr int per = rows_per_unit<EPI>();
+  const int n = EPI == GemvEpilogue::SwiGlu ? 1 : a.n_seg;
+  for (int s = 0; s < n; ++s) {
+    const int64_t nu = (seg_at(a, s).N + per - 1) / per;
+    if (u < nu) {
+      seg = s;
+      row0 = u * per;
+      return true;
+    }
+    u -= nu;
+  }
+  return false;
+}
+
 template <DType WT, int NC>
-__device__ __forceinline__ void accumulate(const uint4& wv, int64_t e, const float* __restrict__ x,
-                                           int64_t x_ld, float* acc) {
+__device__ __forceinline__ void fused_step(const uint4 (&wv)[kRows], int64_t e, const float* __restrict__ x,
+                                           int64_t x_ld, float (&acc)[kRows][NC]) {
   constexpr int kE = Vec16<WT>::kElems;
-  float w[kE];
-  Vec16<WT>::unpack(wv, w);
+  float w[kRows][kE];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) Vec16<WT>::unpack(wv[r], w[r]);
 #pragma unroll
   for (int c = 0; c < NC; ++c) {
+    float xv[kE];
     const float4* xp = reinterpret_cast<const float4*>(x + c * x_ld + e);
 #pragma unroll
     for (int k = 0; k < kE / 4; ++k) {
-      const float4 xv = __ldg(xp + k);
-      acc[c] += w[4 * k] * xv.x + w[4 * k + 1] * xv.y + w[4 * k + 2] * xv.z + w[4 * k + 3] * xv.w;
+      const float4 f = __ldg(xp + k);
+      xv[4 * k] = f.x;
+      xv[4 * k + 1] = f.y;
+      xv[4 * k + 2] = f.z;
+      xv[4 * k + 3] = f.w;
     }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r)
+#pragma unroll
+      for (int k = 0; k < kE; ++k) acc[r][c] = fmaf(w[r][k], xv[k], acc[r][c]);
   }
 }
 
-// Vector path: W rows and x columns 16-byte aligned, K a multiple of the elements per load.
-template <DType WT, int NC>
-__global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
-    gemv_dense_vec_kernel(const char* __restrict__ W, size_t w_ld, int64_t K, int64_t N,
-                          const float* __restrict__ x, int64_t x_ld, float* __restrict__ y, int64_t y_ld) {
+template <DType WT, int NC, GemvEpilogue EPI>
+__global__ void __launch_bounds__(kFusedWarps* kWarpSize) gemv_dense_fused_kernel(const GemvArgs a) {
   constexpr int kE = Vec16<WT>::kElems;
-  constexpr int kUnroll = NC <= 2 ? 8 : 4;
-  const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
-  if (row >= N) return;
+  constexpr int per = rows_per_unit<EPI>();
+  const int64_t unit = int64_t(blockIdx.x) * kFusedWarps + threadIdx.x / kWarpSize;
+  int seg = 0;
+  int64_t row0 = 0;
+  if (!find_unit<EPI>(a, unit, seg, row0)) return;
   const int lane = threadIdx.x % kWarpSize;
-  const uint4* wrow = reinterpret_cast<const uint4*>(W + row * w_ld);
-  const int64_t n_vec = K / kE;
-  float acc[NC];
+  const int64_t N = seg_at(a, seg).N;
+  const uint4* wr[kRows];
 #pragma unroll
-  for (int c = 0; c < NC; ++c) acc[c] = 0.0f;
+  for (int r = 0; r < kRows; ++r) {
+    const GemvSeg& sg = EPI == GemvEpilogue::SwiGlu ? seg_at(a, r < per ? 0 : 1) : seg_at(a, seg);
+    const int64_t o = row0 + r % per;
+    // A row past N (the last unit of a segment) reads row0 again and is never written.
+    wr[r] = reinterpret_cast<const uint4*>(static_cast<const char*>(sg.W) + (o < N ? o : row0) * sg.w_ld);
+  }
+  const int64_t n_vec = a.K / kE;
+  float acc[kRows][NC];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int c = 0; c < NC; ++c) acc[r][c] = 0.0f;
 
   int64_t v = lane;
   for (; v + (kUnroll - 1) * kWarpSize < n_vec; v += kUnroll * kWarpSize) {
-    uint4 wv[kUnroll];
+    uint4 wv[kUnroll][kRows];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) wv[u] = __ldcs(wrow + v + u * kWarpSize);
+    for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) accumulate<WT, NC>(wv[u], (v + u * kWarpSize) * kE, x, x_ld, acc);
+      for (int r = 0; r < kRows; ++r) wv[u][r] = __ldcs(wr[r] + v + u * kWarpSize);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) fused_step<WT, NC>(wv[u], (v + u * kWarpSize) * kE, a.x, a.x_ld, acc);
   }
-  for (; v < n_vec; v += kWarpSize) accumulate<WT, NC>(__ldcs(wrow + v), v * kE, x, x_ld, acc);
+  for (; v < n_vec; v += kWarpSize) {
+    uint4 wv[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) wv[r] = __ldcs(wr[r] + v);
+    fused_step<WT, NC>(wv, v * kE, a.x, a.x_ld, acc);
+  }
 
 #pragma unroll
-  for (int c = 0; c < NC; ++c) {
-    const float s = warp_sum(acc[c]);
-    if (lane == 0) y[c * y_ld + row] = s;
+  for (int r = 0; r < kRows; ++r)
+#pragma unroll
+    for (int c = 0; c < NC; ++c) acc[r][c] = warp_sum(acc[r][c]);
+  if (lane != 0) return;
+  const GemvSeg& out = seg_at(a, seg);
+#pragma unroll
+  for (int r = 0; r < per; ++r) {
+    const int64_t o = row0 + r;
+    if (o >= N) break;
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+      float val = acc[r][c];
+      if constexpr (EPI == GemvEpilogue::SwiGlu) {
+        val = val / (1.0f + expf(-val)) * acc[r + per][c];  // the CUDA silu_mul's expression
+      } else if constexpr (EPI == GemvEpilogue::AddResidual) {
+        val = out.r[c * out.r_ld + o] + val;  // add(x, proj)'s order
+      }
+      out.y[c * out.y_ld + o] = val;
+    }
   }
 }
 
@@ -109,19 +187,26 @@ __global__ void gemv_dense_scalar_kernel(const char* __restrict__ W, size_t w_ld
   if (lane == 0) y[c * y_ld + row] = acc;
 }
 
-template <DType WT>
-void launch_vec(const char* W, size_t w_ld, int64_t K, int64_t N, const float* x, int64_t x_ld, int64_t T,
-                float* y, int64_t y_ld, cudaStream_t stream) {
-  const unsigned grid = unsigned((N + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  const int threads = kWarpsPerBlock * kWarpSize;
-  for (int64_t t0 = 0; t0 < T; t0 += kGemvMaxCols) {
-    const int nc = int(std::min<int64_t>(kGemvMaxCols, T - t0));
-    const float* xs = x + t0 * x_ld;
-    float* ys = y + t0 * y_ld;
+template <DType WT, GemvEpilogue EPI>
+void launch_fused(const GemvArgs& a, cudaStream_t stream) {
+  constexpr int per = rows_per_unit<EPI>();
+  int64_t units = 0;
+  const int n = EPI == GemvEpilogue::SwiGlu ? 1 : a.n_seg;
+  for (int s = 0; s < n; ++s) units += (a.seg[s].N + per - 1) / per;
+  if (units == 0) return;
+  const unsigned grid = unsigned((units + kFusedWarps - 1) / kFusedWarps);
+  for (int64_t t0 = 0; t0 < a.T; t0 += kGemvMaxCols) {
+    const int nc = int(std::min<int64_t>(kGemvMaxCols, a.T - t0));
+    GemvArgs c = a;  // columns t0 .. t0 + nc of x, y and r
+    c.x = a.x + t0 * a.x_ld;
+    for (int s = 0; s < a.n_seg; ++s) {
+      c.seg[s].y = a.seg[s].y ? a.seg[s].y + t0 * a.seg[s].y_ld : nullptr;
+      c.seg[s].r = a.seg[s].r ? a.seg[s].r + t0 * a.seg[s].r_ld : nullptr;
+    }
     switch (nc) {
 #define TANDEM_GEMV_CASE(n)                                                                        \
   case n:                                                                                          \
-    gemv_dense_vec_kernel<WT, n><<<grid, threads, 0, stream>>>(W, w_ld, K, N, xs, x_ld, ys, y_ld); \
+    gemv_dense_fused_kernel<WT, n, EPI><<<grid, kFusedWarps * kWarpSize, 0, stream>>>(c);          \
     break;
       TANDEM_GEMV_CASE(1)
       TANDEM_GEMV_CASE(2)
@@ -137,6 +222,18 @@ void launch_vec(const char* W, size_t w_ld, int64_t K, int64_t N, const float* x
   }
 }
 
+template <DType WT>
+void launch_fused_type(const GemvArgs& a, cudaStream_t stream) {
+  switch (a.epi) {
+    case GemvEpilogue::Store:
+      return launch_fused<WT, GemvEpilogue::Store>(a, stream);
+    case GemvEpilogue::AddResidual:
+      return launch_fused<WT, GemvEpilogue::AddResidual>(a, stream);
+    case GemvEpilogue::SwiGlu:
+      return launch_fused<WT, GemvEpilogue::SwiGlu>(a, stream);
+  }
+}
+
 template <class Tag>
 void launch_scalar(const char* W, size_t w_ld, int64_t K, int64_t N, const float* x, int64_t x_ld, int64_t T,
                    float* y, int64_t y_ld, cudaStream_t stream) {
@@ -146,30 +243,65 @@ void launch_scalar(const char* W, size_t w_ld, int64_t K, int64_t N, const float
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
+bool is_dense_type(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16;
+}
+
 bool aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
 }
 
 }  // namespace
 
+bool gemv_dense_fusable(const GemvArgs& a) {
+  if (!is_dense_type(a.wt) || a.n_seg < 1 || a.n_seg > kGemvMaxSegs) return false;
+  const size_t elem = a.wt == DType::F32 ? 4 : 2;
+  const int64_t per_vec = int64_t(16 / elem);
+  if (a.K % per_vec != 0 || !aligned16(a.x) || (a.T > 1 && (a.x_ld * 4) % 16 != 0)) return false;
+  for (int s = 0; s < a.n_seg; ++s)
+    if (!aligned16(a.seg[s].W) || a.seg[s].w_ld % 16 != 0) return false;
+  return a.epi != GemvEpilogue::SwiGlu || (a.n_seg == 2 && a.seg[0].N == a.seg[1].N);
+}
+
+void launch_gemv_dense_fused(const GemvArgs& a, cudaStream_t stream) {
+  check(gemv_dense_fusable(a), "launch_gemv_dense_fused: arguments the 16-byte path cannot take");
+  if (a.T == 0) return;
+  switch (a.wt) {
+    case DType::F32:
+      return launch_fused_type<DType::F32>(a, stream);
+    case DType::F16:
+      return launch_fused_type<DType::F16>(a, stream);
+    case DType::BF16:
+      return launch_fused_type<DType::BF16>(a, stream);
+    default:
+      break;
+  }
+}
+
 void launch_gemv_dense(DType wt, const void* W, size_t w_ld, int64_t K, int64_t N, const float* x,
                        int64_t x_ld, int64_t T, float* y, int64_t y_ld, cudaStream_t stream) {
   if (N == 0 || T == 0) return;
+  GemvArgs a;
+  a.wt = wt;
+  a.K = K;
+  a.x = x;
+  a.x_ld = x_ld;
+  a.T = T;
+  a.n_seg = 1;
+  a.seg[0].W = W;
+  a.seg[0].w_ld = w_ld;
+  a.seg[0].N = N;
+  a.seg[0].y = y;
+  a.seg[0].y_ld = y_ld;
+  if (is_dense_type(wt) && gemv_dense_fusable(a)) return launch_gemv_dense_fused(a, stream);
   const char* w = static_cast<const char*>(W);
-  const size_t elem = wt == DType::F32 ? 4 : 2;
-  const int64_t per_vec = int64_t(16 / elem);
-  const bool vec =
-      aligned16(W) && w_ld % 16 == 0 && K % per_vec == 0 && aligned16(x) && (T == 1 || (x_ld * 4) % 16 == 0);
   switch (wt) {
     case DType::F32:
-      return vec ? launch_vec<DType::F32>(w, w_ld, K, N, x, x_ld, T, y, y_ld, stream)
-                 : launch_scalar<F32Tag>(w, w_ld, K, N, x, x_ld, T, y, y_ld, stream);
+      return launch_scalar<F32Tag>(w, w_ld, K, N, x, x_ld, T, y, y_ld, stream);
     case DType::F16:
-      return vec ? launch_vec<DType::F16>(w, w_ld, K, N, x, x_ld, T, y, y_ld, stream)
-                 : launch_scalar<F16Tag>(w, w_ld, K, N, x, x_ld, T, y, y_ld, stream);
+      return launch_scalar<F16Tag>(w, w_ld, K, N, x, x_ld, T, y, y_ld, stream);
     case DType::BF16:
-      return vec ? launch_vec<DType::BF16>(w, w_ld, K, N, x, x_ld, T, y, y_ld, stream)
-                 : launch_scalar<BF16Tag>(w, w_ld, K, N, x, x_ld, T, y, y_ld, stream);
+      return launch_scalar<BF16Tag>(w, w_ld, K, N, x, x_ld, T, y, y_ld, stream);
     default:
       throw Error(std::string("launch_gemv_dense: not a dense dtype: ") + dtype_name(wt));
   }

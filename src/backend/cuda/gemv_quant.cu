@@ -113,18 +113,48 @@ __device__ __forceinline__ SubBlock decode_sub_block(const uint8_t* row, int64_t
   return r;
 }
 
-template <DType QT, int NC>
+__device__ __forceinline__ const GemvSeg& seg_at(const GemvArgs& a, int s) {
+  return s == 0 ? a.seg[0] : s == 1 ? a.seg[1] : a.seg[2];
+}
+
+// Rows of W a block owns: kRowsPerBlock rows of one segment, or for SwiGlu kRowsPerBlock/2 gate rows (warps
+// 0, 1) and the same up rows (warps 2, 3), combined through shared memory at the end.
+template <GemvEpilogue EPI>
+constexpr int outs_per_block() {
+  return EPI == GemvEpilogue::SwiGlu ? kRowsPerBlock / 2 : kRowsPerBlock;
+}
+
+template <DType QT, int NC, GemvEpilogue EPI>
 __global__ void __launch_bounds__(kRowsPerBlock* kWarpSize)
-    gemv_quant_kernel(const char* __restrict__ W, size_t w_ld, int64_t K, int64_t N, size_t row_bytes,
-                      size_t pitch, const int8_t* __restrict__ xq, const float2* __restrict__ xds,
-                      float* __restrict__ y, int64_t y_ld) {
+    gemv_quant_kernel(const GemvArgs a, size_t row_bytes, size_t pitch, const int8_t* __restrict__ xq,
+                      const float2* __restrict__ xds) {
   extern __shared__ __align__(16) uint8_t smem[];
-  const int64_t row0 = int64_t(blockIdx.x) * kRowsPerBlock;
+  __shared__ float up_part[kRowsPerBlock / 2][NC];
+  constexpr int per = outs_per_block<EPI>();
   const int tid = threadIdx.x;
+  const int64_t K = a.K;
+
+  // This block's segment and first output row (units laid segment after segment).
+  int64_t u = blockIdx.x;
+  int seg = 0;
+  const int n_seg = EPI == GemvEpilogue::SwiGlu ? 1 : a.n_seg;
+  for (; seg < n_seg; ++seg) {
+    const int64_t nu = (seg_at(a, seg).N + per - 1) / per;
+    if (u < nu) break;
+    u -= nu;
+  }
+  if (seg == n_seg) return;  // whole block: no __syncthreads skipped
+  const int64_t row0 = u * per, N = seg_at(a, seg).N;
+  auto row_ptr = [&](int r) -> const uint8_t* {  // null for a row past N
+    const GemvSeg& sg = EPI == GemvEpilogue::SwiGlu ? seg_at(a, r < per ? 0 : 1) : seg_at(a, seg);
+    const int64_t o = row0 + r % per;
+    return o < N ? static_cast<const uint8_t*>(sg.W) + o * sg.w_ld : nullptr;
+  };
 
   // Stage the rows in shared memory, each at the same offset mod 16 as in global memory.
-  for (int r = 0; r < kRowsPerBlock && row0 + r < N; ++r) {
-    const uint8_t* g = reinterpret_cast<const uint8_t*>(W + (row0 + r) * w_ld);
+  for (int r = 0; r < kRowsPerBlock; ++r) {
+    const uint8_t* g = row_ptr(r);
+    if (g == nullptr) continue;
     const uintptr_t gb = reinterpret_cast<uintptr_t>(g), ge = gb + row_bytes;
     uint8_t* s = smem + r * pitch + (gb & 15);
     const uintptr_t a0 = (gb + 15) & ~uintptr_t(15), a1 = ge & ~uintptr_t(15);
@@ -143,29 +173,47 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarpSize)
   __syncthreads();
 
   const int warp = tid / kWarpSize, lane = tid % kWarpSize;
-  const int64_t row = row0 + warp;
-  if (row >= N) return;
-  const uint8_t* rowp = smem + warp * pitch + (reinterpret_cast<uintptr_t>(W + row * w_ld) & 15);
-  const int64_t n_sub = K / 32;
+  const uint8_t* g = row_ptr(warp);
   float acc[NC];
 #pragma unroll
   for (int c = 0; c < NC; ++c) acc[c] = 0.0f;
-  for (int64_t i = lane; i < n_sub; i += kWarpSize) {
-    const SubBlock sb = decode_sub_block<QT>(rowp, i);
+  if (g != nullptr) {
+    const uint8_t* rowp = smem + warp * pitch + (reinterpret_cast<uintptr_t>(g) & 15);
+    const int64_t n_sub = K / 32;
+    for (int64_t i = lane; i < n_sub; i += kWarpSize) {
+      const SubBlock sb = decode_sub_block<QT>(rowp, i);
 #pragma unroll
-    for (int c = 0; c < NC; ++c) {
-      const int4* xv = reinterpret_cast<const int4*>(xq + c * K + 32 * i);
-      const int4 x0 = __ldg(xv), x1 = __ldg(xv + 1);
-      const int lo = dot4(sb.w[3], x0.w, dot4(sb.w[2], x0.z, dot4(sb.w[1], x0.y, dot4(sb.w[0], x0.x, 0))));
-      const int hi = dot4(sb.w[7], x1.w, dot4(sb.w[6], x1.z, dot4(sb.w[5], x1.y, dot4(sb.w[4], x1.x, 0))));
-      const float2 ds = __ldg(xds + c * n_sub + i);
-      acc[c] += ds.x * (sb.a0 * float(lo) + sb.a1 * float(hi)) + sb.bias * ds.y;
+      for (int c = 0; c < NC; ++c) {
+        const int4* xv = reinterpret_cast<const int4*>(xq + c * K + 32 * i);
+        const int4 x0 = __ldg(xv), x1 = __ldg(xv + 1);
+        const int lo = dot4(sb.w[3], x0.w, dot4(sb.w[2], x0.z, dot4(sb.w[1], x0.y, dot4(sb.w[0], x0.x, 0))));
+        const int hi = dot4(sb.w[7], x1.w, dot4(sb.w[6], x1.z, dot4(sb.w[5], x1.y, dot4(sb.w[4], x1.x, 0))));
+        const float2 ds = __ldg(xds + c * n_sub + i);
+        acc[c] += ds.x * (sb.a0 * float(lo) + sb.a1 * float(hi)) + sb.bias * ds.y;
+      }
     }
   }
 #pragma unroll
+  for (int c = 0; c < NC; ++c) acc[c] = warp_sum(acc[c]);
+  if constexpr (EPI == GemvEpilogue::SwiGlu) {
+    if (warp >= per && lane == 0)
+#pragma unroll
+      for (int c = 0; c < NC; ++c) up_part[warp - per][c] = acc[c];
+    __syncthreads();
+    if (warp >= per) return;
+  }
+  const int64_t o = row0 + warp;
+  if (lane != 0 || warp >= per || o >= N) return;
+  const GemvSeg& out = seg_at(a, seg);
+#pragma unroll
   for (int c = 0; c < NC; ++c) {
-    const float s = warp_sum(acc[c]);
-    if (lane == 0) y[c * y_ld + row] = s;
+    float val = acc[c];
+    if constexpr (EPI == GemvEpilogue::SwiGlu) {
+      val = val / (1.0f + expf(-val)) * up_part[warp][c];  // the CUDA silu_mul's expression
+    } else if constexpr (EPI == GemvEpilogue::AddResidual) {
+      val = out.r[c * out.r_ld + o] + val;  // add(x, proj)'s order
+    }
+    out.y[c * out.y_ld + o] = val;
   }
 }
 
@@ -173,24 +221,27 @@ size_t row_pitch(size_t row_bytes) {
   return (row_bytes + 16 + 16 + 15) & ~size_t(15);
 }
 
-template <DType QT, int NC>
-void launch_one(const char* W, size_t w_ld, int64_t K, int64_t N, size_t row_bytes, const int8_t* xq,
-                const float2* xds, float* y, int64_t y_ld, cudaStream_t stream) {
+template <DType QT, int NC, GemvEpilogue EPI>
+void launch_one(const GemvArgs& a, size_t row_bytes, const int8_t* xq, const float2* xds, cudaStream_t stream) {
   static std::once_flag once;
   std::call_once(once, [] {
-    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(gemv_quant_kernel<QT, NC>,
+    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(gemv_quant_kernel<QT, NC, EPI>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
   });
+  constexpr int per = outs_per_block<EPI>();
+  int64_t units = 0;
+  const int n = EPI == GemvEpilogue::SwiGlu ? 1 : a.n_seg;
+  for (int s = 0; s < n; ++s) units += (a.seg[s].N + per - 1) / per;
+  if (units == 0) return;
   const size_t pitch = row_pitch(row_bytes);
-  const unsigned grid = unsigned((N + kRowsPerBlock - 1) / kRowsPerBlock);
-  gemv_quant_kernel<QT, NC><<<grid, kRowsPerBlock * kWarpSize, kRowsPerBlock * pitch, stream>>>(
-      W, w_ld, K, N, row_bytes, pitch, xq, xds, y, y_ld);
+  gemv_quant_kernel<QT, NC, EPI><<<unsigned(units), kRowsPerBlock * kWarpSize, kRowsPerBlock * pitch, stream>>>(
+      a, row_bytes, pitch, xq, xds);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
-template <DType QT>
-void launch_type(const char* W, size_t w_ld, int64_t K, int64_t N, const void* scratch, int64_t T, float* y,
-                 int64_t y_ld, cudaStream_t stream) {
+template <DType QT, GemvEpilogue EPI>
+void launch_type(const GemvArgs& a, const void* scratch, cudaStream_t stream) {
+  const int64_t K = a.K, T = a.T;
   const size_t row_bytes = dtype_row_bytes(QT, K);
   const int8_t* xq = static_cast<const int8_t*>(scratch);
   const float2* xds =
@@ -199,11 +250,15 @@ void launch_type(const char* W, size_t w_ld, int64_t K, int64_t N, const void* s
     const int nc = int(std::min<int64_t>(kGemvMaxCols, T - t0));
     const int8_t* xq_c = xq + t0 * K;
     const float2* xds_c = xds + t0 * (K / 32);
-    float* y_c = y + t0 * y_ld;
+    GemvArgs c = a;  // columns t0 .. t0 + nc of y and r
+    for (int s = 0; s < a.n_seg; ++s) {
+      c.seg[s].y = a.seg[s].y ? a.seg[s].y + t0 * a.seg[s].y_ld : nullptr;
+      c.seg[s].r = a.seg[s].r ? a.seg[s].r + t0 * a.seg[s].r_ld : nullptr;
+    }
     switch (nc) {
-#define TANDEM_GEMVQ_CASE(n)                                                     \
-  case n:                                                                        \
-    launch_one<QT, n>(W, w_ld, K, N, row_bytes, xq_c, xds_c, y_c, y_ld, stream); \
+#define TANDEM_GEMVQ_CASE(n)                                            \
+  case n:                                                               \
+    launch_one<QT, n, EPI>(c, row_bytes, xq_c, xds_c, stream);          \
     break;
       TANDEM_GEMVQ_CASE(1)
       TANDEM_GEMVQ_CASE(2)
@@ -215,6 +270,18 @@ void launch_type(const char* W, size_t w_ld, int64_t K, int64_t N, const void* s
       TANDEM_GEMVQ_CASE(8)
 #undef TANDEM_GEMVQ_CASE
     }
+  }
+}
+
+template <DType QT>
+void launch_epi(const GemvArgs& a, const void* scratch, cudaStream_t stream) {
+  switch (a.epi) {
+    case GemvEpilogue::Store:
+      return launch_type<QT, GemvEpilogue::Store>(a, scratch, stream);
+    case GemvEpilogue::AddResidual:
+      return launch_type<QT, GemvEpilogue::AddResidual>(a, scratch, stream);
+    case GemvEpilogue::SwiGlu:
+      return launch_type<QT, GemvEpilogue::SwiGlu>(a, scratch, stream);
   }
 }
 
@@ -251,26 +318,44 @@ bool gemv_quant_supports(DType wt, int64_t K) {
   return kRowsPerBlock * row_pitch(dtype_row_bytes(wt, K)) <= size_t(kMaxSmem);
 }
 
-void launch_gemv_quant(DType wt, const void* W, size_t w_ld, int64_t K, int64_t N, const void* scratch,
-                       int64_t T, float* y, int64_t y_ld, cudaStream_t stream) {
-  check(gemv_quant_supports(wt, K), std::string("CUDA quantized matrix-vector product: ") + dtype_name(wt) +
-                                        " rows of " + std::to_string(K) + " values are not supported");
-  if (N == 0 || T == 0) return;
-  const char* w = static_cast<const char*>(W);
-  switch (wt) {
+void launch_gemv_quant_fused(const GemvArgs& a, const void* scratch, cudaStream_t stream) {
+  check(gemv_quant_supports(a.wt, a.K), std::string("CUDA quantized matrix-vector product: ") +
+                                            dtype_name(a.wt) + " rows of " + std::to_string(a.K) +
+                                            " values are not supported");
+  check(a.n_seg >= 1 && a.n_seg <= kGemvMaxSegs &&
+            (a.epi != GemvEpilogue::SwiGlu || (a.n_seg == 2 && a.seg[0].N == a.seg[1].N)),
+        "launch_gemv_quant_fused: bad segments");
+  if (a.T == 0) return;
+  switch (a.wt) {
     case DType::Q8_0:
-      return launch_type<DType::Q8_0>(w, w_ld, K, N, scratch, T, y, y_ld, stream);
+      return launch_epi<DType::Q8_0>(a, scratch, stream);
     case DType::Q4_0:
-      return launch_type<DType::Q4_0>(w, w_ld, K, N, scratch, T, y, y_ld, stream);
+      return launch_epi<DType::Q4_0>(a, scratch, stream);
     case DType::Q4_K:
-      return launch_type<DType::Q4_K>(w, w_ld, K, N, scratch, T, y, y_ld, stream);
+      return launch_epi<DType::Q4_K>(a, scratch, stream);
     case DType::Q5_K:
-      return launch_type<DType::Q5_K>(w, w_ld, K, N, scratch, T, y, y_ld, stream);
+      return launch_epi<DType::Q5_K>(a, scratch, stream);
     case DType::Q6_K:
-      return launch_type<DType::Q6_K>(w, w_ld, K, N, scratch, T, y, y_ld, stream);
+      return launch_epi<DType::Q6_K>(a, scratch, stream);
     default:
       break;
   }
+}
+
+void launch_gemv_quant(DType wt, const void* W, size_t w_ld, int64_t K, int64_t N, const void* scratch,
+                       int64_t T, float* y, int64_t y_ld, cudaStream_t stream) {
+  if (N == 0 || T == 0) return;
+  GemvArgs a;
+  a.wt = wt;
+  a.K = K;
+  a.T = T;
+  a.n_seg = 1;
+  a.seg[0].W = W;
+  a.seg[0].w_ld = w_ld;
+  a.seg[0].N = N;
+  a.seg[0].y = y;
+  a.seg[0].y_ld = y_ld;
+  launch_gemv_quant_fused(a, scratch, stream);
 }
 
 }  // namespace tandem::cuda

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Issue 19 (batch-1 decode speed) on the GPU machine, run by scripts/device/run_all.sh (BIN, OUT set;
+# LLAMA_CPP_BIN / LLAMA_CPP_SRC set there by PEER=1):
+#   1. the GPU tests of the decode kernels (fused products, matmul, attention, ops, model parity);
+#   2. bench/compare_llamacpp.sh: llama-bench and tandem bench on the same random Qwen3-8B files;
+#   3. when nsys is on the machine, the per-kernel time table of decode steps (tg of the bf16 file);
+#   4. `tandem bench --kernels` (each kernel alone, GB/s against the copy bandwidth), last: it is the longest.
+set -uo pipefail
+BIN=${BIN:-build-gpu/bin}; OUT=${OUT:-/tmp/speed}; mkdir -p "$OUT"
+export MODEL_DIR=${MODEL_DIR:-/dev/shm/tandem-models}
+echo "=== $(date +%T) GPU tests"
+timeout 150 "$BIN/tandem_gpu_tests" \
+  --gtest_filter='GpuFusedGemv*:GpuMatmul*:GpuAttention*:GpuOps*:GpuDecodeFusion*:GpuModel*:GpuShippedModel*' \
+  >"$OUT/gpu_tests.log" 2>&1
+echo "exit $?"
+grep -E "^\[  (PASSED|FAILED)|FAILED|Failure|error" "$OUT/gpu_tests.log" | head -40
+grep -E "^\[       OK|^\[  FAILED" "$OUT/gpu_tests.log" | tail -60
+
+echo "=== $(date +%T) compare with llama.cpp"
+wait_s=0  # run_all builds the peer in the background: give it a little time to finish
+while [ -n "${LLAMA_CPP_BIN:-}" ] && [ ! -x "$LLAMA_CPP_BIN/llama-bench" ] && [ $wait_s -lt 90 ]; do
+  sleep 5; wait_s=$((wait_s + 5))
+done
+TANDEM="$BIN/tandem" OUT="$OUT/compare" bash bench/compare_llamacpp.sh 2>&1 | tail -30
+
+if command -v nsys >/dev/null 2>&1; then
+  echo "=== $(date +%T) nsys: kernels of 32 decode steps (bf16)"
+  f="$MODEL_DIR/qwen3-8b-bf16.gguf"
+  timeout 120 nsys profile -o "$OUT/decode" -t cuda --force-overwrite true \
+    "$BIN/tandem" bench -m "$f" -p 0 -n 32 -b 1 -r 1 >"$OUT/nsys.log" 2>&1
+  timeout 60 nsys stats -r cuda_gpu_kern_sum -f csv "$OUT/decode.nsys-rep" >"$OUT/nsys_kernels.csv" 2>>"$OUT/nsys.log"
+  python3 - "$OUT/nsys_kernels.csv" <<'EOF' | tee "$OUT/nsys_kernels.md"
+import csv, sys
+rows = [r for r in csv.reader(open(sys.argv[1])) if r]
+hdr = next((i for i, r in enumerate(rows) if r and r[0].startswith("Time")), None)
+if hdr is None: sys.exit(print("no kernel table"))
+h = rows[hdr]; data = rows[hdr + 1:]
+ti, ni, ai, nm = h.index("Time (%)"), h.index("Instances"), h.index("Avg (ns)"), h.index("Name")
+print("| time % | calls | avg us | kernel |\n| ---: | ---: | ---: | --- |")
+for r in data[:25]:
+    print(f"| {r[ti]} | {r[ni]} | {float(r[ai]) / 1000:.2f} | {r[nm][:90]} |")
+EOF
+else
+  echo "(no nsys on this machine: no per-kernel table)"
+fi
+
+echo "=== $(date +%T) kernels alone"
+timeout 150 "$BIN/tandem" bench --kernels -m "$MODEL_DIR/qwen3-8b-bf16.gguf" -p 0 -n 0 -o md \
+  >"$OUT/kernels.md" 2>&1 || timeout 120 "$BIN/tandem" bench --kernels -o md >"$OUT/kernels.md" 2>&1
+grep -E "^\||GB/s|error" "$OUT/kernels.md" | head -60
+echo "=== $(date +%T) done"
