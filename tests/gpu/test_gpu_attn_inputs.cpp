@@ -26,7 +26,7 @@ TEST_F(GpuDecodeFusion, QkNormRopeStoreMatchesTheOpsOneAtATime) {
           const auto vv = random_floats(size_t(hd * n_kv * T), rng, -2, 2);
           const auto qn = random_floats(size_t(hd), rng, 0.5f, 1.5f), kn = random_floats(size_t(hd), rng, 0.5f, 1.5f);
           const auto ffv = random_floats(20, rng, 1.0f, 4.0f);
-          std::vector<int32_t> pos(size_t(T)), slots(size_t(T));
+          std::vector<int32_t> pos(static_cast<size_t>(T)), slots(static_cast<size_t>(T));
           for (int64_t t = 0; t < T; ++t) {
             pos[size_t(t)] = int32_t(100 + 37 * t);
             slots[size_t(t)] = t == 2 ? -1 : int32_t((t * 7 + 3) % (bs * n_blocks));

@@ -245,5 +245,67 @@ TEST_F(GpuFusedGemv, MultiEqualsSeparateMatmuls) {
   }
 }
 
+// More units than blocks resident at once: each block of the persistent quantized kernel walks several units
+// through its two shared-memory buffers (and the dense kernel has thousands of warps). 2 x 20011 rows.
+TEST_F(GpuFusedGemv, ManyUnitsPerBlock) {
+  uint32_t seed = 1500;
+  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::BF16}) {
+    for (int64_t T : {1, 3}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " T=" + std::to_string(T));
+      std::mt19937 rng(seed++);
+      const int64_t K = 256, N = 20011;
+      Mat g = make_mat(t, K, N, rng), u = make_mat(t, K, N, rng);
+      const std::vector<float> xv = random_floats(size_t(K * T), rng, -2.0f, 2.0f);
+      Pair X = make_f32({K, T}, xv);
+      Pair G = make_out(DType::F32, {N, T}), U = make_out(DType::F32, {N, T}), O = make_out(DType::F32, {N, T});
+      const Tensor Wd[2] = {g.p.dev, u.p.dev};
+      const Tensor Yd[2] = {G.dev, U.dev};
+      gops().matmul_multi(gs(), Wd, X.dev, Yd);
+      gs().synchronize();
+      const std::vector<float> yg = download_f32(G), yu = download_f32(U);
+      for (int64_t c = 0; c < T; ++c)
+        for (int64_t o = 0; o < N; ++o) {
+          double bg, bu;
+          const double eg = exact(g, xv.data() + c * K, o, T, bg), eu = exact(u, xv.data() + c * K, o, T, bu);
+          ASSERT_LE(std::fabs(yg[size_t(c * N + o)] - eg), bg) << "gate row " << o << " col " << c;
+          ASSERT_LE(std::fabs(yu[size_t(c * N + o)] - eu), bu) << "up row " << o << " col " << c;
+        }
+      gops().matmul_swiglu(gs(), g.p.dev, u.p.dev, X.dev, G.dev, U.dev, O.dev);
+      gs().synchronize();
+      const std::vector<float> out = download_f32(O);
+      for (int64_t i = 0; i < N * T; ++i) {
+        const double ref = double(yg[size_t(i)]) / (1.0 + std::exp(-double(yg[size_t(i)]))) * yu[size_t(i)];
+        ASSERT_NEAR(out[size_t(i)], ref, 1e-5 * (std::fabs(ref) + 1.0)) << "swiglu " << i;
+      }
+    }
+  }
+}
+
+// Quantized rows too long for two staging buffers (Q8_0, K = 30016: 31.9 KB a row) take the one-buffer path.
+TEST_F(GpuFusedGemv, LongQuantizedRowsUseOneBuffer) {
+  WorkspacePlan plan;
+  plan.max_rows = 8;
+  plan.max_matmul_in = 30016;
+  gops().reserve(plan);
+  cops().reserve(plan);
+  std::mt19937 rng(1700);
+  const int64_t K = 30016, N = 9;
+  Mat m = make_mat(DType::Q8_0, K, N, rng);
+  for (int64_t T : {1, 3}) {
+    const std::vector<float> xv = random_floats(size_t(K * T), rng, -2.0f, 2.0f);
+    Pair X = make_f32({K, T}, xv);
+    Pair Y = make_out(DType::F32, {N, T});
+    gops().matmul(gs(), m.p.dev, X.dev, Y.dev);
+    gs().synchronize();
+    const std::vector<float> y = download_f32(Y);
+    for (int64_t c = 0; c < T; ++c)
+      for (int64_t o = 0; o < N; ++o) {
+        double b;
+        const double e = exact(m, xv.data() + c * K, o, T, b);
+        ASSERT_LE(std::fabs(y[size_t(c * N + o)] - e), b) << "row " << o << " col " << c;
+      }
+  }
+}
+
 }  // namespace
 }  // namespace tandem::gpu_test

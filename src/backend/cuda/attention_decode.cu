@@ -1,7 +1,9 @@
 // Paged flash-decoding: attention for any number of query rows, split over the cache length.
 //
-// Grid: (split, kv head, row). A block takes the cache positions [split * kDecodeSplit, +kDecodeSplit) of one
-// row that the row may see, for all query heads that share the KV head (GQA: K/V are read once per group,
+// Grid: (split, kv head, row). A block takes the cache positions [split * L, +L) of one row that the row may
+// see (L = split_len_for(max_seq_len): 64 positions up to 2k, about 1/32 of the length up to 8k, 256 beyond,
+// so that a short context still spreads over enough blocks — 512 positions and 8 KV heads were 16 blocks
+// with L = 256 on 132 SMs, each walking 256 positions one after another in its P.V loop), for all query heads that share the KV head (GQA: K/V are read once per group,
 // never repeated in memory), and writes an unnormalised partial output with its running max and sum. A second
 // kernel combines the splits of each (row, head). Scores are f32 (plus the Explicit mask's bias); softmax is
 // the usual max-subtracted exp. Block-table entries are read only for the positions [lo, hi) a row sees.
@@ -24,6 +26,7 @@ constexpr int kThreads = 128;
 struct DecodeShape {
   int64_t n_head, n_kv_head, hd_k, hd_v;
   int n_splits;
+  int split_len;  // cache positions per split, <= kDecodeSplit
   float scale;
 };
 
@@ -34,9 +37,10 @@ __global__ void __launch_bounds__(kThreads)
                            DecodeShape sh, int gqa, bool k_vec, float* __restrict__ part_o,
                            float2* __restrict__ part_ml) {
   extern __shared__ int64_t smem_i64[];
-  int64_t* slot_s = smem_i64;                                    // [kDecodeSplit]
-  float* q_s = reinterpret_cast<float*>(slot_s + kDecodeSplit);  // [gqa][hd_k]
-  float* p_s = q_s + gqa * sh.hd_k;                              // [gqa][kDecodeSplit]
+  const int L = sh.split_len;
+  int64_t* slot_s = smem_i64;                         // [L]
+  float* q_s = reinterpret_cast<float*>(slot_s + L);  // [gqa][hd_k]
+  float* p_s = q_s + gqa * sh.hd_k;                   // [gqa][L]
   __shared__ float red[32];
 
   const int split = blockIdx.x;
@@ -45,8 +49,8 @@ __global__ void __launch_bounds__(kThreads)
   const int tid = threadIdx.x;
   const RowRange rr = row_range(meta, r);
   if (rr.seq < 0) return;  // padding row: the combine kernel writes zeros
-  const int j0 = max(rr.lo, split * kDecodeSplit);
-  const int j1 = min(rr.hi, (split + 1) * kDecodeSplit);
+  const int j0 = max(rr.lo, split * L);
+  const int j1 = min(rr.hi, (split + 1) * L);
   const int64_t part_base =
       (r * sh.n_head + int64_t(g) * gqa) * sh.n_splits + split;  // head h adds h*n_splits
   if (j0 >= j1) {
@@ -95,7 +99,7 @@ __global__ void __launch_bounds__(kThreads)
     const float bias = mask_bias(meta, r, j0 + jj);  // Explicit mask (0 otherwise); -inf hides
 #pragma unroll
     for (int h = 0; h < G; ++h)
-      if (h < gqa) p_s[h * kDecodeSplit + jj] = acc[h] + bias;
+      if (h < gqa) p_s[h * L + jj] = acc[h] + bias;
   }
   __syncthreads();
 
@@ -103,12 +107,12 @@ __global__ void __launch_bounds__(kThreads)
   // and l = 0, which the combine kernel skips (no exp(-inf - -inf)).
   for (int h = 0; h < gqa; ++h) {
     float m = -INFINITY;
-    for (int jj = tid; jj < n; jj += blockDim.x) m = fmaxf(m, p_s[h * kDecodeSplit + jj]);
+    for (int jj = tid; jj < n; jj += blockDim.x) m = fmaxf(m, p_s[h * L + jj]);
     m = block_max(m, red);
     float l = 0.0f;
     for (int jj = tid; jj < n; jj += blockDim.x) {
-      const float e = m == -INFINITY ? 0.0f : expf(p_s[h * kDecodeSplit + jj] - m);
-      p_s[h * kDecodeSplit + jj] = e;
+      const float e = m == -INFINITY ? 0.0f : expf(p_s[h * L + jj] - m);
+      p_s[h * L + jj] = e;
       l += e;
     }
     l = block_sum(l, red);
@@ -119,7 +123,7 @@ __global__ void __launch_bounds__(kThreads)
   // Unnormalised output: one thread per (head, dim), coalesced along the V row.
   for (int64_t idx = tid; idx < gqa * sh.hd_v; idx += blockDim.x) {
     const int64_t h = idx / sh.hd_v, d = idx % sh.hd_v;
-    const float* ph = p_s + h * kDecodeSplit;
+    const float* ph = p_s + h * L;
     float acc = 0.0f;
     for (int jj = 0; jj < n; ++jj) {
       const auto* vp = reinterpret_cast<const typename VTag::storage*>(vc + slot_s[jj] * v_slot + g * v_nb1);
@@ -163,8 +167,22 @@ __global__ void attention_combine_kernel(const float* __restrict__ part_o, const
   }
 }
 
+// Positions per split for a launch over up to max_seq_len positions: 64 up to 2048 positions (<= 32 splits), then
+// about max_seq_len / 32 rounded up to 64, at most kDecodeSplit (256) from 8192 on.
+int split_len_for(int64_t max_seq_len) {
+  const int64_t per = (max_seq_len + 31) / 32;
+  return int(std::clamp<int64_t>((per + 63) / 64 * 64, 64, kDecodeSplit));
+}
 int n_splits_for(int64_t max_seq_len) {
-  return int(std::max<int64_t>(1, (max_seq_len + kDecodeSplit - 1) / kDecodeSplit));
+  const int64_t L = split_len_for(max_seq_len);
+  return int(std::max<int64_t>(1, (max_seq_len + L - 1) / L));
+}
+// The most splits any launch over <= max_seq_len positions uses (n_splits_for is not monotonic: 32 splits of
+// 128 at 4096, 22 of 192 at 4097): what the scratch is sized for.
+int n_splits_bound(int64_t max_seq_len) {
+  const int64_t long_splits = (max_seq_len + kDecodeSplit - 1) / kDecodeSplit;
+  const int64_t short_splits = std::min<int64_t>(32, (max_seq_len + 63) / 64);
+  return int(std::max<int64_t>({1, long_splits, short_splits}));
 }
 
 size_t align256(size_t n) {
@@ -174,7 +192,8 @@ size_t align256(size_t n) {
 template <class KTag, class VTag, int G>
 void launch_split(const AttentionArgs& a, const DecodeShape& sh, int gqa, float* part_o, float2* part_ml,
                   cudaStream_t stream) {
-  const size_t smem = size_t(gqa) * size_t(sh.hd_k) * 4 + size_t(gqa) * kDecodeSplit * 4 + kDecodeSplit * 8;
+  const size_t smem = size_t(gqa) * size_t(sh.hd_k) * 4 + size_t(gqa) * size_t(sh.split_len) * 4 +
+                      size_t(sh.split_len) * 8;
   static std::once_flag once;
   std::call_once(once, [] {
     TANDEM_CUDA_CHECK(cudaFuncSetAttribute(attention_split_kernel<KTag, VTag, G>,
@@ -220,7 +239,7 @@ void launch_v(const AttentionArgs& a, const DecodeShape& sh, int gqa, float* par
 }  // namespace
 
 size_t attention_decode_scratch_bytes(int64_t T, int64_t n_head, int64_t hd_v, int64_t max_seq_len) {
-  const size_t n = size_t(T) * size_t(n_head) * size_t(n_splits_for(max_seq_len));
+  const size_t n = size_t(T) * size_t(n_head) * size_t(n_splits_bound(max_seq_len));
   return align256(n * size_t(hd_v) * 4) + align256(n * sizeof(float2));
 }
 
@@ -234,6 +253,7 @@ void launch_attention_decode(const AttentionArgs& a, void* partials, size_t part
   sh.hd_k = a.q.ne[0];
   sh.hd_v = a.kv.v.ne[0];
   sh.n_splits = n_splits_for(a.max_seq_len);
+  sh.split_len = split_len_for(a.max_seq_len);
   sh.scale = a.scale;
   const int gqa = int(sh.n_head / sh.n_kv_head);
   const size_t need = attention_decode_scratch_bytes(T, sh.n_head, sh.hd_v, a.max_seq_len);

@@ -1,5 +1,8 @@
 // Matrix-vector products for decode with block-quantized weights (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K).
 //
+// The kernel also runs the fused products (GemvArgs, cuda_kernels.h): Q/K/V as one launch, gate/up with
+// SwiGLU in the epilogue, the residual add in the epilogue.
+//
 // x is first quantized to 8 bits per 32 values (launch_quantize_q8: int8 q, scale d and d * sum q per 32), so
 // that every 32 weights become eight 4-byte integer dot products (dp4a). GGUF blocks are 18, 34, 144, 176 or
 // 210 bytes, so most blocks are not 16-byte aligned; instead of narrow loads from global memory, each block
@@ -124,39 +127,43 @@ constexpr int outs_per_block() {
   return EPI == GemvEpilogue::SwiGlu ? kRowsPerBlock / 2 : kRowsPerBlock;
 }
 
-template <DType QT, int NC, GemvEpilogue EPI>
-__global__ void __launch_bounds__(kRowsPerBlock* kWarpSize)
-    gemv_quant_kernel(const GemvArgs a, size_t row_bytes, size_t pitch, const int8_t* __restrict__ xq,
-                      const float2* __restrict__ xds) {
-  extern __shared__ __align__(16) uint8_t smem[];
-  __shared__ float up_part[kRowsPerBlock / 2][NC];
+// The segment and first output row of work unit u (units laid segment after segment); false past the end.
+template <GemvEpilogue EPI>
+__device__ __forceinline__ bool find_unit(const GemvArgs& a, int64_t u, int& seg, int64_t& row0) {
   constexpr int per = outs_per_block<EPI>();
-  const int tid = threadIdx.x;
-  const int64_t K = a.K;
-
-  // This block's segment and first output row (units laid segment after segment).
-  int64_t u = blockIdx.x;
-  int seg = 0;
   const int n_seg = EPI == GemvEpilogue::SwiGlu ? 1 : a.n_seg;
-  for (; seg < n_seg; ++seg) {
-    const int64_t nu = (seg_at(a, seg).N + per - 1) / per;
-    if (u < nu) break;
+  for (int s = 0; s < n_seg; ++s) {
+    const int64_t nu = (seg_at(a, s).N + per - 1) / per;
+    if (u < nu) {
+      seg = s;
+      row0 = u * per;
+      return true;
+    }
     u -= nu;
   }
-  if (seg == n_seg) return;  // whole block: no __syncthreads skipped
-  const int64_t row0 = u * per, N = seg_at(a, seg).N;
-  auto row_ptr = [&](int r) -> const uint8_t* {  // null for a row past N
-    const GemvSeg& sg = EPI == GemvEpilogue::SwiGlu ? seg_at(a, r < per ? 0 : 1) : seg_at(a, seg);
-    const int64_t o = row0 + r % per;
-    return o < N ? static_cast<const uint8_t*>(sg.W) + o * sg.w_ld : nullptr;
-  };
+  return false;
+}
 
-  // Stage the rows in shared memory, each at the same offset mod 16 as in global memory.
+// Global address of row r (0..kRowsPerBlock-1) of a unit, or null for a row past N.
+template <GemvEpilogue EPI>
+__device__ __forceinline__ const uint8_t* unit_row(const GemvArgs& a, int seg, int64_t row0, int r) {
+  constexpr int per = outs_per_block<EPI>();
+  const GemvSeg& sg = EPI == GemvEpilogue::SwiGlu ? seg_at(a, r < per ? 0 : 1) : seg_at(a, seg);
+  const int64_t o = row0 + r % per;
+  return o < seg_at(a, seg).N ? static_cast<const uint8_t*>(sg.W) + o * sg.w_ld : nullptr;
+}
+
+// Copies the rows of a unit into one shared-memory buffer, each at the same offset mod 16 as in global memory:
+// 16-byte asynchronous copies for the aligned interior, a few head and tail bytes one by one.
+template <GemvEpilogue EPI>
+__device__ __forceinline__ void stage_unit(const GemvArgs& a, int seg, int64_t row0, size_t row_bytes,
+                                           size_t pitch, uint8_t* buf) {
+  const int tid = threadIdx.x;
   for (int r = 0; r < kRowsPerBlock; ++r) {
-    const uint8_t* g = row_ptr(r);
+    const uint8_t* g = unit_row<EPI>(a, seg, row0, r);
     if (g == nullptr) continue;
     const uintptr_t gb = reinterpret_cast<uintptr_t>(g), ge = gb + row_bytes;
-    uint8_t* s = smem + r * pitch + (gb & 15);
+    uint8_t* s = buf + r * pitch + (gb & 15);
     const uintptr_t a0 = (gb + 15) & ~uintptr_t(15), a1 = ge & ~uintptr_t(15);
     if (a0 <= a1) {
       const int64_t n16 = int64_t(a1 - a0) / 16;
@@ -168,52 +175,87 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarpSize)
       for (int64_t k = tid; k < int64_t(row_bytes); k += blockDim.x) s[k] = g[k];
     }
   }
-  __pipeline_commit();
-  __pipeline_wait_prior(0);
-  __syncthreads();
+}
 
-  const int warp = tid / kWarpSize, lane = tid % kWarpSize;
-  const uint8_t* g = row_ptr(warp);
-  float acc[NC];
+// A persistent grid (about as many blocks as fit on the device at once) walks the units; while the warps
+// decode unit i from one shared-memory buffer, the copy engine fills the other with unit i + gridDim.x. The
+// old kernel staged one unit, waited, decoded and exited: loads and decoding never overlapped within a block
+// and a wave of blocks all waited, then all computed (35-58% of bandwidth, BENCHMARKS run 1).
+template <DType QT, int NC, GemvEpilogue EPI>
+__global__ void __launch_bounds__(kRowsPerBlock* kWarpSize)
+    gemv_quant_kernel(const GemvArgs a, int64_t n_units, size_t row_bytes, size_t pitch, int n_buf,
+                      const int8_t* __restrict__ xq, const float2* __restrict__ xds) {
+  extern __shared__ __align__(16) uint8_t smem[];  // [n_buf][kRowsPerBlock][pitch]
+  __shared__ float up_part[kRowsPerBlock / 2][NC];
+  constexpr int per = outs_per_block<EPI>();
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int64_t K = a.K, n_sub = K / 32;
+  const size_t buf_bytes = size_t(kRowsPerBlock) * pitch;
+
+  int64_t u = blockIdx.x;
+  int seg = 0, next_seg = 0;
+  int64_t row0 = 0, next_row0 = 0;
+  if (u >= n_units || !find_unit<EPI>(a, u, seg, row0)) return;  // whole block
+  stage_unit<EPI>(a, seg, row0, row_bytes, pitch, smem);
+  __pipeline_commit();
+  for (int it = 0; u < n_units; u += gridDim.x, ++it) {
+    const int64_t nu = u + gridDim.x;
+    const bool has_next = nu < n_units && find_unit<EPI>(a, nu, next_seg, next_row0);
+    if (has_next && n_buf == 2)
+      stage_unit<EPI>(a, next_seg, next_row0, row_bytes, pitch, smem + ((it + 1) & 1) * buf_bytes);
+    __pipeline_commit();  // every thread commits every iteration: wait_prior(1) then means "unit u landed"
+    __pipeline_wait_prior(1);
+    __syncthreads();
+
+    const uint8_t* g = unit_row<EPI>(a, seg, row0, warp);
+    float acc[NC];
 #pragma unroll
-  for (int c = 0; c < NC; ++c) acc[c] = 0.0f;
-  if (g != nullptr) {
-    const uint8_t* rowp = smem + warp * pitch + (reinterpret_cast<uintptr_t>(g) & 15);
-    const int64_t n_sub = K / 32;
-    for (int64_t i = lane; i < n_sub; i += kWarpSize) {
-      const SubBlock sb = decode_sub_block<QT>(rowp, i);
+    for (int c = 0; c < NC; ++c) acc[c] = 0.0f;
+    if (g != nullptr) {
+      const uint8_t* rowp =
+          smem + (n_buf == 2 ? (it & 1) : 0) * buf_bytes + warp * pitch + (reinterpret_cast<uintptr_t>(g) & 15);
+      for (int64_t i = lane; i < n_sub; i += kWarpSize) {
+        const SubBlock sb = decode_sub_block<QT>(rowp, i);
 #pragma unroll
-      for (int c = 0; c < NC; ++c) {
-        const int4* xv = reinterpret_cast<const int4*>(xq + c * K + 32 * i);
-        const int4 x0 = __ldg(xv), x1 = __ldg(xv + 1);
-        const int lo = dot4(sb.w[3], x0.w, dot4(sb.w[2], x0.z, dot4(sb.w[1], x0.y, dot4(sb.w[0], x0.x, 0))));
-        const int hi = dot4(sb.w[7], x1.w, dot4(sb.w[6], x1.z, dot4(sb.w[5], x1.y, dot4(sb.w[4], x1.x, 0))));
-        const float2 ds = __ldg(xds + c * n_sub + i);
-        acc[c] += ds.x * (sb.a0 * float(lo) + sb.a1 * float(hi)) + sb.bias * ds.y;
+        for (int c = 0; c < NC; ++c) {
+          const int4* xv = reinterpret_cast<const int4*>(xq + c * K + 32 * i);
+          const int4 x0 = __ldg(xv), x1 = __ldg(xv + 1);
+          const int lo = dot4(sb.w[3], x0.w, dot4(sb.w[2], x0.z, dot4(sb.w[1], x0.y, dot4(sb.w[0], x0.x, 0))));
+          const int hi = dot4(sb.w[7], x1.w, dot4(sb.w[6], x1.z, dot4(sb.w[5], x1.y, dot4(sb.w[4], x1.x, 0))));
+          const float2 ds = __ldg(xds + c * n_sub + i);
+          acc[c] += ds.x * (sb.a0 * float(lo) + sb.a1 * float(hi)) + sb.bias * ds.y;
+        }
       }
     }
-  }
 #pragma unroll
-  for (int c = 0; c < NC; ++c) acc[c] = warp_sum(acc[c]);
-  if constexpr (EPI == GemvEpilogue::SwiGlu) {
-    if (warp >= per && lane == 0)
-#pragma unroll
-      for (int c = 0; c < NC; ++c) up_part[warp - per][c] = acc[c];
-    __syncthreads();
-    if (warp >= per) return;
-  }
-  const int64_t o = row0 + warp;
-  if (lane != 0 || warp >= per || o >= N) return;
-  const GemvSeg& out = seg_at(a, seg);
-#pragma unroll
-  for (int c = 0; c < NC; ++c) {
-    float val = acc[c];
+    for (int c = 0; c < NC; ++c) acc[c] = warp_sum(acc[c]);
     if constexpr (EPI == GemvEpilogue::SwiGlu) {
-      val = val / (1.0f + expf(-val)) * up_part[warp][c];  // the CUDA silu_mul's expression
-    } else if constexpr (EPI == GemvEpilogue::AddResidual) {
-      val = out.r[c * out.r_ld + o] + val;  // add(x, proj)'s order
+      if (warp >= per && lane == 0)
+#pragma unroll
+        for (int c = 0; c < NC; ++c) up_part[warp - per][c] = acc[c];
+      __syncthreads();
     }
-    out.y[c * out.y_ld + o] = val;
+    const GemvSeg& out = seg_at(a, seg);
+    const int64_t o = row0 + warp;
+    if (lane == 0 && warp < per && o < out.N) {
+#pragma unroll
+      for (int c = 0; c < NC; ++c) {
+        float val = acc[c];
+        if constexpr (EPI == GemvEpilogue::SwiGlu) {
+          val = val / (1.0f + expf(-val)) * up_part[warp][c];  // the CUDA silu_mul's expression
+        } else if constexpr (EPI == GemvEpilogue::AddResidual) {
+          val = out.r[c * out.r_ld + o] + val;  // add(x, proj)'s order
+        }
+        out.y[c * out.y_ld + o] = val;
+      }
+    }
+    __syncthreads();  // this buffer (and up_part) are refilled next iteration
+    if (has_next && n_buf == 1) {  // rows too long for two buffers: stage after decoding, no overlap
+      stage_unit<EPI>(a, next_seg, next_row0, row_bytes, pitch, smem);
+      __pipeline_commit();  // its own group: the next iteration's (empty) commit keeps wait_prior(1) exact
+    }
+    seg = next_seg;
+    row0 = next_row0;
   }
 }
 
@@ -234,8 +276,17 @@ void launch_one(const GemvArgs& a, size_t row_bytes, const int8_t* xq, const flo
   for (int s = 0; s < n; ++s) units += (a.seg[s].N + per - 1) / per;
   if (units == 0) return;
   const size_t pitch = row_pitch(row_bytes);
-  gemv_quant_kernel<QT, NC, EPI><<<unsigned(units), kRowsPerBlock * kWarpSize, kRowsPerBlock * pitch, stream>>>(
-      a, row_bytes, pitch, xq, xds);
+  const int n_buf = 2 * kRowsPerBlock * pitch <= size_t(kMaxSmem) ? 2 : 1;
+  const size_t smem = size_t(n_buf) * kRowsPerBlock * pitch;
+  // As many blocks as are resident at once (occupancy for this smem size), at most one per unit.
+  int dev = 0, n_sm = 0, per_sm = 0;
+  TANDEM_CUDA_CHECK(cudaGetDevice(&dev));
+  TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
+  TANDEM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_quant_kernel<QT, NC, EPI>,
+                                                                  kRowsPerBlock * kWarpSize, smem));
+  const int64_t grid = std::min<int64_t>(units, int64_t(std::max(per_sm, 1)) * n_sm);
+  gemv_quant_kernel<QT, NC, EPI><<<unsigned(grid), kRowsPerBlock * kWarpSize, smem, stream>>>(
+      a, units, row_bytes, pitch, n_buf, xq, xds);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
@@ -315,7 +366,7 @@ bool gemv_quant_supports(DType wt, int64_t K) {
       return false;
   }
   if (K % dtype_block_size(wt) != 0) return false;
-  return kRowsPerBlock * row_pitch(dtype_row_bytes(wt, K)) <= size_t(kMaxSmem);
+  return kRowsPerBlock * row_pitch(dtype_row_bytes(wt, K)) <= size_t(kMaxSmem);  // one buffer at least
 }
 
 void launch_gemv_quant_fused(const GemvArgs& a, const void* scratch, cudaStream_t stream) {
