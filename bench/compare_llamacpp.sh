@@ -19,16 +19,18 @@ OUT=${OUT:-/tmp/compare_llamacpp}
 mkdir -p "$OUT"
 here=$(cd "$(dirname "$0")" && pwd)
 
-lbench=""
-if [ -n "${LLAMA_CPP_BIN:-}" ] && [ -x "$LLAMA_CPP_BIN/llama-bench" ]; then
-  lbench=$LLAMA_CPP_BIN/llama-bench
-elif [ -n "${LLAMA_CPP_SRC:-}" ] && [ -d "$LLAMA_CPP_SRC" ]; then
+find_lbench() {
+  if [ -n "${LLAMA_CPP_BIN:-}" ] && [ -x "$LLAMA_CPP_BIN/llama-bench" ]; then echo "$LLAMA_CPP_BIN/llama-bench"
+  elif [ -n "${LLAMA_CPP_SRC:-}" ] && [ -x "$LLAMA_CPP_SRC/build/bin/llama-bench" ]; then echo "$LLAMA_CPP_SRC/build/bin/llama-bench"
+  fi
+}
+# Build llama-bench from source only when no binary is given (scripts/device/run_all.sh PEER=1 builds it in the
+# background and sets LLAMA_CPP_BIN: then wait for it, up to LLAMA_WAIT seconds, after tandem's runs).
+if [ -z "$(find_lbench)" ] && [ -z "${LLAMA_CPP_BIN:-}" ] && [ -n "${LLAMA_CPP_SRC:-}" ] && [ -d "$LLAMA_CPP_SRC" ]; then
   (cd "$LLAMA_CPP_SRC" && cmake -S . -B build -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
      -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=Release && cmake --build build -j 12 \
      --target llama-bench) >"$OUT/llama_build.log" 2>&1
-  [ -x "$LLAMA_CPP_SRC/build/bin/llama-bench" ] && lbench=$LLAMA_CPP_SRC/build/bin/llama-bench
 fi
-[ -z "$lbench" ] && echo "no llama-bench (set LLAMA_CPP_BIN or LLAMA_CPP_SRC): tandem only"
 
 FAST_QUANT=1 bash "$here/models.sh" "$MODEL_DIR" "$TANDEM" "$SHAPE" >"$OUT/models.log" 2>&1 || tail -5 "$OUT/models.log"
 
@@ -38,12 +40,21 @@ for t in $TYPES; do
   echo "--- $t: tandem"
   timeout 240 "$TANDEM" bench -m "$f" -p 512 -n 128 -b 1 -r "$REPS" -o md >"$OUT/tandem_$t.md" 2>&1
   echo "exit $?"; grep -E "^\||limits|commit" "$OUT/tandem_$t.md"
-  if [ -n "$lbench" ]; then
-    echo "--- $t: llama.cpp"
-    timeout 240 "$lbench" -m "$f" -fa 1 -ngl 99 -p 512 -n 128 -r "$REPS" -o json >"$OUT/llama_$t.json" \
-      2>"$OUT/llama_$t.err"
-    echo "exit $?"; tail -2 "$OUT/llama_$t.err"
-  fi
+done
+
+waited=0
+while [ -z "$(find_lbench)" ] && [ -n "${LLAMA_CPP_BIN:-}" ] && [ $waited -lt "${LLAMA_WAIT:-120}" ]; do
+  sleep 5; waited=$((waited + 5))
+done
+lbench=$(find_lbench)
+[ -z "$lbench" ] && echo "no llama-bench (set LLAMA_CPP_BIN or LLAMA_CPP_SRC; waited ${waited}s): tandem only"
+for t in $TYPES; do
+  f="$MODEL_DIR/$SHAPE-$t.gguf"
+  [ -f "$f" ] && [ -n "$lbench" ] || continue
+  echo "--- $t: llama.cpp"
+  timeout 240 "$lbench" -m "$f" -fa 1 -ngl 99 -p 512 -n 128 -r "$REPS" -o json >"$OUT/llama_$t.json" \
+    2>"$OUT/llama_$t.err"
+  echo "exit $?"; tail -2 "$OUT/llama_$t.err"
 done
 
 # One table. Bytes per token at tg: the file's tensor bytes minus the token embedding (read one row per token)

@@ -10,18 +10,14 @@ BIN=${BIN:-build-gpu/bin}; OUT=${OUT:-/tmp/speed}; mkdir -p "$OUT"
 export MODEL_DIR=${MODEL_DIR:-/dev/shm/tandem-models}
 echo "=== $(date +%T) GPU tests"
 timeout 150 "$BIN/tandem_gpu_tests" \
-  --gtest_filter='GpuFusedGemv*:GpuMatmul*:GpuAttention*:GpuOps*:GpuDecodeFusion*:GpuModel*:GpuShippedModel*' \
+  --gtest_filter='GpuFusedGemv*:GpuDecodeFusion*:GpuMatmul*:GpuAttention*:GpuOps*:GpuModel*:GpuShippedModel*:GpuSplit*:GpuStepApi*:GpuDevice*:SpecGpu*:*GpuModel*' \
   >"$OUT/gpu_tests.log" 2>&1
 echo "exit $?"
 grep -E "^\[  (PASSED|FAILED)|FAILED|Failure|error" "$OUT/gpu_tests.log" | head -40
 grep -E "^\[       OK|^\[  FAILED" "$OUT/gpu_tests.log" | tail -60
 
 echo "=== $(date +%T) compare with llama.cpp"
-wait_s=0  # run_all builds the peer in the background: give it a little time to finish
-while [ -n "${LLAMA_CPP_BIN:-}" ] && [ ! -x "$LLAMA_CPP_BIN/llama-bench" ] && [ $wait_s -lt 90 ]; do
-  sleep 5; wait_s=$((wait_s + 5))
-done
-TANDEM="$BIN/tandem" OUT="$OUT/compare" bash bench/compare_llamacpp.sh 2>&1 | tail -30
+TANDEM="$BIN/tandem" OUT="$OUT/compare" LLAMA_WAIT=${LLAMA_WAIT:-100} bash bench/compare_llamacpp.sh 2>&1 | tail -40
 
 if command -v nsys >/dev/null 2>&1; then
   echo "=== $(date +%T) nsys: kernels of 32 decode steps (bf16)"
