@@ -9,6 +9,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/tensor_rows.h"
 
 namespace tandem::cuda {
@@ -43,6 +44,8 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
                        const float* __restrict__ k_norm, float eps, const int32_t* __restrict__ positions,
                        RopeArgs rp, const int32_t* __restrict__ slots, CacheDst kc, CacheDst vc) {
   extern __shared__ float rows_s[];  // [kWarps][head_dim_k]
+  pdl_trigger();  // pdl.cuh
+  pdl_wait();     // q, k, v come from the previous kernel
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   int64_t r = int64_t(blockIdx.x) * kWarps + warp;
   const int64_t nq = q.n_rows(), nk = k.n_rows(), nv = v.n_rows();
@@ -105,8 +108,8 @@ void launch_tags(const RowView& q, const RowView& k, const RowView& v, const flo
                  const CacheDst& vc, cudaStream_t stream) {
   const int64_t rows = q.n_rows() + k.n_rows() + v.n_rows();
   const size_t smem = size_t(kWarps) * size_t(q.ne0) * sizeof(float);
-  attn_inputs_kernel<KTag, VTag><<<unsigned((rows + kWarps - 1) / kWarps), kWarps * kWarpSize, smem, stream>>>(
-      q, k, v, qn, kn, eps, pos, rp, slots, kc, vc);
+  launch_pdl(attn_inputs_kernel<KTag, VTag>, dim3(unsigned((rows + kWarps - 1) / kWarps)), dim3(kWarps * kWarpSize),
+             smem, stream, q, k, v, qn, kn, eps, pos, rp, slots, kc, vc);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 

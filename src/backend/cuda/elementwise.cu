@@ -9,6 +9,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/quant_device.cuh"
 #include "backend/cuda/tensor_rows.h"
 
@@ -23,6 +24,8 @@ int threads_for_row(int64_t ne0) {
 
 // ---- rms_norm: one warp per row --------------------------------------------------------------------------
 __global__ void rms_norm_kernel(RowView x, const float* __restrict__ weight, float eps, RowView out) {
+  pdl_trigger();  // pdl.cuh: the matrix product after it may launch and start loading its weights
+  pdl_wait();
   const int64_t r = int64_t(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
   if (r >= x.n_rows()) return;
   const int lane = threadIdx.x % kWarpSize;
@@ -282,8 +285,8 @@ void launch_rms_norm(const Tensor& x, const float* weight, float eps, const Tens
   const int64_t rows = xv.n_rows();
   if (rows == 0) return;
   constexpr int kWarps = 8;
-  rms_norm_kernel<<<unsigned((rows + kWarps - 1) / kWarps), kWarps * kWarpSize, 0, stream>>>(xv, weight, eps,
-                                                                                             ov);
+  launch_pdl(rms_norm_kernel, dim3(unsigned((rows + kWarps - 1) / kWarps)), dim3(kWarps * kWarpSize), 0, stream,
+             xv, weight, eps, ov);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 

@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/pdl.cuh"
 
 namespace tandem::cuda {
 namespace {
@@ -109,6 +110,7 @@ template <DType WT, int NC, GemvEpilogue EPI>
 __global__ void __launch_bounds__(kFusedWarps* kWarpSize) gemv_dense_fused_kernel(const GemvArgs a) {
   constexpr int kE = Vec16<WT>::kElems;
   constexpr int per = rows_per_unit<EPI>();
+  pdl_trigger();  // pdl.cuh: the next kernel may launch once every block has started
   const int64_t unit = int64_t(blockIdx.x) * kFusedWarps + threadIdx.x / kWarpSize;
   int seg = 0;
   int64_t row0 = 0;
@@ -130,6 +132,9 @@ __global__ void __launch_bounds__(kFusedWarps* kWarpSize) gemv_dense_fused_kerne
 #pragma unroll
     for (int c = 0; c < NC; ++c) acc[r][c] = 0.0f;
 
+  // The first weight loads are issued before pdl_wait (weights are never written during a step); x, y and r
+  // are touched only after it.
+  bool waited = false;
   int64_t v = lane;
   for (; v + (kUnroll - 1) * kWarpSize < n_vec; v += kUnroll * kWarpSize) {
     uint4 wv[kUnroll][kRows];
@@ -137,6 +142,10 @@ __global__ void __launch_bounds__(kFusedWarps* kWarpSize) gemv_dense_fused_kerne
     for (int u = 0; u < kUnroll; ++u)
 #pragma unroll
       for (int r = 0; r < kRows; ++r) wv[u][r] = __ldcs(wr[r] + v + u * kWarpSize);
+    if (!waited) {
+      pdl_wait();
+      waited = true;
+    }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) fused_step<WT, NC>(wv[u], (v + u * kWarpSize) * kE, a.x, a.x_ld, acc);
   }
@@ -144,8 +153,13 @@ __global__ void __launch_bounds__(kFusedWarps* kWarpSize) gemv_dense_fused_kerne
     uint4 wv[kRows];
 #pragma unroll
     for (int r = 0; r < kRows; ++r) wv[r] = __ldcs(wr[r] + v);
+    if (!waited) {
+      pdl_wait();
+      waited = true;
+    }
     fused_step<WT, NC>(wv, v * kE, a.x, a.x_ld, acc);
   }
+  if (!waited) pdl_wait();
 
 #pragma unroll
   for (int r = 0; r < kRows; ++r)
@@ -206,7 +220,7 @@ void launch_fused(const GemvArgs& a, cudaStream_t stream) {
     switch (nc) {
 #define TANDEM_GEMV_CASE(n)                                                                        \
   case n:                                                                                          \
-    gemv_dense_fused_kernel<WT, n, EPI><<<grid, kFusedWarps * kWarpSize, 0, stream>>>(c);          \
+    launch_pdl(gemv_dense_fused_kernel<WT, n, EPI>, dim3(grid), dim3(kFusedWarps * kWarpSize), 0, stream, c); \
     break;
       TANDEM_GEMV_CASE(1)
       TANDEM_GEMV_CASE(2)

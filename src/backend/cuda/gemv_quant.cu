@@ -18,6 +18,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/pdl.cuh"
 #include "quant/blocks.h"
 
 namespace tandem::cuda {
@@ -34,6 +35,8 @@ size_t align256(size_t n) {
 __global__ void quantize_q8_kernel(const float* __restrict__ x, int64_t x_ld, int64_t K,
                                    int64_t n_blocks_total, int8_t* __restrict__ xq,
                                    float2* __restrict__ xds) {
+  pdl_trigger();  // pdl.cuh
+  pdl_wait();     // x is the previous kernel's output
   const int64_t bi = int64_t(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
   if (bi >= n_blocks_total) return;
   const int lane = threadIdx.x % kWarpSize;
@@ -195,9 +198,11 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarpSize)
   int64_t u = blockIdx.x;
   int seg = 0, next_seg = 0;
   int64_t row0 = 0, next_row0 = 0;
+  pdl_trigger();                                                  // pdl.cuh
   if (u >= n_units || !find_unit<EPI>(a, u, seg, row0)) return;  // whole block
   stage_unit<EPI>(a, seg, row0, row_bytes, pitch, smem);
   __pipeline_commit();
+  pdl_wait();  // the first rows of weights are on their way; xq, xds, y and r belong to earlier kernels
   for (int it = 0; u < n_units; u += gridDim.x, ++it) {
     const int64_t nu = u + gridDim.x;
     const bool has_next = nu < n_units && find_unit<EPI>(a, nu, next_seg, next_row0);
@@ -285,8 +290,8 @@ void launch_one(const GemvArgs& a, size_t row_bytes, const int8_t* xq, const flo
   TANDEM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_quant_kernel<QT, NC, EPI>,
                                                                   kRowsPerBlock * kWarpSize, smem));
   const int64_t grid = std::min<int64_t>(units, int64_t(std::max(per_sm, 1)) * n_sm);
-  gemv_quant_kernel<QT, NC, EPI><<<unsigned(grid), kRowsPerBlock * kWarpSize, smem, stream>>>(
-      a, units, row_bytes, pitch, n_buf, xq, xds);
+  launch_pdl(gemv_quant_kernel<QT, NC, EPI>, dim3(unsigned(grid)), dim3(kRowsPerBlock * kWarpSize), smem, stream,
+             a, units, row_bytes, pitch, n_buf, xq, xds);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
@@ -349,8 +354,8 @@ void launch_quantize_q8(const float* x, int64_t x_ld, int64_t K, int64_t T, void
   int8_t* xq = static_cast<int8_t*>(scratch);
   float2* xds = reinterpret_cast<float2*>(static_cast<char*>(scratch) + align256(size_t(K * T)));
   constexpr int kWarps = 8;
-  quantize_q8_kernel<<<unsigned((n_blocks + kWarps - 1) / kWarps), kWarps * kWarpSize, 0, stream>>>(
-      x, x_ld, K, n_blocks, xq, xds);
+  launch_pdl(quantize_q8_kernel, dim3(unsigned((n_blocks + kWarps - 1) / kWarps)), dim3(kWarps * kWarpSize), 0,
+             stream, x, x_ld, K, n_blocks, xq, xds);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
