@@ -3,6 +3,7 @@
 # LLAMA_CPP_BIN / LLAMA_CPP_SRC set there by PEER=1):
 #   1. the GPU tests of the decode kernels (fused products, matmul, attention, ops, model parity);
 #   2. bench/compare_llamacpp.sh: llama-bench and tandem bench on the same random Qwen3-8B files;
+#   2b. tg at depth 8192 and 32768 (bf16), and tg with programmatic dependent launch off (TANDEM_NO_PDL=1);
 #   3. when nsys is on the machine, the per-kernel time table of decode steps (tg of the bf16 file);
 #   4. `tandem bench --kernels` (each kernel alone, GB/s against the copy bandwidth), last: it is the longest.
 set -uo pipefail
@@ -17,7 +18,21 @@ grep -E "^\[  (PASSED|FAILED)|FAILED|Failure|error" "$OUT/gpu_tests.log" | head 
 grep -E "^\[       OK|^\[  FAILED" "$OUT/gpu_tests.log" | tail -60
 
 echo "=== $(date +%T) compare with llama.cpp"
-TANDEM="$BIN/tandem" OUT="$OUT/compare" LLAMA_WAIT=${LLAMA_WAIT:-100} bash bench/compare_llamacpp.sh 2>&1 | tail -40
+TANDEM="$BIN/tandem" OUT="$OUT/compare" REPS=${REPS:-1} LLAMA_WAIT=${LLAMA_WAIT:-100} bash bench/compare_llamacpp.sh 2>&1 |
+  tail -40
+
+echo "=== $(date +%T) decode at depth (goal: 8k and 32k within 15% of the short context), bf16"
+for d in 8192 32768; do
+  timeout 100 "$BIN/tandem" bench -m "$MODEL_DIR/qwen3-8b-bf16.gguf" -p 0 -n 64 -b 1 -r 1 -d $d -o md \
+    >"$OUT/depth_$d.md" 2>&1
+  echo "exit $?"; grep -E "^\| tg" "$OUT/depth_$d.md"
+done
+echo "=== $(date +%T) programmatic dependent launch off (TANDEM_NO_PDL=1), bf16 and q4_k tg"
+for t in bf16 q4_k; do
+  TANDEM_NO_PDL=1 timeout 60 "$BIN/tandem" bench -m "$MODEL_DIR/qwen3-8b-$t.gguf" -p 0 -n 128 -b 1 -r 1 -o md \
+    >"$OUT/nopdl_$t.md" 2>&1
+  echo "$t exit $?"; grep -E "^\| tg" "$OUT/nopdl_$t.md"
+done
 
 if command -v nsys >/dev/null 2>&1; then
   echo "=== $(date +%T) nsys: kernels of 32 decode steps (bf16)"

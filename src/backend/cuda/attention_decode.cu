@@ -17,6 +17,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/pdl.cuh"
 
 namespace tandem::cuda {
 namespace {
@@ -42,6 +43,8 @@ __global__ void __launch_bounds__(kThreads)
   float* q_s = reinterpret_cast<float*>(slot_s + L);  // [gqa][hd_k]
   float* p_s = q_s + gqa * sh.hd_k;                   // [gqa][L]
   __shared__ float red[32];
+  pdl_trigger();  // pdl.cuh
+  pdl_wait();     // q and the cache rows of this step come from the previous kernel
 
   const int split = blockIdx.x;
   const int g = blockIdx.y;
@@ -136,6 +139,8 @@ __global__ void __launch_bounds__(kThreads)
 __global__ void attention_combine_kernel(const float* __restrict__ part_o, const float2* __restrict__ part_ml,
                                          AttnMeta meta, int64_t n_head, int64_t hd_v, int n_splits,
                                          RowView out) {
+  pdl_trigger();
+  pdl_wait();  // the partial results of the split kernel
   const int64_t h = blockIdx.x, r = blockIdx.y;
   float* o = out.row_as<float>(r * n_head + h);
   const int seq = meta.seq_slot[r];
@@ -203,10 +208,10 @@ void launch_split(const AttentionArgs& a, const DecodeShape& sh, int gqa, float*
   const dim3 grid(unsigned(sh.n_splits), unsigned(sh.n_kv_head), unsigned(a.q.ne[2]));
   const bool k_vec = sh.hd_k % 8 == 0 && (reinterpret_cast<uintptr_t>(a.kv.k.data) & 15) == 0 &&
                      a.kv.k.nb[1] % 16 == 0 && a.kv.k.nb[2] % 16 == 0;
-  attention_split_kernel<KTag, VTag, G>
-      <<<grid, kThreads, smem, stream>>>(row_view(a.q), static_cast<const char*>(a.kv.k.data), a.kv.k.nb[1],
-                                         a.kv.k.nb[2], static_cast<const char*>(a.kv.v.data), a.kv.v.nb[1],
-                                         a.kv.v.nb[2], make_meta(a), sh, gqa, k_vec, part_o, part_ml);
+  launch_pdl(attention_split_kernel<KTag, VTag, G>, grid, dim3(kThreads), smem, stream, row_view(a.q),
+             static_cast<const char*>(a.kv.k.data), a.kv.k.nb[1], a.kv.k.nb[2],
+             static_cast<const char*>(a.kv.v.data), a.kv.v.nb[1], a.kv.v.nb[2], make_meta(a), sh, gqa, k_vec,
+             part_o, part_ml);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
@@ -279,8 +284,8 @@ void launch_attention_decode(const AttentionArgs& a, void* partials, size_t part
   }
   const dim3 grid(unsigned(sh.n_head), unsigned(T));
   const int threads = int(std::min<int64_t>(256, (sh.hd_v + 31) / 32 * 32));
-  attention_combine_kernel<<<grid, threads, 0, stream>>>(part_o, part_ml, make_meta(a), sh.n_head, sh.hd_v,
-                                                         sh.n_splits, row_view(a.out));
+  launch_pdl(attention_combine_kernel, grid, dim3(threads), 0, stream, part_o, part_ml, make_meta(a), sh.n_head,
+             sh.hd_v, sh.n_splits, row_view(a.out));
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
