@@ -3,9 +3,9 @@
 # LLAMA_CPP_BIN / LLAMA_CPP_SRC set there by PEER=1):
 #   1. the GPU tests of the decode kernels (fused products, matmul, attention, ops, model parity);
 #   2. bench/compare_llamacpp.sh: llama-bench and tandem bench on the same random Qwen3-8B files;
-#   2b. tg at depth 8192 and 32768 (bf16), and tg with programmatic dependent launch off (TANDEM_NO_PDL=1);
-#   3. when nsys is on the machine, the per-kernel time table of decode steps (tg of the bf16 file);
-#   4. `tandem bench --kernels` (each kernel alone, GB/s against the copy bandwidth), last: it is the longest.
+#   3. `tandem bench --kernels` (each kernel alone, GB/s against the copy bandwidth);
+#   4. tg at depth 8192 and 32768 (bf16), and tg with programmatic dependent launch off (TANDEM_NO_PDL=1);
+#   5. when nsys is on the machine, the per-kernel time table of decode steps (tg of the bf16 file).
 set -uo pipefail
 BIN=${BIN:-build-gpu/bin}; OUT=${OUT:-/tmp/speed}; mkdir -p "$OUT"
 export MODEL_DIR=${MODEL_DIR:-/dev/shm/tandem-models}
@@ -20,6 +20,10 @@ grep -E "^\[       OK|^\[  FAILED" "$OUT/gpu_tests.log" | tail -60
 echo "=== $(date +%T) compare with llama.cpp"
 TANDEM="$BIN/tandem" OUT="$OUT/compare" REPS=${REPS:-1} LLAMA_WAIT=${LLAMA_WAIT:-100} bash bench/compare_llamacpp.sh 2>&1 |
   tail -40
+
+echo "=== $(date +%T) kernels alone (Qwen3-8B shapes)"
+timeout 100 "$BIN/tandem" bench --kernels -o md >"$OUT/kernels.md" 2>&1
+echo "exit $?"; grep -E "^\||GB/s|rror" "$OUT/kernels.md" | head -60
 
 echo "=== $(date +%T) decode at depth (goal: 8k and 32k within 15% of the short context), bf16"
 for d in 8192 32768; do
@@ -55,8 +59,4 @@ else
   echo "(no nsys on this machine: no per-kernel table)"
 fi
 
-echo "=== $(date +%T) kernels alone"
-timeout 150 "$BIN/tandem" bench --kernels -m "$MODEL_DIR/qwen3-8b-bf16.gguf" -p 0 -n 0 -o md \
-  >"$OUT/kernels.md" 2>&1 || timeout 120 "$BIN/tandem" bench --kernels -o md >"$OUT/kernels.md" 2>&1
-grep -E "^\||GB/s|error" "$OUT/kernels.md" | head -60
 echo "=== $(date +%T) done"
