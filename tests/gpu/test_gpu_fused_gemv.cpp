@@ -307,5 +307,35 @@ TEST_F(GpuFusedGemv, LongQuantizedRowsUseOneBuffer) {
   }
 }
 
+// Weights that do not start on a 16-byte boundary (a GGUF tensor at an odd offset): the staging copies head and
+// tail bytes one by one and K-type rows take the unaligned decoding. Same bounds as above.
+TEST_F(GpuFusedGemv, MisalignedQuantizedRows) {
+  uint32_t seed = 1900;
+  for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    for (size_t offset : {size_t(2), size_t(6)}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " offset " + std::to_string(offset));
+      std::mt19937 rng(seed++);
+      const int64_t K = t == DType::Q8_0 || t == DType::Q4_0 ? 1056 : 768, N = 19, T = 3;
+      Mat m = make_mat(t, K, N, rng);
+      Buffer buf = gpu_->allocate(m.p.host.size() + 16);
+      char* base = static_cast<char*>(buf.data()) + offset;
+      gpu_->copy_from_host(gs(), base, m.p.host.data(), m.p.host.size());
+      const Tensor W = Tensor::contiguous(t, {K, N}, base, gpu_->id());
+      const std::vector<float> xv = random_floats(size_t(K * T), rng, -2.0f, 2.0f);
+      Pair X = make_f32({K, T}, xv);
+      Pair Y = make_out(DType::F32, {N, T});
+      gops().matmul(gs(), W, X.dev, Y.dev);
+      gs().synchronize();
+      const std::vector<float> y = download_f32(Y);
+      for (int64_t c = 0; c < T; ++c)
+        for (int64_t o = 0; o < N; ++o) {
+          double b;
+          const double e = exact(m, xv.data() + c * K, o, T, b);
+          ASSERT_LE(std::fabs(y[size_t(c * N + o)] - e), b) << "row " << o << " col " << c;
+        }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace tandem::gpu_test
