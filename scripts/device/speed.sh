@@ -4,7 +4,7 @@
 #   1. the GPU tests of the decode kernels (fused products, matmul, attention, ops, model parity);
 #   2. bench/compare_llamacpp.sh: llama-bench and tandem bench on the same random Qwen3-8B files;
 #   3. `tandem bench --kernels` (each kernel alone, GB/s against the copy bandwidth);
-#   4. tg at depth 8192 and 32768 (bf16), and tg with programmatic dependent launch off (TANDEM_NO_PDL=1);
+#   4. tg at depth 8192 and 32768 (bf16), and tg with programmatic dependent launch on (TANDEM_PDL=1);
 #   5. when nsys is on the machine, the per-kernel time table of decode steps (tg of the bf16 file).
 set -uo pipefail
 BIN=${BIN:-build-gpu/bin}; OUT=${OUT:-/tmp/speed}; mkdir -p "$OUT"
@@ -16,6 +16,14 @@ timeout 150 "$BIN/tandem_gpu_tests" \
 echo "exit $?"
 grep -E "^\[  (PASSED|FAILED)|FAILED|Failure|error" "$OUT/gpu_tests.log" | head -40
 grep -E "^\[       OK|^\[  FAILED" "$OUT/gpu_tests.log" | tail -60
+# The whole-model tests again with programmatic dependent launch on (TANDEM_PDL=1; off by default), and with the
+# fused ops off (TANDEM_NO_FUSED=1): when a run fails, these say which change it is.
+models='*GpuModel*:GpuStepApi*:GpuSplit*:SpecGpu*:GpuShippedModel*'
+for env in "TANDEM_PDL=1" "TANDEM_NO_FUSED=1"; do
+  echo "--- model tests with $env"
+  env $env timeout 60 "$BIN/tandem_gpu_tests" --gtest_filter="$models" >"$OUT/gpu_tests_${env// /_}.log" 2>&1
+  grep -E "^\[  (PASSED|FAILED)|parity|^\[  FAILED" "$OUT/gpu_tests_${env// /_}.log" | head -12
+done
 
 echo "=== $(date +%T) compare with llama.cpp"
 TANDEM="$BIN/tandem" OUT="$OUT/compare" REPS=${REPS:-1} LLAMA_WAIT=${LLAMA_WAIT:-100} bash bench/compare_llamacpp.sh 2>&1 |
@@ -31,11 +39,11 @@ for d in 8192 32768; do
     >"$OUT/depth_$d.md" 2>&1
   echo "exit $?"; grep -E "^\| tg" "$OUT/depth_$d.md"
 done
-echo "=== $(date +%T) programmatic dependent launch off (TANDEM_NO_PDL=1), bf16 and q4_k tg"
+echo "=== $(date +%T) programmatic dependent launch on (TANDEM_PDL=1), bf16 and q4_k tg"
 for t in bf16 q4_k; do
-  TANDEM_NO_PDL=1 timeout 60 "$BIN/tandem" bench -m "$MODEL_DIR/qwen3-8b-$t.gguf" -p 0 -n 128 -b 1 -r 1 -o md \
-    >"$OUT/nopdl_$t.md" 2>&1
-  echo "$t exit $?"; grep -E "^\| tg" "$OUT/nopdl_$t.md"
+  TANDEM_PDL=1 timeout 60 "$BIN/tandem" bench -m "$MODEL_DIR/qwen3-8b-$t.gguf" -p 0 -n 128 -b 1 -r 1 -o md \
+    >"$OUT/pdl_$t.md" 2>&1
+  echo "$t exit $?"; grep -E "^\| tg" "$OUT/pdl_$t.md"
 done
 
 if command -v nsys >/dev/null 2>&1; then

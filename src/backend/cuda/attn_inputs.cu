@@ -41,8 +41,8 @@ struct RopeArgs {
 template <class KTag, class VTag>
 __global__ void __launch_bounds__(kWarps* kWarpSize)
     attn_inputs_kernel(RowView q, RowView k, RowView v, const float* __restrict__ q_norm,
-                       const float* __restrict__ k_norm, float eps, const int32_t* __restrict__ positions,
-                       RopeArgs rp, const int32_t* __restrict__ slots, CacheDst kc, CacheDst vc) {
+                       const float* __restrict__ k_norm, float eps, const int32_t* positions, RopeArgs rp,
+                       const int32_t* slots, CacheDst kc, CacheDst vc) {
   extern __shared__ float rows_s[];  // [kWarps][head_dim_k]
   pdl_trigger();  // pdl.cuh
   pdl_wait();     // q, k, v come from the previous kernel

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
@@ -50,6 +51,15 @@ void check_cache(const char* op, const KvLayerView& kv, int index) {
                                                               std::to_string(kv.block_size) +
                                                               " does not match kv.k " + kv.k.shape_string());
   check_dims(op, "kv.v", kv.v, kv.v.ne[0], kv.k.ne[1], kv.k.ne[2], kv.k.ne[3]);
+}
+
+// TANDEM_NO_FUSED=1: the fused ops run as their compositions (Ops defaults), to compare or to bisect.
+bool fused_disabled() {
+  static const bool off = [] {
+    const char* e = std::getenv("TANDEM_NO_FUSED");
+    return e && *e && *e != '0';
+  }();
+  return off;
 }
 
 Tensor rows_view(const Tensor& t, int dim, int64_t first, int64_t count) {
@@ -243,7 +253,7 @@ bool CudaOps::fused_gemv(Stream& s, std::span<const Tensor> W, const Tensor& x, 
 }
 
 void CudaOps::matmul_multi(Stream& s, std::span<const Tensor> W, const Tensor& x, std::span<const Tensor> y) {
-  if (!fused_gemv(s, W, x, y, int(GemvEpilogue::Store))) Ops::matmul_multi(s, W, x, y);
+  if (fused_disabled() || !fused_gemv(s, W, x, y, int(GemvEpilogue::Store))) Ops::matmul_multi(s, W, x, y);
 }
 
 void CudaOps::matmul_swiglu(Stream& s, const Tensor& W_gate, const Tensor& W_up, const Tensor& x,
@@ -254,14 +264,16 @@ void CudaOps::matmul_swiglu(Stream& s, const Tensor& W_gate, const Tensor& W_up,
   check(W_gate.ne[1] == W_up.ne[1], "matmul_swiglu: W_gate and W_up must have the same number of rows");
   const Tensor W[2] = {W_gate, W_up};
   const Tensor y[2] = {out, up};
-  if (!fused_gemv(s, W, x, y, int(GemvEpilogue::SwiGlu))) Ops::matmul_swiglu(s, W_gate, W_up, x, gate, up, out);
+  if (fused_disabled() || !fused_gemv(s, W, x, y, int(GemvEpilogue::SwiGlu)))
+    Ops::matmul_swiglu(s, W_gate, W_up, x, gate, up, out);
 }
 
 void CudaOps::matmul_add(Stream& s, const Tensor& W, const Tensor& x, const Tensor& tmp, const Tensor& y) {
   check(x.data != y.data, "matmul_add: x and y must not overlap");
   const Tensor Ws[1] = {W};
   const Tensor ys[1] = {y};
-  if (!fused_gemv(s, Ws, x, ys, int(GemvEpilogue::AddResidual))) Ops::matmul_add(s, W, x, tmp, y);
+  if (fused_disabled() || !fused_gemv(s, Ws, x, ys, int(GemvEpilogue::AddResidual)))
+    Ops::matmul_add(s, W, x, tmp, y);
 }
 
 void CudaOps::get_rows(Stream& s, const Tensor& table, const Tensor& ids, const Tensor& out) {
@@ -398,7 +410,8 @@ void CudaOps::qk_norm_rope_store(Stream& s, const Tensor& q, const Tensor& k, co
     ff = static_cast<const float*>(p.freq_factors->data);
   }
   // One warp's row lives in shared memory: 4 warps x hd floats must fit the default 48 KB.
-  if (hd > 2048) return Ops::qk_norm_rope_store(s, q, k, v, q_norm, k_norm, eps, positions, p, kv, slot_mapping);
+  if (hd > 2048 || fused_disabled())
+    return Ops::qk_norm_rope_store(s, q, k, v, q_norm, k_norm, eps, positions, p, kv, slot_mapping);
   DeviceGuard g(index_);
   launch_attn_inputs(q, k, v, q_norm ? static_cast<const float*>(q_norm->data) : nullptr,
                      k_norm ? static_cast<const float*>(k_norm->data) : nullptr, eps,

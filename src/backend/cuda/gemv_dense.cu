@@ -1,6 +1,6 @@
 // Matrix-vector products for decode with F32/F16/BF16 weights: y[o, t] = sum_i W[i, o] x[i, t] for a few
-// columns t. Decode is bound by reading W once, so each warp streams kRows rows of W with 16-byte loads, several
-// in flight per lane (kUnroll), evict-first so that x stays in L1; x is read through the read-only cache and
+// columns t. Decode is bound by reading W once, so each warp streams R rows of W with 16-byte loads, several
+// in flight per lane (U), evict-first so that x stays in L1; x is read with plain loads and
 // shared by all rows. Columns are a template parameter (1..8) so that the accumulators stay in registers.
 // The same kernel runs fused products (GemvArgs: Q/K/V in one launch, gate/up with SwiGLU, residual add).
 #include <cuda_runtime.h>
@@ -45,18 +45,20 @@ struct Vec16 {
 };
 
 // Vector path (W rows and x columns 16-byte aligned, K a multiple of the elements per load), fused over up to
-// three matrices (GemvArgs). A warp owns kRows weight rows: every x value a lane loads serves kRows rows, so
-// at T = 8 the L1 traffic for x is 8 cols x 32 B / kRows = 64 B per 16 B of weights (it was 256 B with one row
-// per warp, which kept T = 8 at 30% of bandwidth). Bytes in flight: kRows x kUnroll x 16 B = 256 B per lane,
+// three matrices (GemvArgs). A warp owns R weight rows: every x value a lane loads serves R rows, so
+// at T = 8 the L1 traffic for x is 8 cols x 32 B / R = 64 B per 16 B of weights (it was 256 B with one row
+// per warp, which kept T = 8 at 30% of bandwidth). Bytes in flight: R x U x 16 B = 256 B per lane,
 // 8 KB per warp; H200 wants >= ~40 KB per SM, i.e. >= 5 warps resident, and ~110 registers at T = 1 allow 16.
 // Each (row, column) sum is one fmaf chain over i in a fixed order, whatever NC is: batch invariant.
-constexpr int kRows = 4;
-constexpr int kUnroll = 4;
+// Rows per warp R and loads in flight per row U: R = 4, U = 4 by default; R = 2, U = 8 (the same 64 registers
+// of weights in flight, twice the warps) for products with few rows and few columns, where R = 4 left ~8 warps
+// per SM: the {12288 -> 4096} down projection ran at 75% of bandwidth against 99% for {4096 -> 12288} (H200,
+// 2026-12-04 15:50). R and U change only which warp computes a row, never the order of its sums.
 constexpr int kFusedWarps = 4;
 
-template <GemvEpilogue EPI>
+template <GemvEpilogue EPI, int R>
 constexpr int rows_per_unit() {
-  return EPI == GemvEpilogue::SwiGlu ? kRows / 2 : kRows;  // SwiGlu: kRows/2 gate rows + the same up rows
+  return EPI == GemvEpilogue::SwiGlu ? R / 2 : R;  // SwiGlu: R/2 gate rows + the same up rows
 }
 
 __device__ __forceinline__ const GemvSeg& seg_at(const GemvArgs& a, int s) {
@@ -64,9 +66,9 @@ __device__ __forceinline__ const GemvSeg& seg_at(const GemvArgs& a, int s) {
 }
 
 // The segment and first row of work unit u (units are laid segment after segment); false past the end.
-template <GemvEpilogue EPI>
+template <GemvEpilogue EPI, int R>
 __device__ __forceinline__ bool find_unit(const GemvArgs& a, int64_t u, int& seg, int64_t& row0) {
-  constexpr int per = rows_per_unit<EPI>();
+  constexpr int per = rows_per_unit<EPI, R>();
   const int n = EPI == GemvEpilogue::SwiGlu ? 1 : a.n_seg;
   for (int s = 0; s < n; ++s) {
     const int64_t nu = (seg_at(a, s).N + per - 1) / per;
@@ -80,55 +82,58 @@ __device__ __forceinline__ bool find_unit(const GemvArgs& a, int64_t u, int& seg
   return false;
 }
 
-template <DType WT, int NC>
-__device__ __forceinline__ void fused_step(const uint4 (&wv)[kRows], int64_t e, const float* __restrict__ x,
-                                           int64_t x_ld, float (&acc)[kRows][NC]) {
+// x is read with plain loads, never __ldg / const __restrict__: under programmatic dependent launch the previous
+// kernel writes x while this grid is already running, so x is not read-only for the kernel's lifetime (the
+// non-coherent path's contract), and an invariant load could be hoisted above pdl_wait.
+template <DType WT, int NC, int R>
+__device__ __forceinline__ void fused_step(const uint4 (&wv)[R], int64_t e, const float* x, int64_t x_ld,
+                                           float (&acc)[R][NC]) {
   constexpr int kE = Vec16<WT>::kElems;
-  float w[kRows][kE];
+  float w[R][kE];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) Vec16<WT>::unpack(wv[r], w[r]);
+  for (int r = 0; r < R; ++r) Vec16<WT>::unpack(wv[r], w[r]);
 #pragma unroll
   for (int c = 0; c < NC; ++c) {
     float xv[kE];
     const float4* xp = reinterpret_cast<const float4*>(x + c * x_ld + e);
 #pragma unroll
     for (int k = 0; k < kE / 4; ++k) {
-      const float4 f = __ldg(xp + k);
+      const float4 f = xp[k];
       xv[4 * k] = f.x;
       xv[4 * k + 1] = f.y;
       xv[4 * k + 2] = f.z;
       xv[4 * k + 3] = f.w;
     }
 #pragma unroll
-    for (int r = 0; r < kRows; ++r)
+    for (int r = 0; r < R; ++r)
 #pragma unroll
       for (int k = 0; k < kE; ++k) acc[r][c] = fmaf(w[r][k], xv[k], acc[r][c]);
   }
 }
 
-template <DType WT, int NC, GemvEpilogue EPI>
+template <DType WT, int NC, GemvEpilogue EPI, int R, int U>
 __global__ void __launch_bounds__(kFusedWarps* kWarpSize) gemv_dense_fused_kernel(const GemvArgs a) {
   constexpr int kE = Vec16<WT>::kElems;
-  constexpr int per = rows_per_unit<EPI>();
+  constexpr int per = rows_per_unit<EPI, R>();
   pdl_trigger();  // pdl.cuh: the next kernel may launch once every block has started
   const int64_t unit = int64_t(blockIdx.x) * kFusedWarps + threadIdx.x / kWarpSize;
   int seg = 0;
   int64_t row0 = 0;
-  if (!find_unit<EPI>(a, unit, seg, row0)) return;
+  if (!find_unit<EPI, R>(a, unit, seg, row0)) return;
   const int lane = threadIdx.x % kWarpSize;
   const int64_t N = seg_at(a, seg).N;
-  const uint4* wr[kRows];
+  const uint4* wr[R];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
+  for (int r = 0; r < R; ++r) {
     const GemvSeg& sg = EPI == GemvEpilogue::SwiGlu ? seg_at(a, r < per ? 0 : 1) : seg_at(a, seg);
     const int64_t o = row0 + r % per;
     // A row past N (the last unit of a segment) reads row0 again and is never written.
     wr[r] = reinterpret_cast<const uint4*>(static_cast<const char*>(sg.W) + (o < N ? o : row0) * sg.w_ld);
   }
   const int64_t n_vec = a.K / kE;
-  float acc[kRows][NC];
+  float acc[R][NC];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r)
+  for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int c = 0; c < NC; ++c) acc[r][c] = 0.0f;
 
@@ -136,33 +141,33 @@ __global__ void __launch_bounds__(kFusedWarps* kWarpSize) gemv_dense_fused_kerne
   // are touched only after it.
   bool waited = false;
   int64_t v = lane;
-  for (; v + (kUnroll - 1) * kWarpSize < n_vec; v += kUnroll * kWarpSize) {
-    uint4 wv[kUnroll][kRows];
+  for (; v + (U - 1) * kWarpSize < n_vec; v += U * kWarpSize) {
+    uint4 wv[U][R];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
+    for (int u = 0; u < U; ++u)
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) wv[u][r] = __ldcs(wr[r] + v + u * kWarpSize);
+      for (int r = 0; r < R; ++r) wv[u][r] = __ldcs(wr[r] + v + u * kWarpSize);
     if (!waited) {
       pdl_wait();
       waited = true;
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) fused_step<WT, NC>(wv[u], (v + u * kWarpSize) * kE, a.x, a.x_ld, acc);
+    for (int u = 0; u < U; ++u) fused_step<WT, NC, R>(wv[u], (v + u * kWarpSize) * kE, a.x, a.x_ld, acc);
   }
   for (; v < n_vec; v += kWarpSize) {
-    uint4 wv[kRows];
+    uint4 wv[R];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) wv[r] = __ldcs(wr[r] + v);
+    for (int r = 0; r < R; ++r) wv[r] = __ldcs(wr[r] + v);
     if (!waited) {
       pdl_wait();
       waited = true;
     }
-    fused_step<WT, NC>(wv, v * kE, a.x, a.x_ld, acc);
+    fused_step<WT, NC, R>(wv, v * kE, a.x, a.x_ld, acc);
   }
   if (!waited) pdl_wait();
 
 #pragma unroll
-  for (int r = 0; r < kRows; ++r)
+  for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int c = 0; c < NC; ++c) acc[r][c] = warp_sum(acc[r][c]);
   if (lane != 0) return;
@@ -201,9 +206,9 @@ __global__ void gemv_dense_scalar_kernel(const char* __restrict__ W, size_t w_ld
   if (lane == 0) y[c * y_ld + row] = acc;
 }
 
-template <DType WT, GemvEpilogue EPI>
-void launch_fused(const GemvArgs& a, cudaStream_t stream) {
-  constexpr int per = rows_per_unit<EPI>();
+template <DType WT, GemvEpilogue EPI, int R, int U>
+void launch_fused_ru(const GemvArgs& a, cudaStream_t stream) {
+  constexpr int per = rows_per_unit<EPI, R>();
   int64_t units = 0;
   const int n = EPI == GemvEpilogue::SwiGlu ? 1 : a.n_seg;
   for (int s = 0; s < n; ++s) units += (a.seg[s].N + per - 1) / per;
@@ -218,9 +223,10 @@ void launch_fused(const GemvArgs& a, cudaStream_t stream) {
       c.seg[s].r = a.seg[s].r ? a.seg[s].r + t0 * a.seg[s].r_ld : nullptr;
     }
     switch (nc) {
-#define TANDEM_GEMV_CASE(n)                                                                        \
-  case n:                                                                                          \
-    launch_pdl(gemv_dense_fused_kernel<WT, n, EPI>, dim3(grid), dim3(kFusedWarps * kWarpSize), 0, stream, c); \
+#define TANDEM_GEMV_CASE(n)                                                                                  \
+  case n:                                                                                                    \
+    launch_pdl(gemv_dense_fused_kernel<WT, n, EPI, R, U>, dim3(grid), dim3(kFusedWarps * kWarpSize), 0, stream, \
+               c);                                                                                           \
     break;
       TANDEM_GEMV_CASE(1)
       TANDEM_GEMV_CASE(2)
@@ -234,6 +240,16 @@ void launch_fused(const GemvArgs& a, cudaStream_t stream) {
     }
     TANDEM_CUDA_CHECK_LAUNCH();
   }
+}
+
+// R = 2 when the rows are few (<= 8192 in all: ~16 warps per SM instead of ~8 on 132 SMs) and T <= 4 (x is
+// loaded once per R rows: at T = 8, R = 4 keeps the L1 traffic for x below the weights'). Only speed depends on it.
+template <DType WT, GemvEpilogue EPI>
+void launch_fused(const GemvArgs& a, cudaStream_t stream) {
+  int64_t rows = 0;
+  for (int s = 0; s < a.n_seg; ++s) rows += a.seg[s].N;
+  if (rows <= 8192 && a.T <= 4) return launch_fused_ru<WT, EPI, 2, 8>(a, stream);
+  launch_fused_ru<WT, EPI, 4, 4>(a, stream);
 }
 
 template <DType WT>

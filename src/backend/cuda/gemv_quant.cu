@@ -32,7 +32,8 @@ size_t align256(size_t n) {
 }
 
 // ---- activation quantization: one warp per 32 values ------------------------------------------------------
-__global__ void quantize_q8_kernel(const float* __restrict__ x, int64_t x_ld, int64_t K,
+// (x, xq, xds: plain loads, no __restrict__ / __ldg: the previous kernel writes them while a PDL grid runs.)
+__global__ void quantize_q8_kernel(const float* x, int64_t x_ld, int64_t K,
                                    int64_t n_blocks_total, int8_t* __restrict__ xq,
                                    float2* __restrict__ xds) {
   pdl_trigger();  // pdl.cuh
@@ -60,22 +61,73 @@ struct SubBlock {
   float a0, a1, bias;
 };
 
-template <DType QT>
+// N consecutive unaligned 32-bit values at p of shared memory from N + 1 aligned words (N + 1 shared loads and N
+// funnel shifts; load_u32_unaligned reads two words per value). Needs the 4 bytes of padding after the buffer
+// that load_u32_unaligned needs too.
+template <int N>
+__device__ __forceinline__ void load_u32s_unaligned(const uint8_t* p, uint32_t (&out)[N]) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  const uint32_t* w = reinterpret_cast<const uint32_t*>(a & ~uintptr_t(3));
+  const unsigned sh = unsigned(a & 3) * 8u;
+  uint32_t prev = w[0];
+#pragma unroll
+  for (int k = 0; k < N; ++k) {
+    const uint32_t next = w[k + 1];
+    out[k] = __funnelshift_r(prev, next, sh);
+    prev = next;
+  }
+}
+
+// A16: the row starts 16-byte aligned in shared memory (a Q4_K / Q5_K row whose tensor is aligned: their 144-
+// and 176-byte blocks keep every block aligned). Then the 32 quant bytes of a sub-block pair are two 16-byte
+// shared loads instead of eight unaligned 32-bit reads of two loads and a funnel shift each.
+template <DType QT, bool A16 = false>
 __device__ __forceinline__ SubBlock decode_sub_block(const uint8_t* row, int64_t i) {
   SubBlock r;
+  if constexpr (A16 && (QT == DType::Q4_K || QT == DType::Q5_K)) {
+    constexpr int kBytes = QT == DType::Q4_K ? 144 : 176;
+    constexpr int kQs = QT == DType::Q4_K ? 16 : 48;
+    const uint8_t* b = row + (i / 8) * kBytes;
+    const int s = int(i % 8), c = s / 2, shift = 4 * (s & 1);
+    const uint32_t dd = *reinterpret_cast<const uint32_t*>(b);
+    const float d = fp16_bits_to_float(uint16_t(dd & 0xffffu));
+    const float dmin = fp16_bits_to_float(uint16_t(dd >> 16));
+    uint8_t sc, m;
+    quant::unpack_scale_min_k4(b + 4, s, sc, m);
+    const uint4* qv = reinterpret_cast<const uint4*>(b + kQs + 32 * c);
+    const uint4 q0 = qv[0], q1 = qv[1];
+    const uint32_t q[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+    uint32_t h[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    if constexpr (QT == DType::Q5_K) {
+      const uint4* hv = reinterpret_cast<const uint4*>(b + 16);
+      const uint4 h0 = hv[0], h1 = hv[1];
+      const uint32_t hh[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
+#pragma unroll
+      for (int k = 0; k < 8; ++k) h[k] = ((hh[k] >> s) & 0x01010101u) << 4;
+    }
+#pragma unroll
+    for (int k = 0; k < 8; ++k) r.w[k] = int(((q[k] >> shift) & 0x0F0F0F0Fu) | h[k]);
+    r.a0 = r.a1 = d * float(sc);
+    r.bias = -dmin * float(m);
+    return r;
+  }
   if constexpr (QT == DType::Q8_0) {
     const uint8_t* b = row + i * 34;
     const float d = fp16_bits_to_float(load_u16_unaligned(b));
+    uint32_t q[8];
+    load_u32s_unaligned<8>(b + 2, q);
 #pragma unroll
-    for (int k = 0; k < 8; ++k) r.w[k] = int(load_u32_unaligned(b + 2 + 4 * k));
+    for (int k = 0; k < 8; ++k) r.w[k] = int(q[k]);
     r.a0 = r.a1 = d;
     r.bias = 0.0f;
   } else if constexpr (QT == DType::Q4_0) {
     const uint8_t* b = row + i * 18;
     const float d = fp16_bits_to_float(load_u16_unaligned(b));
+    uint32_t q4[4];
+    load_u32s_unaligned<4>(b + 2, q4);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-      const uint32_t q = load_u32_unaligned(b + 2 + 4 * k);
+      const uint32_t q = q4[k];
       r.w[k] = int(q & 0x0F0F0F0Fu);             // values 4k .. 4k+3
       r.w[4 + k] = int((q >> 4) & 0x0F0F0F0Fu);  // values 16 + 4k ..
     }
@@ -90,10 +142,13 @@ __device__ __forceinline__ SubBlock decode_sub_block(const uint8_t* row, int64_t
     const float dmin = fp16_bits_to_float(load_u16_unaligned(b + 2));
     uint8_t sc, m;
     quant::unpack_scale_min_k4(b + 4, s, sc, m);
+    uint32_t qw[8], hw[8];
+    load_u32s_unaligned<8>(b + kQs + 32 * c, qw);
+    if constexpr (QT == DType::Q5_K) load_u32s_unaligned<8>(b + 16, hw);
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      uint32_t q = (load_u32_unaligned(b + kQs + 32 * c + 4 * k) >> shift) & 0x0F0F0F0Fu;
-      if constexpr (QT == DType::Q5_K) q |= ((load_u32_unaligned(b + 16 + 4 * k) >> s) & 0x01010101u) << 4;
+      uint32_t q = (qw[k] >> shift) & 0x0F0F0F0Fu;
+      if constexpr (QT == DType::Q5_K) q |= ((hw[k] >> s) & 0x01010101u) << 4;
       r.w[k] = int(q);
     }
     r.a0 = r.a1 = d * float(sc);
@@ -105,10 +160,13 @@ __device__ __forceinline__ SubBlock decode_sub_block(const uint8_t* row, int64_t
     const uint8_t* ql = b + 64 * h + 32 * (kq & 1);
     const uint8_t* qh = b + 128 + 32 * h;
     const int lo_shift = 4 * (kq >> 1), hi_shift = 2 * kq;
+    uint32_t lw[8], hw[8];
+    load_u32s_unaligned<8>(ql, lw);
+    load_u32s_unaligned<8>(qh, hw);
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      const uint32_t lo = (load_u32_unaligned(ql + 4 * k) >> lo_shift) & 0x0F0F0F0Fu;
-      const uint32_t hi = ((load_u32_unaligned(qh + 4 * k) >> hi_shift) & 0x03030303u) << 4;
+      const uint32_t lo = (lw[k] >> lo_shift) & 0x0F0F0F0Fu;
+      const uint32_t hi = ((hw[k] >> hi_shift) & 0x03030303u) << 4;
       r.w[k] = int(__vsubss4(lo | hi, 0x20202020u));  // level - 32, in -32 .. 31
     }
     const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192);
@@ -128,6 +186,26 @@ __device__ __forceinline__ const GemvSeg& seg_at(const GemvArgs& a, int s) {
 template <GemvEpilogue EPI>
 constexpr int outs_per_block() {
   return EPI == GemvEpilogue::SwiGlu ? kRowsPerBlock / 2 : kRowsPerBlock;
+}
+
+// One row's dot products with the NC activation columns: lane takes sub-blocks lane, lane + 32, ... (the same
+// order for every NC and both decodings, so results are batch invariant).
+template <DType QT, int NC, bool A16>
+__device__ __forceinline__ void row_dot(const uint8_t* rowp, int64_t n_sub, int64_t K, int lane,
+                                        const int8_t* xq, const float2* xds,
+                                        float (&acc)[NC]) {
+  for (int64_t i = lane; i < n_sub; i += kWarpSize) {
+    const SubBlock sb = decode_sub_block<QT, A16>(rowp, i);
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+      const int4* xv = reinterpret_cast<const int4*>(xq + c * K + 32 * i);
+      const int4 x0 = xv[0], x1 = xv[1];
+      const int lo = dot4(sb.w[3], x0.w, dot4(sb.w[2], x0.z, dot4(sb.w[1], x0.y, dot4(sb.w[0], x0.x, 0))));
+      const int hi = dot4(sb.w[7], x1.w, dot4(sb.w[6], x1.z, dot4(sb.w[5], x1.y, dot4(sb.w[4], x1.x, 0))));
+      const float2 ds = xds[c * n_sub + i];
+      acc[c] += ds.x * (sb.a0 * float(lo) + sb.a1 * float(hi)) + sb.bias * ds.y;
+    }
+  }
 }
 
 // The segment and first output row of work unit u (units laid segment after segment); false past the end.
@@ -187,7 +265,7 @@ __device__ __forceinline__ void stage_unit(const GemvArgs& a, int seg, int64_t r
 template <DType QT, int NC, GemvEpilogue EPI>
 __global__ void __launch_bounds__(kRowsPerBlock* kWarpSize)
     gemv_quant_kernel(const GemvArgs a, int64_t n_units, size_t row_bytes, size_t pitch, int n_buf,
-                      const int8_t* __restrict__ xq, const float2* __restrict__ xds) {
+                      const int8_t* xq, const float2* xds) {
   extern __shared__ __align__(16) uint8_t smem[];  // [n_buf][kRowsPerBlock][pitch]
   __shared__ float up_part[kRowsPerBlock / 2][NC];
   constexpr int per = outs_per_block<EPI>();
@@ -219,18 +297,11 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarpSize)
     if (g != nullptr) {
       const uint8_t* rowp =
           smem + (n_buf == 2 ? (it & 1) : 0) * buf_bytes + warp * pitch + (reinterpret_cast<uintptr_t>(g) & 15);
-      for (int64_t i = lane; i < n_sub; i += kWarpSize) {
-        const SubBlock sb = decode_sub_block<QT>(rowp, i);
-#pragma unroll
-        for (int c = 0; c < NC; ++c) {
-          const int4* xv = reinterpret_cast<const int4*>(xq + c * K + 32 * i);
-          const int4 x0 = __ldg(xv), x1 = __ldg(xv + 1);
-          const int lo = dot4(sb.w[3], x0.w, dot4(sb.w[2], x0.z, dot4(sb.w[1], x0.y, dot4(sb.w[0], x0.x, 0))));
-          const int hi = dot4(sb.w[7], x1.w, dot4(sb.w[6], x1.z, dot4(sb.w[5], x1.y, dot4(sb.w[4], x1.x, 0))));
-          const float2 ds = __ldg(xds + c * n_sub + i);
-          acc[c] += ds.x * (sb.a0 * float(lo) + sb.a1 * float(hi)) + sb.bias * ds.y;
-        }
-      }
+      constexpr bool kHasA16 = QT == DType::Q4_K || QT == DType::Q5_K;
+      if (kHasA16 && (reinterpret_cast<uintptr_t>(rowp) & 15) == 0)
+        row_dot<QT, NC, true>(rowp, n_sub, K, lane, xq, xds, acc);  // same integers, fewer shared loads
+      else
+        row_dot<QT, NC, false>(rowp, n_sub, K, lane, xq, xds, acc);
     }
 #pragma unroll
     for (int c = 0; c < NC; ++c) acc[c] = warp_sum(acc[c]);
