@@ -190,81 +190,20 @@ constexpr int outs_per_block() {
 
 // One row's dot products with the NC activation columns: lane takes sub-blocks lane, lane + 32, ... (the same
 // order for every NC and both decodings, so results are batch invariant).
-// Aligned Q4_K / Q5_K rows: a lane takes the pair of sub-blocks (2c, 2c+1) of a super-block, which share their
-// 32 quant bytes (low and high nibbles) and their scale bytes: one pair of 16-byte shared loads feeds 64 weights.
-// Lane order: pairs lane, lane + 32, ...; within a pair, sub-block 2c then 2c+1 (fixed for every NC).
-template <DType QT, int NC>
-__device__ __forceinline__ void row_dot_pairs(const uint8_t* rowp, int64_t n_sub, int64_t K, int lane,
-                                              const int8_t* xq, const float2* xds, float (&acc)[NC]) {
-  constexpr int kBytes = QT == DType::Q4_K ? 144 : 176;
-  constexpr int kQs = QT == DType::Q4_K ? 16 : 48;
-  for (int64_t p = lane; p < n_sub / 2; p += kWarpSize) {
-    const uint8_t* b = rowp + (p / 4) * kBytes;
-    const int c = int(p % 4);
-    const uint32_t dd = *reinterpret_cast<const uint32_t*>(b);
-    const float d = fp16_bits_to_float(uint16_t(dd & 0xffffu));
-    const float dmin = fp16_bits_to_float(uint16_t(dd >> 16));
-    uint8_t sc0, m0, sc1, m1;
-    quant::unpack_scale_min_k4(b + 4, 2 * c, sc0, m0);
-    quant::unpack_scale_min_k4(b + 4, 2 * c + 1, sc1, m1);
-    const uint4* qv = reinterpret_cast<const uint4*>(b + kQs + 32 * c);
-    const uint4 q0 = qv[0], q1 = qv[1];
-    const uint32_t q[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
-    int w0[8], w1[8];
-    uint32_t hh[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    if constexpr (QT == DType::Q5_K) {
-      const uint4* hv = reinterpret_cast<const uint4*>(b + 16);
-      const uint4 h0 = hv[0], h1 = hv[1];
-      const uint32_t t[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
-#pragma unroll
-      for (int k = 0; k < 8; ++k) hh[k] = t[k];
-    }
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      uint32_t lo = q[k] & 0x0F0F0F0Fu, hi = (q[k] >> 4) & 0x0F0F0F0Fu;
-      if constexpr (QT == DType::Q5_K) {
-        lo |= ((hh[k] >> (2 * c)) & 0x01010101u) << 4;
-        hi |= ((hh[k] >> (2 * c + 1)) & 0x01010101u) << 4;
-      }
-      w0[k] = int(lo);
-      w1[k] = int(hi);
-    }
-    const float a0 = d * float(sc0), a1 = d * float(sc1);
-    const float b0 = -dmin * float(m0), b1 = -dmin * float(m1);
-    const int64_t i0 = 2 * p;
-#pragma unroll
-    for (int col = 0; col < NC; ++col) {
-      const int4* xv = reinterpret_cast<const int4*>(xq + col * K + 32 * i0);
-      const int4 x0 = xv[0], x1 = xv[1], x2 = xv[2], x3 = xv[3];
-      const float2 ds0 = xds[col * n_sub + i0], ds1 = xds[col * n_sub + i0 + 1];
-      const int s0 = dot4(w0[3], x0.w, dot4(w0[2], x0.z, dot4(w0[1], x0.y, dot4(w0[0], x0.x, 0)))) +
-                     dot4(w0[7], x1.w, dot4(w0[6], x1.z, dot4(w0[5], x1.y, dot4(w0[4], x1.x, 0))));
-      const int s1 = dot4(w1[3], x2.w, dot4(w1[2], x2.z, dot4(w1[1], x2.y, dot4(w1[0], x2.x, 0)))) +
-                     dot4(w1[7], x3.w, dot4(w1[6], x3.z, dot4(w1[5], x3.y, dot4(w1[4], x3.x, 0))));
-      acc[col] += ds0.x * (a0 * float(s0)) + b0 * ds0.y;
-      acc[col] += ds1.x * (a1 * float(s1)) + b1 * ds1.y;
-    }
-  }
-}
-
 template <DType QT, int NC, bool A16>
 __device__ __forceinline__ void row_dot(const uint8_t* rowp, int64_t n_sub, int64_t K, int lane,
                                         const int8_t* xq, const float2* xds,
                                         float (&acc)[NC]) {
-  if constexpr (A16 && (QT == DType::Q4_K || QT == DType::Q5_K)) {
-    row_dot_pairs<QT, NC>(rowp, n_sub, K, lane, xq, xds, acc);
-  } else {
-    for (int64_t i = lane; i < n_sub; i += kWarpSize) {
-      const SubBlock sb = decode_sub_block<QT, A16>(rowp, i);
+  for (int64_t i = lane; i < n_sub; i += kWarpSize) {
+    const SubBlock sb = decode_sub_block<QT, A16>(rowp, i);
 #pragma unroll
-      for (int c = 0; c < NC; ++c) {
-        const int4* xv = reinterpret_cast<const int4*>(xq + c * K + 32 * i);
-        const int4 x0 = xv[0], x1 = xv[1];
-        const int lo = dot4(sb.w[3], x0.w, dot4(sb.w[2], x0.z, dot4(sb.w[1], x0.y, dot4(sb.w[0], x0.x, 0))));
-        const int hi = dot4(sb.w[7], x1.w, dot4(sb.w[6], x1.z, dot4(sb.w[5], x1.y, dot4(sb.w[4], x1.x, 0))));
-        const float2 ds = xds[c * n_sub + i];
-        acc[c] += ds.x * (sb.a0 * float(lo) + sb.a1 * float(hi)) + sb.bias * ds.y;
-      }
+    for (int c = 0; c < NC; ++c) {
+      const int4* xv = reinterpret_cast<const int4*>(xq + c * K + 32 * i);
+      const int4 x0 = xv[0], x1 = xv[1];
+      const int lo = dot4(sb.w[3], x0.w, dot4(sb.w[2], x0.z, dot4(sb.w[1], x0.y, dot4(sb.w[0], x0.x, 0))));
+      const int hi = dot4(sb.w[7], x1.w, dot4(sb.w[6], x1.z, dot4(sb.w[5], x1.y, dot4(sb.w[4], x1.x, 0))));
+      const float2 ds = xds[c * n_sub + i];
+      acc[c] += ds.x * (sb.a0 * float(lo) + sb.a1 * float(hi)) + sb.bias * ds.y;
     }
   }
 }
