@@ -12,3 +12,18 @@ if [ -n "$deb" ] && ! pkg-config --exists libpcre2-8 2>/dev/null; then
   export PKG_CONFIG_PATH=$lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
   pkg-config --cflags --libs libpcre2-8
 fi
+# cpp-httplib (tandem serve): the image has none; carry Debian's libcpp-httplib-dev and libcpp-httplib0.11
+# (`apt-get download libcpp-httplib-dev libcpp-httplib0.11`). Its runtime needs libssl3, libbrotli1 and zlib,
+# which Ubuntu 24.04 has; its header needs the OpenSSL headers (without them: the serve stub). TANDEM_EXTRA_CMAKE tells run_all.sh's configure where it is.
+hdev=$(ls .debs/libcpp-httplib-dev_*.deb 2>/dev/null | head -1)
+hlib=$(ls .debs/libcpp-httplib0*.deb 2>/dev/null | head -1)
+if [ -n "$hdev" ] && [ -n "$hlib" ] && [ ! -f /usr/include/httplib.h ] && [ -f /usr/include/openssl/ssl.h ]; then
+  mkdir -p /tmp/httplib && dpkg -x "$hdev" /tmp/httplib && dpkg -x "$hlib" /tmp/httplib
+  hl=/tmp/httplib/usr/lib/x86_64-linux-gnu
+  so=$(ls "$hl"/libcpp-httplib.so.* | head -1)
+  ln -sf "$so" "$hl/libcpp-httplib.so"
+  sed -i "s|^prefix=.*|prefix=/tmp/httplib/usr|" "$hl/pkgconfig/cpp-httplib.pc" 2>/dev/null
+  export PKG_CONFIG_PATH=$hl/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+  export LD_LIBRARY_PATH=$hl${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export TANDEM_EXTRA_CMAKE="-DTANDEM_HTTPLIB_INCLUDE=/tmp/httplib/usr/include -DTANDEM_HTTPLIB_LIB=$hl/libcpp-httplib.so"
+fi

@@ -15,6 +15,7 @@ targets=("$@")
 ((${#targets[@]})) || targets=(fuzz_gguf fuzz_tokenizer fuzz_safetensors fuzz_hf_json fuzz_model_loader fuzz_cli_flags)
 
 mkdir -p "$build"
+build=$(cd "$build" && pwd)  # absolute: each fuzzer runs from its scratch directory
 if [ ! -f "$build/build.ninja" ]; then
   CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DTANDEM_CUDA=OFF -DTANDEM_MPI=OFF \
     -DTANDEM_FUZZ_SMOKE=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$build/fuzz-configure.log" 2>&1 ||

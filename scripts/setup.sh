@@ -28,3 +28,12 @@ clang_major=$(clang --version | sed -n 's/.*clang version \([0-9]*\).*/\1/p' | h
 if [[ -n "$clang_major" ]] && apt-cache show "libclang-rt-$clang_major-dev" >/dev/null 2>&1; then
   install_missing "libclang-rt-$clang_major-dev"
 fi
+# Node.js for the `tandem serve` client test (tests/node, ctest serve_node_client): node from the distribution
+# when it is missing, then the openai npm package into tests/node/node_modules. The npm step is best effort:
+# without network the test falls back to fetch, and without node it is skipped with a message.
+command -v node >/dev/null 2>&1 || install_missing nodejs
+command -v npm >/dev/null 2>&1 || install_missing npm
+if command -v npm >/dev/null 2>&1; then
+  (cd "$(dirname "$0")/../tests/node" && npm ci --no-audit --no-fund --loglevel=error) ||
+    echo "setup.sh: 'npm ci' in tests/node failed (no network?): the Node.js client test will use fetch" >&2
+fi

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <set>
 
+#include "convert/gemma4_config.h"
 #include "convert/gemma4_layer_plan.h"
 #include "convert/hf_to_gguf.h"
 #include "gguf/gguf.h"
@@ -352,6 +353,25 @@ TEST(ConvertGemma4, E2bPerLayerInputsKvSharingDoubleWideMlp) {
   EXPECT_EQ(dims(f.find_tensor("per_layer_token_embd.weight")), (std::vector<int64_t>{64, 261}));
   EXPECT_EQ(dims(f.find_tensor("blk.3.ffn_down.weight")), (std::vector<int64_t>{192, 64}));
   expect_tensors(f, g, src, DType::F32);
+}
+
+// transformers 5.17 writes the full-attention layers' head_dim / KV heads in per_layer_config (the H200 run of
+// gemma4_parity.py: convert refused its MoE checkpoints with "config.json implies [64, 64]").
+TEST(ConvertGemma4, PerLayerConfigGivesTheGlobalLayersHeadDim) {
+  json text = {{"head_dim", 16},
+               {"num_key_value_heads", 2},
+               {"per_layer_config", {{"2", {{"head_dim", 32}, {"num_key_value_heads", 1}}}, {"3", {{"head_dim", 32}}}}}};
+  fold_per_layer_config(text, "config.json");
+  EXPECT_EQ(text["global_head_dim"], 32);
+  EXPECT_EQ(text["num_global_key_value_heads"], 1);
+  EXPECT_FALSE(text.contains("per_layer_config"));
+  json bad = {{"per_layer_config", {{"2", {{"head_dim", 32}}}, {"3", {{"head_dim", 64}}}}}};
+  try {
+    fold_per_layer_config(bad, "config.json");
+    ADD_FAILURE() << "layers with different head_dim accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("different head_dim"), std::string::npos) << e.what();
+  }
 }
 
 TEST(ConvertGemma4, BadConfigsNameTheKey) {

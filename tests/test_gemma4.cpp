@@ -3,7 +3,8 @@
 // layer without attn_v (V = raw K); per-layer feed-forward widths; layer_output_scale; tied head; final
 // logit softcap) is run through Session and compared with a double-precision reference forward written here
 // from GGUF-ARCH-FACTS C.3/C.4/C.6, independent of Ops; the layer and tensor splits over cpu:0,cpu:1 give the
-// single-device logits; a MoE or E2B-style file is a clear error (not supported yet).
+// single-device logits. E2B/E4B per-layer inputs and KV sharing (C.7) are tested the same way below, the
+// mixture-of-experts layers (C.5) in tests/test_gemma4_moe.cpp.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -100,29 +101,92 @@ TEST(Gemma4, LayerTensorAndRowSplitsOverTwoCpuRanksGiveTheSingleDeviceLogits) {
   }
 }
 
-TEST(Gemma4, MoeAndPerLayerInputFilesAreClearErrors) {
+// E2B/E4B (C.7): per-layer inputs (a per-layer token embedding mixed with a projection of the layer-0 input,
+// added by every layer through its gate and projection) and KV sharing (the last layer reads layer 1's cache
+// and has no K/V weights) against the double reference; the tensor and row splits give the single-device
+// logits; a layer split and a sharing layer whose source is of another kind are clear errors.
+G4Config e2b_config() {
+  G4Config c;
+  c.n_embd_pl = 8;
+  c.n_shared_kv = 1;  // layer 3 (sliding) reads layer 1 (sliding)
+  c.n_kv_global = 2;
+  c.softcap = 10.0f;
+  return c;
+}
+
+TEST(Gemma4, PerLayerInputsAndKvSharingMatchTheDoubleReference) {
+  for (int variant = 0; variant < 3; ++variant) {
+    G4Config c = e2b_config();
+    if (variant == 1) c.n_shared_kv = 0;  // per-layer inputs only
+    if (variant == 2) c.n_embd_pl = 0;    // KV sharing only
+    SCOPED_TRACE("variant " + std::to_string(variant));
+    const G4Model m = make_g4(c, 31);
+    TempFile f("e2b");
+    write_g4(m, f.path);
+    const std::vector<int32_t> p = prompt_of(c.n_vocab);
+    const G4Run r = run(load(f.path.string()), p);
+    EXPECT_LE(row_error(r.prompt, reference_logits(m, p)), 1e-4);
+    std::vector<int32_t> seq = p;
+    seq.insert(seq.end(), r.tokens.begin(), r.tokens.end() - 1);
+    const std::vector<Vec> ref_all = reference_logits(m, seq);
+    EXPECT_LE(row_error(r.steps, std::vector<Vec>(ref_all.end() - 5, ref_all.end())), 1e-4);
+    // The reference depends on both features.
+    G4Model other = m;
+    if (c.n_embd_pl > 0) {
+      other.w.at("per_layer_proj_norm.weight")[0] += 1.0f;
+    } else {
+      other.c.n_shared_kv = 0;  // layer 3 would need its own K/V: give it layer 1's weights
+      for (const char* n : {"attn_k.weight", "attn_v.weight", "attn_k_norm.weight"}) {
+        other.w[bn(3, n)] = m.w.at(bn(1, n));
+        other.ne[bn(3, n)] = m.ne.at(bn(1, n));
+      }
+      for (float& v : other.w[bn(3, "attn_k.weight")]) v *= -1.0f;
+    }
+    EXPECT_GT(row_error(r.prompt, reference_logits(other, p)), 1e-3);
+  }
+}
+
+TEST(Gemma4, PerLayerInputsAndKvSharingSplitByTensorAndRow) {
+  const G4Model m = make_g4(e2b_config(), 33);
+  TempFile f("e2b_split");
+  write_g4(m, f.path);
+  const std::vector<int32_t> p = prompt_of(m.c.n_vocab);
+  const G4Run single = run(load(f.path.string()), p);
+  for (const char* mode : {"tensor", "row"}) {
+    SCOPED_TRACE(mode);
+    const G4Run split = run(load(f.path.string(), mode, "cpu:0,cpu:1"), p);
+    EXPECT_LE(row_error(split.prompt, as_double(single.prompt)), 1e-5);
+    EXPECT_LE(row_error(split.steps, as_double(single.steps)), 1e-5);
+    EXPECT_EQ(split.tokens, single.tokens);
+  }
+  try {
+    load(f.path.string(), "layer", "cpu:0,cpu:1");
+    FAIL() << "a per-layer-input model was split by layer";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("cannot be split by layer"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Gemma4, KvSharingWithASourceOfAnotherKindIsAnError) {
   G4Config c;
   const G4Model m = make_g4(c, 7);
-  {
-    TempFile f("moe");
-    write_g4(m, f.path, {{"gemma4.expert_count", Value::u32(4)}},
-             {{"blk.0.ffn_gate_inp.weight", {c.n_embd, 4}}});
-    try {
-      load(f.path.string());
-      FAIL() << "a MoE gemma4 file loaded";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("mixture-of-experts"), std::string::npos) << e.what();
-    }
+  TempFile f("e2b_bad");
+  // Two shared layers: layer 2 (global) would read layer 1 (sliding).
+  write_g4(m, f.path, {{"gemma4.attention.shared_kv_layers", Value::u32(2)}});
+  try {
+    load(f.path.string());
+    FAIL() << "a KV-sharing layer read a cache of another kind";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("shares the K/V of layer 1"), std::string::npos) << e.what();
   }
-  {
-    TempFile f("e2b");
-    write_g4(m, f.path, {{"gemma4.embedding_length_per_layer_input", Value::u32(8)}});
-    try {
-      load(f.path.string());
-      FAIL() << "an E2B-style gemma4 file loaded";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("per-layer inputs"), std::string::npos) << e.what();
-    }
+  TempFile g("e2b_missing");
+  write_g4(m, g.path, {{"gemma4.embedding_length_per_layer_input", Value::u32(8)}});
+  try {
+    load(g.path.string());
+    FAIL() << "a per-layer-input model without its tensors loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("missing tensor per_layer_token_embd.weight"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -1,7 +1,8 @@
 // gemma4 against transformers' own numbers in CI: tests/data/models/gemma4_tiny.gguf and .json are written by
 // tests/reference/gemma4_parity.py (scripts/device/gemma4.sh, $OUT/fixtures) on the GPU machine: a random
 // Gemma4ForCausalLM, its GGUF, transformers' float32 logits of every prompt row and its greedy continuation.
-// Until they are committed the test skips, saying so.
+// gemma4_moe_tiny.* is the same for a mixture-of-experts model (C.5). Until they are committed the tests
+// skip, saying so.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,12 +22,15 @@ namespace {
 
 namespace fs = std::filesystem;
 
-TEST(Gemma4HfFixture, LogitsAndGreedyTokensMatchTransformers) {
+class Gemma4HfFixture : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(Gemma4HfFixture, LogitsAndGreedyTokensMatchTransformers) {
+  const std::string name = GetParam();
   const fs::path dir = fs::path(TANDEM_SOURCE_DIR) / "tests" / "data" / "models";
-  const fs::path gguf = dir / "gemma4_tiny.gguf", ref = dir / "gemma4_tiny.json";
+  const fs::path gguf = dir / (name + ".gguf"), ref = dir / (name + ".json");
   if (!fs::exists(gguf) || !fs::exists(ref))
-    GTEST_SKIP()
-        << "no gemma4 fixture yet: run scripts/device/gemma4.sh and commit $OUT/fixtures/gemma4_tiny.*";
+    GTEST_SKIP() << "no " << name << " fixture yet: run scripts/device/gemma4.sh and commit $OUT/fixtures/"
+                 << name << ".*";
   std::ifstream in(ref);
   const nlohmann::json j = nlohmann::json::parse(in);
   const std::vector<int32_t> prompt = j.at("prompt").get<std::vector<int32_t>>();
@@ -68,6 +72,11 @@ TEST(Gemma4HfFixture, LogitsAndGreedyTokensMatchTransformers) {
   }
   EXPECT_EQ(out, greedy);
 }
+
+INSTANTIATE_TEST_SUITE_P(Models, Gemma4HfFixture, ::testing::Values("gemma4_tiny", "gemma4_moe_tiny"),
+                         [](const ::testing::TestParamInfo<const char*>& i) {
+                           return std::string(i.param) == "gemma4_tiny" ? "Dense" : "Moe";
+                         });
 
 }  // namespace
 }  // namespace tandem

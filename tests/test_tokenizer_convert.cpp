@@ -344,5 +344,23 @@ TEST(TokenizerLoadErrors, ByteTokenThatIsNotAByte) {
   expect_error([&] { load_written(dir, w); }, "has type byte but is not <0xXX>");
 }
 
+// Found by fuzz_hf_json: a field of the wrong JSON type escaped as the JSON library's exception (abort), and a
+// deeply nested pre_tokenizer Sequence was copied at every level until memory ran out.
+TEST(TokenizerConvertErrors, WrongJsonShapesAndDeepNesting) {
+  TempDir dir;
+  gguf::GgufWriter w;
+  write_file(dir.path() / "tokenizer.json",
+             R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},)"
+             R"("pre_tokenizer":{"type":"Split","pattern":{"Regex":5}}})");
+  expect_error([&] { convert::add_tokenizer_metadata(dir.path(), w); }, "unexpected JSON shape");
+  std::string deep = R"({"model":{"type":"BPE","vocab":{"a":0},"merges":[]},"pre_tokenizer":)";
+  for (int i = 0; i < 3000; ++i) deep += R"({"type":"Sequence","pretokenizers":[)";
+  deep += "{}";
+  for (int i = 0; i < 3000; ++i) deep += "]}";
+  deep += "}";
+  write_file(dir.path() / "tokenizer.json", deep);
+  expect_error([&] { convert::add_tokenizer_metadata(dir.path(), w); }, "nested more than 64 levels deep");
+}
+
 }  // namespace
 }  // namespace tandem::tokenizer_test

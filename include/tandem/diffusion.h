@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -24,6 +25,7 @@
 namespace tandem {
 
 class Model;
+class Device;
 
 enum class Toggle { Auto, On, Off };
 
@@ -37,6 +39,10 @@ struct EbParams {
   float confidence_threshold = 0.005f;
   uint32_t seed = 0;
 };
+
+// Throws Error naming the field when a parameter is out of range (max_steps >= 1, 0 <= t_min < t_max finite,
+// entropy_bound > 0, stability_threshold >= 0, confidence_threshold > 0).
+void check_eb_params(const EbParams& p);
 
 // What a canvas model's GGUF says (D.1): canvas_length (required), mask token, the sampler defaults it
 // stores (absent keys leave EbParams' defaults), shift_logits.
@@ -53,6 +59,7 @@ struct CanvasOptions {
   Toggle gpu_sampling = Toggle::Auto;  // self-conditioning buffers on the device (Auto: on when on a GPU)
   bool self_conditioning = true;       // SC at all (needs the self_cond_* tensors)
   int32_t max_prompt = 2048;           // prompt positions the session holds (+ canvas_length)
+  KvType kv_type = KvType::F32;        // the prompt-KV store's precision (F32 as the reference keeps it)
 };
 
 // One canvas model driven step by step. Not thread-safe; one block at a time.
@@ -69,6 +76,12 @@ class CanvasSource {
   virtual const Tensor& forward(std::span<const int32_t> canvas, bool use_sc, float sc_temp_inv) = 0;
   // One line saying which paths run (kv cache on/off, SC device/host/off), for the log.
   virtual std::string describe() const = 0;
+  // (sampler side, added) The Device that holds forward()'s logits when they are not host memory; nullptr
+  // when they are on the host. forward() returns with the logits ordered before any work the caller then
+  // enqueues on that device's default_stream(). The sampler reduces them there (Ops::diffusion_sample_rows)
+  // or copies them to the host. GPU logits with no Device named here are read after a device-wide
+  // synchronize (slow; one log line).
+  virtual Device* logits_device() const { return nullptr; }
 };
 
 // Reads a canvas model's CanvasModelInfo (throws Error when the model is not a canvas model).
@@ -76,5 +89,73 @@ CanvasModelInfo canvas_model_info(const Model& model);
 
 // A CanvasSource over a loaded diffusion-gemma model (any device or split the model was loaded with).
 std::unique_ptr<CanvasSource> make_canvas_source(std::shared_ptr<Model> model, const CanvasOptions& options);
+
+// ---- the sampler side: the EB loop (D.6) and the multi-block driver (D.7), src/diffusion/ ----------------
+
+// What one denoising step decided, for progress lines, --visual and tests. The spans are valid during the
+// callback only.
+struct DiffusionStep {
+  int32_t block = 0;      // block index
+  int32_t step = 0;       // 0-based step of the block (step_idx of D.6)
+  int32_t max_steps = 0;  // EbParams::max_steps
+  float temperature = 0;
+  int32_t n_accepted = 0;
+  double mean_entropy = 0;
+  bool stable = false, confident = false;  // the stop rule's two halves (stop = both)
+  bool device_reduce = false;              // the per-row reduction ran on the logits' device
+  std::span<const int32_t> canvas;         // this step's input canvas
+  std::span<const int32_t> argmax;         // the display canvas: argmax per position
+  std::span<const float> entropy;          // per position, of softmax(logits / t)
+  std::span<const int32_t> sampled;        // per position, the inverse-CDF sample at u
+  std::span<const float> u;                // the step's draws (D.6 e), for traces and reference checks
+  std::span<const int32_t> renoise;
+  std::span<const uint8_t> accepted;     // 1 where the position took its sample
+  std::span<const int32_t> next_canvas;  // the input of the next step (accepted samples + renoise)
+  int32_t held = 0;                      // the stability counter after this step
+};
+// Called after every step; returning false stops the block's loop (its display canvas is kept).
+using DiffusionStepCallback = std::function<bool(const DiffusionStep&)>;
+
+struct DiffusionParams {
+  EbParams eb{};
+  int32_t n_predict = 256;  // tokens wanted: blocks = ceil(n_predict / canvas_length)
+  int32_t n_blocks = 0;     // > 0: exactly this many blocks at most (--diffusion-blocks)
+  // The per-row reduction on the logits' device (D.8): Auto = when the logits are on a GPU; On = whenever the
+  // source names a logits device (a one-line note and the host path otherwise); Off = on the host.
+  Toggle gpu_sample_reduce = Toggle::Auto;
+  std::vector<int32_t> eog_ids;  // a block is cut at the first of these
+  int32_t repeat_run = 6;        // a block is cut where a unit of 1 or 2 tokens repeats this often (0 = off)
+  // > 0: the longest prefix (prompt + kept blocks) a block may start over (CanvasOptions::max_prompt of the
+  // source). A longer prompt is an Error; a later block that would exceed it ends the response (D.7).
+  int32_t max_prefix = 0;
+  std::function<void(const std::string&)> log;  // one-line notes (soft fallbacks); null: stderr
+};
+
+struct DiffusionBlockStats {
+  int32_t steps = 0;           // denoising steps run
+  bool converged = false;      // the stop rule ended it (not max_steps or the callback)
+  int32_t kept = 0;            // tokens appended to the response
+  bool trimmed = false;        // cut before canvas_length (EOG or a loop): the last block
+  double begin_seconds = 0;    // begin_block (PREFILL)
+  double denoise_seconds = 0;  // all steps (forward + reduction + decisions)
+};
+
+struct DiffusionResult {
+  std::vector<int32_t> tokens;  // the response (trimmed blocks, in order)
+  std::vector<DiffusionBlockStats> blocks;
+  int32_t total_steps = 0;
+  bool device_reduce = false;  // at least one step reduced on the device
+};
+
+// Runs blocks over prompt (already chat-formatted and tokenized): each block begins over prefix = prompt +
+// the blocks kept so far, runs the EB loop with the same seed, is cut at the first EOG token or a loop, and
+// ends the response when cut. Throws Error for bad parameters or a source that breaks its contract.
+DiffusionResult diffuse(CanvasSource& source, std::span<const int32_t> prompt, const DiffusionParams& params,
+                        const DiffusionStepCallback& on_step = {});
+
+// The length of canvas that is kept (D.7): up to the first EOG token, and up to the first unit of 1 or 2
+// tokens that repeats repeat_run times in a row (one copy of the unit is kept). repeat_run 0: no loop cut.
+size_t diffusion_keep_length(std::span<const int32_t> canvas, std::span<const int32_t> eog_ids,
+                             int32_t repeat_run);
 
 }  // namespace tandem

@@ -49,6 +49,12 @@ struct SessionParams {
   int32_t explicit_mask_cols = 0;
   // Sliding-window layers keep every position instead of their window (for tests and debugging).
   bool keep_full_kv = false;
+  // Every row's outputs (logits, K/V, taps) are bit-identical to decoding that row alone: the backends run
+  // their per-row kernels (matrix-vector products, split-K attention) for every batch size. Speculative
+  // decoding's target needs this for greedy output token-identical to plain decoding on CUDA (its verify
+  // batches would otherwise use GEMM kernels whose rounding differs from the one-row path); it costs
+  // throughput on large batches (a long prompt's prefill). The CPU kernels are batch-invariant anyway.
+  bool batch_invariant = false;
 };
 
 // Where taps go: row r, tap k at data + r * row_stride + k * tap_stride, n_embd floats (F32) each. `device`
@@ -62,6 +68,9 @@ struct TapDestination {
   // The consumer's "read" event (optional): a decode waits for it, on the device, before it overwrites the
   // taps. The consumer records it after it has read them.
   Event* read = nullptr;
+  // Rows the destination holds (> 0: a decode of a larger batch is refused before anything runs); 0 = the
+  // caller guarantees room for every batch.
+  int64_t n_rows = 0;
 };
 
 // Threading: a session is used from one thread at a time. Sessions of one model (split or not) share its

@@ -7,6 +7,10 @@
 //   tandem::SpeculativeDecoder spec(ts, drafter, {.draft_max = 8});
 //   auto out = spec.generate({prompt_ids}, 64, {sampling}, eos_ids);  // one token list per prompt
 //
+// DFlash instead: load the dflash file with ModelParams::share_weights_from = target (it borrows token_embd
+// and output), then DflashDrafter drafter(ds, ts). Give the target session batch_invariant = true for greedy
+// output bit-identical to plain decoding on GPUs (session.h).
+//
 // Acceptance is lossless: at temperature <= 0 a draft token is kept when it equals the target's greedy pick
 // (the output is token-identical to plain greedy decoding); at temperature > 0 a draft token d drawn from the
 // drafter's distribution q is kept with probability min(1, p(d) / q(d)), where p is the target sampler's
@@ -43,6 +47,11 @@ struct SpeculativeStats {
   int64_t emitted = 0;   // tokens emitted (accepted + one target token per cycle, less any cut by a stop)
   std::vector<int64_t> tried_at;     // [i]: cycles whose draft had a token at position i
   std::vector<int64_t> accepted_at;  // [i]: of those, cycles that kept it
+  // Wall time in the drafter (draft(), which also waits for the feature injection of the last verify) and in
+  // verification (the target's decode, the drafter's target_decoded, acceptance), per generate() loop: both
+  // end at a point where the host has read results anyway, so measuring adds no synchronization.
+  double draft_seconds = 0;
+  double verify_seconds = 0;
   // Tokens per verify pass: (accepted + cycles) / cycles; the speedup bound of the drafter.
   double mean_accepted_length() const;
   double acceptance_rate() const;  // accepted / drafted
@@ -70,6 +79,13 @@ class Drafter {
                      std::vector<Draft>& out) = 0;
   // Forget a sequence (its cache rows).
   virtual void reset(int32_t seq) = 0;
+  // Called by SpeculativeDecoder after every decode of the target (the prefill, each verify batch), with
+  // that batch, before the next draft(): a DFlash drafter reads the target features of its rows here. The
+  // default does nothing.
+  virtual void target_decoded(const Batch& batch) { (void)batch; }
+  // The most rows a target batch may have for this drafter (its feature buffer), 0 = any: the decoder feeds
+  // the prefill in batches of at most this many rows and refuses a longer verify batch.
+  virtual int32_t max_target_rows() const { return 0; }
 };
 
 // Classic speculation: a smaller model with the target's vocabulary drafts token by token (all sequences in
@@ -88,6 +104,49 @@ class DraftModelDrafter final : public Drafter {
   Session& session_;
   std::vector<std::vector<int32_t>> cached_;  // per sequence id: the tokens whose K/V the draft cache holds
   std::vector<std::unique_ptr<Sampler>> samplers_;  // per sequence id: the draft sampler (no penalties)
+};
+
+// DFlash (GGUF-ARCH-FACTS E.4): a block-diffusion drafter (a `dflash` model) that reads the target's hidden
+// states at its target layers and drafts a whole block [last, mask x n] in one forward pass.
+//
+// Features: the target's taps write the inputs of the drafter's target layers, per batch row, into one
+// buffer {n_taps * n_embd, target n_batch} on the drafter's device ([tap 0 | tap 1 | ...] per row); after
+// each target decode the drafter injects K/V from the rows of that buffer (its batch names them by row
+// index: EmbeddingSource), ordered by the target's "written" event and its own "read" event; the features
+// never cross to the host. The host path (taps copied to host memory, rows reordered there, uploaded as
+// batch embeddings) runs instead when the buffer cannot be allocated, when the drafter's device is not one
+// the target's layers can write to, when the target layers are not ascending, or when the environment has
+// TANDEM_DFLASH_DEVICE_FEATURES=0 (one log line says which path runs).
+struct DflashDrafterParams {
+  // -1: from the environment (TANDEM_DFLASH_DEVICE_FEATURES=0 turns the device path off); 0: host; 1:
+  // device when possible.
+  int device_features = -1;
+  bool log = true;  // the one line on stderr saying which feature path runs
+};
+
+class DflashDrafter final : public Drafter {
+ public:
+  // draft: a session of the dflash model (its n_batch must hold a draft block of every sequence); target:
+  // the target's session, whose taps the drafter sets (and keeps until it is destroyed). Throws Error when
+  // the drafter's hidden size differs from the target's, a target layer is out of the target's range, or
+  // the mask token is not in the vocabulary.
+  DflashDrafter(Session& draft, Session& target, const DflashDrafterParams& params = {});
+  ~DflashDrafter() override;
+  void draft(std::span<const int32_t> seqs, std::span<const std::vector<int32_t>* const> history,
+             std::span<const int32_t> n_max, std::span<const SamplingParams> sampling, float p_min,
+             std::vector<Draft>& out) override;
+  void reset(int32_t seq) override;
+  void target_decoded(const Batch& batch) override;
+  int32_t max_target_rows() const override;
+
+  bool device_features() const;  // which path runs
+  int32_t block_size() const;
+  const std::vector<int32_t>& target_layers() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
 };
 
 class SpeculativeDecoder {

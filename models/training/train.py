@@ -45,11 +45,7 @@ except ImportError:
     transformers = None
 
 RECORD_SEP = "\n\x1e\n"
-EOT = "<|endoftext|>"
-# Qwen2 / Qwen3 pre-tokenizer: contractions, letter runs with one leading non-letter, single digits,
-# punctuation runs, newlines, spaces. (tokenizer.ggml.pre = "qwen2")
-QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
-                 r"\s*[\r\n]+|\s+(?!\S)|\s+")
+from hf_tokenizer_layout import EOT, QWEN2_PATTERN, tokenizer_json  # noqa: E402
 
 MAIN = dict(hidden=512, layers=8, heads=8, kv_heads=4, head_dim=64, intermediate=1280)
 DRAFT = dict(hidden=256, layers=4, heads=4, kv_heads=2, head_dim=64, intermediate=768)
@@ -111,21 +107,7 @@ class ByteTokenizer:
         return len(self.vocab)
 
     def save(self, path):
-        doc = {
-            "version": "1.0", "truncation": None, "padding": None,
-            "added_tokens": [{"id": 0, "content": EOT, "single_word": False, "lstrip": False, "rstrip": False,
-                              "normalized": False, "special": True}],
-            "normalizer": {"type": "NFC"},
-            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-                {"type": "Split", "pattern": {"Regex": QWEN2_PATTERN}, "behavior": "Isolated", "invert": False},
-                {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]},
-            "post_processor": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False,
-                               "use_regex": False},
-            "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
-            "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
-                      "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": False,
-                      "ignore_merges": False, "vocab": self.vocab, "merges": []},
-        }
+        doc = tokenizer_json(self.vocab, [], [0])
         with open(path, "w", encoding="utf-8") as f:
             json.dump(doc, f, ensure_ascii=False, indent=1)
 

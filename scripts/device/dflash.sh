@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
-# Speculative decoding on the H200 (issue 18). Run from the repo root after build-gpu/ is built.
-# env: BIN=build-gpu/bin, OUT=<results dir>. Budget: about 60 s.
-#  1. tests/gpu/test_gpu_dflash.cpp: greedy speculative == plain greedy on cuda:0 (shipped small model +
-#     shipped draft model, 4 sequences, draft-max 1/4/8), sampled run with rejections.
-#  2. `tandem generate --draft` on cuda: ids equal plain generate's.
-#  3. `tandem bench --draft` on cuda:0, draft-max 2/4/8: AR vs speculative tokens/s, speedup, acceptance.
-# (The DFlash drafter itself is not built yet: no DFlash parity or device-feature bench here.)
+# Speculative decoding on the H200 (issue 18). Run from the repo root after build-gpu/ is built
+# (run_all.sh does both): TOPICS="dflash:300" bash scripts/device/run_all.sh
+# env: BIN=build-gpu/bin, TESTS=build-gpu/tests, OUT=<results dir>. Budget: 300 s (about 40 s of tests and
+# parity, up to 150 s of drafter training when models/ has no trained DFlash drafter, the rest benches).
+#  1. tests/gpu/test_gpu_dflash.cpp: SpecGpu.* (draft model: greedy == plain greedy, batch-invariant target)
+#     and DflashGpu.* (device-feature path bit-identical to the host path; greedy DFlash == plain greedy).
+#  2. tests/reference/dflash_parity.py: tandem's dflash forward vs the PyTorch reimplementation of z-lab's
+#     drafter, random weights, same features: max rel error < 1e-3 (cuda and cpu).
+#  3. models/training/train_dflash.py (only when models/tandem-small-dflash-q8_0.gguf is absent): trains the
+#     small drafter on the target's own greedy text; the file comes back in $OUT/train/.
+#  4. `tandem generate --draft DFLASH` on cuda: ids equal plain generate's; acceptance printed.
+#  5. `tandem bench --draft` (draft model and DFlash) on cuda:0: AR vs speculative tokens/s, speedup,
+#     acceptance, draft / verify pass time per cycle; DFlash with device features vs the host path.
+# The Qwen3-8B-shape random-weight bench is scripts/device/dflash_8b.sh (its own budget: it makes the model).
 set -u
 BIN=${BIN:-build-gpu/bin}
 OUT=${OUT:-out/dflash}
@@ -14,33 +21,64 @@ mkdir -p "$OUT"
 fail=0
 M=models/tandem-small-q8_0.gguf
 D=models/tandem-draft-q8_0.gguf
+F=models/tandem-small-dflash-q8_0.gguf
+t_start=$SECONDS
 
-if timeout 120 "$TESTS/tandem_gpu_tests" --gtest_filter='SpecGpu*' > "$OUT/gpu_tests.txt" 2>&1 \
-  && ! grep -q "SKIPPED" "$OUT/gpu_tests.txt"; then
-  echo "PASS gpu tests SpecGpu.*"
+if timeout 120 "$TESTS/tandem_gpu_tests" --gtest_filter='SpecGpu*:DflashGpu*' > "$OUT/gpu_tests.txt" 2>&1 \
+  && ! grep -q "SKIPPED.*no CUDA" "$OUT/gpu_tests.txt"; then
+  echo "PASS gpu tests SpecGpu.* DflashGpu.*"
 else
-  echo "FAIL gpu tests SpecGpu.* (see $OUT/gpu_tests.txt)"; fail=1
+  echo "FAIL gpu tests SpecGpu.* DflashGpu.* (see $OUT/gpu_tests.txt)"; fail=1
+  grep -E "^\[  FAILED|Failure|Expected|Which is" "$OUT/gpu_tests.txt" | head -20
 fi
-grep "cuda draft_max" "$OUT/gpu_tests.txt" || true
+grep -E "cuda (dflash )?draft_max|cuda shipped dflash|dflash:" "$OUT/gpu_tests.txt" | head -20 || true
+
+if timeout 60 python3 tests/reference/dflash_parity.py --tests "$TESTS/tandem_gpu_tests" --work /tmp/dflash_parity \
+  > "$OUT/parity.txt" 2>&1; then
+  grep -E "^(PASS|FAIL)" "$OUT/parity.txt"
+else
+  grep -E "^(PASS|FAIL)" "$OUT/parity.txt" || tail -5 "$OUT/parity.txt"
+  echo "FAIL dflash parity (see $OUT/parity.txt)"; fail=1
+fi
+
+if [ ! -f "$F" ]; then
+  left=$((300 - (SECONDS - t_start) - 100))
+  [ $left -gt 150 ] && left=150
+  if [ $left -gt 40 ] && timeout $((left + 30)) python3 models/training/train_dflash.py --target $M --out "$OUT/train" \
+    --deadline-s $left > "$OUT/train_log.txt" 2>&1 && [ -f "$OUT/train/tandem-small-dflash-q8_0.gguf" ]; then
+    F="$OUT/train/tandem-small-dflash-q8_0.gguf"
+    echo "PASS trained the DFlash drafter ($(grep -o '"teacher_forced_mean_accepted_length": [0-9.]*' "$OUT/train_log.txt"))"
+  else
+    echo "FAIL training the DFlash drafter (see $OUT/train_log.txt)"; fail=1; tail -5 "$OUT/train_log.txt"
+  fi
+fi
 
 P='0,417,1210,4145;0,893'
 timeout 60 "$BIN/tandem" generate -m $M --prompt-ids "$P" -n 64 --temp 0 --ids --devices cuda:0 > "$OUT/plain_ids.txt" 2>/dev/null
-timeout 60 "$BIN/tandem" generate -m $M --prompt-ids "$P" -n 64 --temp 0 --ids --devices cuda:0 --draft $D --draft-max 4 \
-  > "$OUT/spec_ids.txt" 2> "$OUT/spec_stderr.txt"
-if [ -s "$OUT/plain_ids.txt" ] && cmp -s "$OUT/plain_ids.txt" "$OUT/spec_ids.txt"; then
-  echo "PASS generate --draft ids == plain ids (cuda)"
-else
-  echo "FAIL generate --draft ids differ from plain (see $OUT/*_ids.txt)"; fail=1
+if [ -f "$F" ]; then
+  timeout 60 "$BIN/tandem" generate -m $M --prompt-ids "$P" -n 64 --temp 0 --ids --devices cuda:0 --draft "$F" \
+    --draft-max 7 > "$OUT/dflash_ids.txt" 2> "$OUT/dflash_stderr.txt"
+  if [ -s "$OUT/plain_ids.txt" ] && cmp -s "$OUT/plain_ids.txt" "$OUT/dflash_ids.txt"; then
+    echo "PASS generate --draft DFLASH ids == plain ids (cuda); $(grep -o 'mean accepted length [0-9.]*' "$OUT/dflash_stderr.txt")"
+  else
+    echo "FAIL generate --draft DFLASH ids differ from plain (see $OUT/*_ids.txt, dflash_stderr.txt)"; fail=1
+  fi
 fi
 
-for n in 2 4 8; do
-  if timeout 60 "$BIN/tandem" bench -m $M --draft $D --draft-max $n -p 0 -n 128 -b 1 -r 3 --device cuda:0 \
-    > "$OUT/bench_draft_max_$n.md" 2>&1; then
-    echo "bench draft-max $n: $(grep 'speedup over AR' "$OUT/bench_draft_max_$n.md")"
+bench() {  # name, extra env, flags...
+  local name=$1 envs=$2; shift 2
+  if env $envs timeout 40 "$BIN/tandem" bench -m $M "$@" -p 0 -n 128 -b 1 -r 2 --device cuda:0 > "$OUT/bench_$name.md" 2>&1; then
+    echo "bench $name: $(grep 'speedup over AR' "$OUT/bench_$name.md"); $(grep 'per cycle:' "$OUT/bench_$name.md")"
   else
-    echo "FAIL bench --draft-max $n (see $OUT/bench_draft_max_$n.md)"; fail=1
+    echo "FAIL bench $name (see $OUT/bench_$name.md)"; fail=1
   fi
-done
+}
+bench draft_max_4 "" --draft $D --draft-max 4
+if [ -f "$F" ]; then
+  for n in 3 7; do bench "dflash_max_$n" "" --draft "$F" --draft-max $n; done
+  bench dflash_max_7_host "TANDEM_DFLASH_DEVICE_FEATURES=0" --draft "$F" --draft-max 7
+  grep "time per verify cycle" "$OUT/bench_dflash_max_7.md" "$OUT/bench_dflash_max_7_host.md" 2>/dev/null
+fi
 
 if [ $fail -eq 0 ]; then echo "dflash.sh: PASS"; else echo "dflash.sh: FAIL"; fi
 exit $fail

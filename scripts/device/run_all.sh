@@ -10,6 +10,7 @@
 # Carry: .debs (libpcre2-dev .deb: the image lacks PCRE2 headers; `apt-get download libpcre2-dev` here) and,
 # for the peer, .peer (llama.cpp.tar.gz).
 # usage (from the repo root): TOPICS="step_seam hardening gemma4:240" PEER=1 bash scripts/device/run_all.sh
+#   BG_TOPICS="train_diffusion:330" runs topics in the background from the start (see below).
 #   a topic may carry its budget in seconds after a colon (default 120).
 set -uo pipefail
 FINAL_OUT=${OUT:-/tmp/device_out}
@@ -39,10 +40,31 @@ if [ "${PEER:-0}" = 1 ] && [ -f .peer/llama.cpp.tar.gz ]; then
   export LLAMA_CPP_SRC=/tmp/llama.cpp LLAMA_CPP_BIN=/tmp/llama.cpp/build/bin
 fi
 
+# Background topics (BG_TOPICS="name:budget ..."): GPU work that needs no tandem build (training), started
+# before the build; every topic whose name has "bench" or "speed" in it waits for them (timings undisturbed).
+export FINAL_OUT  # topics may put large pieces (<= 16 MiB each) straight into the returned folder
+BG_PIDS=()
+for spec in ${BG_TOPICS:-}; do
+  topic=${spec%%:*}; budget=300
+  [ "$topic" != "$spec" ] && budget=${spec#*:}
+  mkdir -p "$WORK/$topic"
+  echo "=== $(date +%T) background topic $topic (budget ${budget}s)"
+  (OUT="$WORK/$topic" timeout --kill-after=10 "$budget" bash "scripts/device/$topic.sh" >"$WORK/$topic/stdout.log" 2>&1
+   echo "=== $(date +%T) background topic $topic rc=$?" >>"$WORK/$topic/stdout.log") &
+  BG_PIDS+=($!)
+done
+wait_background() {
+  if ((${#BG_PIDS[@]})); then
+    echo "=== $(date +%T) waiting for background topics"
+    wait "${BG_PIDS[@]}"; BG_PIDS=()
+    for spec in ${BG_TOPICS:-}; do tail -12 "$WORK/${spec%%:*}/stdout.log"; done
+  fi
+}
+
 # tandem: GCC 13 with warnings as errors (what CI uses), CUDA on, MPI off (the image's MPI is not checked).
 source bench/device_prep.sh >/dev/null
 t0=$SECONDS
-cmake -S . -B build-gpu -G Ninja -DTANDEM_CUDA=ON -DTANDEM_WERROR=ON -DTANDEM_MPI=OFF -DCMAKE_BUILD_TYPE=Release \
+cmake -S . -B build-gpu -G Ninja -DTANDEM_CUDA=ON -DTANDEM_WERROR=ON -DTANDEM_MPI=OFF -DCMAKE_BUILD_TYPE=Release ${TANDEM_EXTRA_CMAKE:-} \
   >"$WORK/build.log" 2>&1 && cmake --build build-gpu -j 12 >>"$WORK/build.log" 2>&1
 rc=$?
 echo "=== $(date +%T) tandem build (-Werror) rc=$rc in $((SECONDS - t0)) s"
@@ -54,7 +76,7 @@ if [ $rc -ne 0 ]; then  # keep the call useful: show the warnings, then build wi
 fi
 tail -15 "$WORK/build.log"
 pack
-[ $rc -ne 0 ] && exit 1
+[ $rc -ne 0 ] && { wait_background; pack; exit 1; }
 export BIN=build-gpu/bin
 cp build-gpu/tests/tandem_gpu_tests build-gpu/tests/tandem_tests build-gpu/bin/ 2>/dev/null
 
@@ -65,10 +87,33 @@ wait_peer() {
   fi
 }
 
+# PAR=1: the TOPICS run side by side (correctness topics on small models: the call ends when the slowest one
+# does, not after their sum). Timings taken in such a run are not comparable.
+run_topic() {  # topic budget
+  OUT="$WORK/$1" timeout --kill-after=10 "$2" bash "scripts/device/$1.sh" >"$WORK/$1/stdout.log" 2>&1
+  echo "=== $(date +%T) topic $1 rc=$?" >>"$WORK/$1/stdout.log"
+}
+if [ "${PAR:-0}" = 1 ]; then
+  pids=()
+  for spec in ${TOPICS:-}; do
+    topic=${spec%%:*}; budget=120
+    [ "$topic" != "$spec" ] && budget=${spec#*:}
+    mkdir -p "$WORK/$topic"
+    echo "=== $(date +%T) topic $topic started (budget ${budget}s, side by side)"
+    run_topic "$topic" "$budget" &
+    pids+=($!)
+  done
+  ((${#pids[@]})) && wait "${pids[@]}"
+  for spec in ${TOPICS:-}; do
+    echo "=== topic ${spec%%:*}: last lines"; tail -25 "$WORK/${spec%%:*}/stdout.log"
+  done
+  TOPICS="${SEQ_TOPICS:-}"  # then these, one after another (benches: undisturbed timings)
+fi
 for spec in ${TOPICS:-}; do
   topic=${spec%%:*}; budget=120
   [ "$topic" != "$spec" ] && budget=${spec#*:}
   [ "${topic#peer_}" != "$topic" ] || [ "$topic" = serve ] || [ "$topic" = gemma4 ] && wait_peer
+  case "$topic" in *bench*|*speed*) wait_background ;; esac
   mkdir -p "$WORK/$topic"
   echo "=== $(date +%T) topic $topic (budget ${budget}s)"
   t0=$SECONDS
@@ -79,5 +124,6 @@ for spec in ${TOPICS:-}; do
   pack
 done
 wait_peer
+wait_background
 pack
 echo "=== $(date +%T) done"

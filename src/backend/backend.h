@@ -213,12 +213,13 @@ struct SamplerParams {
 // CUDA backend throws Error instead (an allocation would break CUDA graph capture). Reserving again with
 // larger bounds grows; it never shrinks.
 struct WorkspacePlan {
-  int64_t max_rows = 1;       // largest T (rows of x in matmul, rows of any op)
-  int64_t max_matmul_in = 0;  // largest ne[0] of a matmul input
-  int64_t max_head_dim = 0;   // largest head_dim_k / head_dim_v of attention
-  int64_t max_n_head = 0;     // largest number of query heads of attention
-  int64_t max_seq_len = 0;    // largest cached length a row of attention sees
-  int64_t max_vocab = 0;      // largest ne[0] of sample_rows / diffusion_sample_rows logits
+  int64_t max_rows = 1;         // largest T (rows of x in matmul, rows of any op)
+  int64_t max_matmul_in = 0;    // largest ne[0] of a matmul input
+  int64_t max_head_dim = 0;     // largest head_dim_k / head_dim_v of attention
+  int64_t max_n_head = 0;       // largest number of query heads of attention
+  int64_t max_seq_len = 0;      // largest cached length a row of attention sees
+  int64_t max_vocab = 0;        // largest ne[0] of sample_rows / diffusion_sample_rows logits
+  int64_t max_routed_rows = 0;  // largest k * T of matmul_id (rows x selected experts)
 };
 
 // ---- the op table -----------------------------------------------------------------------------------------
@@ -229,6 +230,13 @@ class Ops {
 
   // Sizes the workspace for every shape within plan (see WorkspacePlan).
   virtual void reserve(const WorkspacePlan& plan) = 0;
+
+  // Batch-invariant mode (SessionParams::batch_invariant): while on, every row's result of matmul and
+  // attention is bit-identical to what a one-row call would give, whatever the other rows of the call are
+  // (a backend picks its per-row kernels for every row count). Speculative verification needs it: the
+  // target's n+1 verify rows must give exactly the logits that plain decoding gives row by row. The CPU
+  // kernels are batch-invariant already (the default does nothing).
+  virtual void set_batch_invariant(bool on) { (void)on; }
 
   // y[o, t] = sum_i W[i, o] * x[i, t].  W {in, out} of dtype F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K or Q6_K
   // (in a multiple of the block size; W rows may be strided by nb[1]); x F32 {in, T}; y F32 {out, T}.
@@ -303,6 +311,7 @@ class Ops {
   virtual void silu_mul(Stream& s, const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
   // out = gelu(gate) * up (GeGLU) with the tanh approximation
   // gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). gate, up, out F32 of the same shape.
+  // Both: elementwise, in place ok (out == gate or out == up).
   virtual void gelu_mul(Stream& s, const Tensor& gate, const Tensor& up, const Tensor& out) = 0;
 
   // out = a + b and out = a * b elementwise, F32. b has a's shape, or one row ({ne[0]}, broadcast over every
@@ -340,8 +349,28 @@ class Ops {
   virtual void diffusion_sample_rows(Stream& s, const Tensor& logits, float inv_temp, const Tensor& uniforms,
                                      const Tensor& argmax, const Tensor& entropy, const Tensor& sampled) = 0;
 
-  // Planned, to be added (additively) with the architectures that need them: matmul_id (MoE expert matmul
-  // over routed rows) and top_k_rows (router top-k) for gemma4 / diffusion-gemma MoE layers.
+  // ---- mixture of experts (gemma4 MoE, GGUF-ARCH-FACTS C.5) ----
+  // The router: per row t of logits F32 {n_expert, T}, p = softmax(logits[:, t]) (f32, max-subtracted);
+  // ids[:, t] = the k experts of highest p, best first (ties: the lower index); weights[j, t] = p[ids[j, t]]
+  // / max(sum_j p[ids[j, t]], 6.1035e-5) (renormalised over the selected experts), times expert_scale[ids[j,
+  // t]] when expert_scale (F32 {n_expert}, contiguous) is given. ids I32 {k, T} contiguous, weights F32 {k,
+  // T} contiguous, 1 <= k <= min(n_expert, kMaxMoeTopK). Runs on the device (no host round trip).
+  static constexpr int64_t kMaxMoeTopK = 32;
+  virtual void moe_route(Stream& s, const Tensor& logits, const Tensor* expert_scale, const Tensor& ids,
+                         const Tensor& weights) = 0;
+
+  // The expert matmul over routed rows: y[o, j, t] = sum_i W[i, o, e] * x[i, j', t] with e = ids[j, t] and
+  // j' = j (x {in, k, T}) or 0 (x {in, 1, T}: every selected expert reads the row's one input). W {in, out,
+  // n_expert} of any matmul dtype, rows contiguous, row stride nb[1] and expert stride nb[2] arbitrary (a
+  // view of a fused gate_up tensor, a tensor-split slice); ids I32 {k, T} contiguous with values in [0,
+  // n_expert) (checked on CPU); y F32 {out, k, T}. Only the selected experts' rows of W are read, in place
+  // (never dequantised as a whole); rows routed to one expert are multiplied together (one GEMM per expert
+  // over its rows). Quantized W: as matmul (x quantized to 8 bits per block on CPU; the same error bound).
+  virtual void matmul_id(Stream& s, const Tensor& W, const Tensor& x, const Tensor& ids, const Tensor& y) = 0;
+
+  // out[:, t] = sum_j weights[j, t] * y[:, j, t] (the weighted sum over a row's selected experts, j in
+  // order, f32). y F32 {n, k, T}; weights F32 {k, T} contiguous; out F32 {n, T}.
+  virtual void moe_combine(Stream& s, const Tensor& y, const Tensor& weights, const Tensor& out) = 0;
 };
 
 // ---- devices ----------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ class ForwardingOps : public Ops {
   explicit ForwardingOps(Ops& inner) : inner_(inner) {}
 
   void reserve(const WorkspacePlan& plan) override { inner_.reserve(plan); }
+  void set_batch_invariant(bool on) override { inner_.set_batch_invariant(on); }
   void matmul(Stream& s, const Tensor& W, const Tensor& x, const Tensor& y) override {
     inner_.matmul(s, W, x, y);
   }
@@ -66,6 +67,16 @@ class ForwardingOps : public Ops {
   void diffusion_sample_rows(Stream& s, const Tensor& logits, float inv_temp, const Tensor& u,
                              const Tensor& am, const Tensor& ent, const Tensor& sampled) override {
     inner_.diffusion_sample_rows(s, logits, inv_temp, u, am, ent, sampled);
+  }
+  void moe_route(Stream& s, const Tensor& logits, const Tensor* expert_scale, const Tensor& ids,
+                 const Tensor& weights) override {
+    inner_.moe_route(s, logits, expert_scale, ids, weights);
+  }
+  void matmul_id(Stream& s, const Tensor& W, const Tensor& x, const Tensor& ids, const Tensor& y) override {
+    inner_.matmul_id(s, W, x, ids, y);
+  }
+  void moe_combine(Stream& s, const Tensor& y, const Tensor& weights, const Tensor& out) override {
+    inner_.moe_combine(s, y, weights, out);
   }
 
  protected:

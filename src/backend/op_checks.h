@@ -20,3 +20,14 @@ void dims(const char* op, const char* name, const Tensor& t, int64_t ne0, int64_
           int64_t ne3 = 1);
 
 }  // namespace tandem::op_checks
+
+namespace tandem::op_checks {
+
+// The argument rules of the mixture-of-experts ops (backend.h), shared by every backend. They check shapes,
+// dtypes and devices, not the index values inside ids (the CPU ops check those while they run).
+void moe_route(const Tensor& logits, const Tensor* expert_scale, const Tensor& ids, const Tensor& weights,
+               DeviceId dev);
+void matmul_id(const Tensor& W, const Tensor& x, const Tensor& ids, const Tensor& y, DeviceId dev);
+void moe_combine(const Tensor& y, const Tensor& weights, const Tensor& out, DeviceId dev);
+
+}  // namespace tandem::op_checks

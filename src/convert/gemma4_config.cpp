@@ -46,6 +46,27 @@ bool is_gemma4_architecture(std::string_view a) {
   return a == "Gemma4ForCausalLM" || a == "Gemma4ForConditionalGeneration";
 }
 
+// transformers 5.17 saves the full-attention layers' head_dim / num_key_value_heads in "per_layer_config"
+// {"<layer>": {...}} instead of global_head_dim / num_global_key_value_heads: fold them into those fields.
+void fold_per_layer_config(nlohmann::json& text, const std::string& source) {
+  if (!text.contains("per_layer_config") || !text["per_layer_config"].is_object()) return;
+  for (const auto& item : text["per_layer_config"].items()) {
+    const std::string key = item.key();
+    const nlohmann::json& o = item.value();  // a plain reference: clang 14 cannot capture structured bindings
+    check(o.is_object(), source + ": per_layer_config[\"" + key + "\"] must be an object");
+    auto take = [&](const char* field, const char* as) {
+      if (!o.contains(field) || o[field].is_null()) return;
+      check(!text.contains(as) || text[as].is_null() || text[as] == o[field],
+            source + ": per_layer_config gives layers different " + field +
+                " values; tandem supports one value for all full-attention layers");
+      text[as] = o[field];
+    };
+    take("head_dim", "global_head_dim");
+    take("num_key_value_heads", "num_global_key_value_heads");
+  }
+  text.erase("per_layer_config");
+}
+
 Gemma4Hparams parse_gemma4_config(std::string_view json_text, const std::string& source) {
   json top;
   try {
@@ -64,7 +85,8 @@ Gemma4Hparams parse_gemma4_config(std::string_view json_text, const std::string&
       hp.hf_architecture == "Gemma4ForConditionalGeneration" ? "model.language_model." : "model.";
   const bool nested = top.contains("text_config") && !top["text_config"].is_null();
   if (nested) check(top["text_config"].is_object(), source + ": \"text_config\" must be an object");
-  const json& j = nested ? top["text_config"] : top;
+  json j = nested ? top["text_config"] : top;
+  fold_per_layer_config(j, nested ? source + " text_config" : source);
   const Reader r{j, nested ? source + " text_config" : source};
 
   hp.n_layer = r.integer("num_hidden_layers");
@@ -139,9 +161,9 @@ Gemma4Hparams parse_gemma4_config(std::string_view json_text, const std::string&
   return hp;
 }
 
-void add_gemma4_metadata(const Gemma4Hparams& hp, gguf::GgufWriter& w) {
+void add_gemma4_metadata(const Gemma4Hparams& hp, gguf::GgufWriter& w, const std::string& arch) {
   using gguf::Value;
-  const std::string a = "gemma4.";
+  const std::string a = arch + ".";
   auto u32 = [](int64_t v) {
     check(v >= 0 && v <= int64_t(UINT32_MAX),
           "hyperparameter " + std::to_string(v) + " does not fit in uint32");

@@ -3,6 +3,8 @@
 // keys that llama.cpp's converter writes (../shared/GGUF-ARCH-FACTS.md C.1, C.3, C.7).
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -47,9 +49,13 @@ bool is_gemma4_architecture(std::string_view hf_architecture);
 
 // Throws Error naming the file and key for a missing or invalid value.
 Gemma4Hparams parse_gemma4_config(std::string_view json_text, const std::string& source);
+// Folds transformers 5.17's "per_layer_config" (full-attention layers' head_dim / num_key_value_heads) into
+// global_head_dim / num_global_key_value_heads; an Error when layers disagree.
+void fold_per_layer_config(nlohmann::json& text, const std::string& source);
 
 // The gemma4.* keys (facts C.1). n_vocab_gguf: the token count the file gets (token_embd is trimmed to it).
-void add_gemma4_metadata(const Gemma4Hparams& hp, gguf::GgufWriter& w);
+// arch: the key prefix (diffusion-gemma writes the same keys under its own name, facts D.1).
+void add_gemma4_metadata(const Gemma4Hparams& hp, gguf::GgufWriter& w, const std::string& arch = "gemma4");
 
 // rope_freqs.weight ({global_head_dim/2}, F32): 1.0 for the first global_head_dim*partial_rotary_global/2
 // entries, 1e30 after them ("proportional" partial rope on global layers, facts C.3).

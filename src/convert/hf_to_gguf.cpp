@@ -11,6 +11,8 @@
 #include <set>
 #include <sstream>
 
+#include "convert/diffusion_gemma_config.h"
+#include "convert/dflash_plan.h"
 #include "convert/gemma4_config.h"
 #include "convert/gemma4_plan.h"
 #include "convert/hf_config.h"
@@ -165,7 +167,9 @@ std::vector<Job> match_tensors(std::vector<PlannedTensor> plan, const ModelFacts
       }
       used.insert(job.plan.hf_name);
       const auto want = hf_shape(job.plan);
-      check(job.src->shape == want, job.src->file + ": tensor '" + job.plan.hf_name + "' (for " +
+      // A scalar parameter (diffusion-gemma's layer_scalar) may be stored 0-d: the same one value as {1}.
+      const bool scalar = want == std::vector<int64_t>{1} && job.src->shape.empty();
+      check(job.src->shape == want || scalar, job.src->file + ": tensor '" + job.plan.hf_name + "' (for " +
                                         job.plan.gguf_name + ") has shape " + job.src->shape_string() +
                                         ", but config.json implies " + shape_string(want));
       check(st_dtype_is_float(job.src->dtype), job.src->file + ": tensor '" + job.plan.hf_name +
@@ -239,6 +243,28 @@ void log_line(const ConvertOptions& o, const std::string& s) {
   if (o.log) o.log(s);
 }
 
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The first entry of config.json's "architectures", or "".
+std::string hf_architecture_of(const fs::path& hf_dir) {
+  const fs::path p = hf_dir / "config.json";
+  if (!fs::exists(p)) return "";
+  const auto j = nlohmann::json::parse(read_text(p), nullptr, /*allow_exceptions=*/false);
+  if (j.is_object() && j.contains("architectures") && j["architectures"].is_array() &&
+      !j["architectures"].empty() && j["architectures"][0].is_string())
+    return j["architectures"][0].get<std::string>();
+  return "";
+}
+
+bool is_diffusion_gemma_checkpoint(const fs::path& hf_dir) {
+  return is_diffusion_gemma_architecture(hf_architecture_of(hf_dir));
+}
+
 // True when config.json names a Gemma 4 text architecture (converted by convert_gemma4, facts C).
 bool is_gemma4_checkpoint(const fs::path& hf_dir) {
   const fs::path p = hf_dir / "config.json";
@@ -264,6 +290,8 @@ ConvertResult convert_vocab_only(const ConvertOptions& o, gguf::GgufWriter& w) {
   std::optional<ModelHparams> hp;
   if (is_gemma4_checkpoint(o.hf_dir)) {
     result.arch = "gemma4";
+  } else if (is_diffusion_gemma_checkpoint(o.hf_dir)) {
+    result.arch = "diffusion-gemma";
   } else if (fs::exists(o.hf_dir / "config.json")) {
     hp = load_hf_config(o.hf_dir);
     result.arch = hp->arch;
@@ -387,6 +415,174 @@ ConvertResult convert_gemma4(const ConvertOptions& o, gguf::GgufWriter& w) {
   return result;
 }
 
+// DiffusionGemma (facts D.1): gemma4 keys under diffusion-gemma.*, the decoder's tensors renamed, the encoder's
+// layer scalars, the self-conditioning MLP, control tokens retyped, the mask token, the diffusion.* keys.
+ConvertResult convert_diffusion_gemma(const ConvertOptions& o, gguf::GgufWriter& w) {
+  ConvertResult result;
+  result.arch = "diffusion-gemma";
+  const fs::path cfg = o.hf_dir / "config.json", gen = o.hf_dir / "generation_config.json";
+  const DiffusionGemmaConfig c = parse_diffusion_gemma_config(
+      read_text(cfg), cfg.string(), fs::exists(gen) ? read_text(gen) : std::string(), gen.string());
+
+  gguf::GgufWriter tok;
+  add_tokenizer_metadata(o.hf_dir, tok);
+  const int64_t n_tokens = token_count(tok);
+  check(n_tokens > 0, (o.hf_dir / "tokenizer.json").string() + ": no tokens");
+  check(n_tokens <= c.text.n_vocab, (o.hf_dir / "tokenizer.json").string() + " has " +
+                                        std::to_string(n_tokens) + " tokens, more than config.json vocab_size " +
+                                        std::to_string(c.text.n_vocab));
+  const int64_t retyped = retype_control_tokens(tok);
+  if (retyped > 0) result.notes.push_back(std::to_string(retyped) + " control-looking tokens retyped CONTROL");
+  std::optional<int64_t> mask_id = c.mask_token_id;
+  if (!mask_id && fs::exists(o.hf_dir / "tokenizer_config.json")) {  // its "mask_token", by name
+    const auto tc = nlohmann::json::parse(read_text(o.hf_dir / "tokenizer_config.json"), nullptr, false);
+    if (tc.is_object() && tc.contains("mask_token")) {
+      std::string name;
+      if (tc["mask_token"].is_string()) name = tc["mask_token"].get<std::string>();
+      if (tc["mask_token"].is_object() && tc["mask_token"].contains("content") &&
+          tc["mask_token"]["content"].is_string())
+        name = tc["mask_token"]["content"].get<std::string>();
+      for (const auto& [k, v] : tok.metadata())
+        if (k == "tokenizer.ggml.tokens" && !name.empty()) {
+          const std::vector<std::string> names = v.as_string_array();
+          for (size_t i = 0; i < names.size(); ++i)
+            if (names[i] == name) mask_id = int64_t(i);
+        }
+    }
+  }
+  const int64_t mask = find_mask_token(tok, mask_id, o.hf_dir.string());
+
+  const SafetensorsModel model = SafetensorsModel::open_dir(o.hf_dir);
+  std::vector<PlannedTensor> plan = plan_diffusion_gemma_tensors(c, n_tokens);
+  // The encoder's weights are the decoder's (D.1): a checkpoint may store a shared tensor once under the
+  // encoder's name (or without the decoder prefix). The layer scalars differ and are never substituted.
+  int64_t renamed = 0;
+  for (PlannedTensor& p : plan) {  // the encoder's scalars without "language_model." (older layouts)
+    if (p.hf_name.starts_with(c.encoder_prefix) && !model.find(p.hf_name)) {
+      const std::string alt = "model.encoder." + p.hf_name.substr(c.encoder_prefix.size());
+      if (model.find(alt)) p.hf_name = alt;
+    }
+  }
+  for (PlannedTensor& p : plan) {
+    const std::string& pre = c.text.tensor_prefix;
+    if (p.hf_name.empty() || model.find(p.hf_name) || !p.hf_name.starts_with(pre) ||
+        p.hf_name.ends_with("layer_scalar"))
+      continue;
+    const std::string rest = p.hf_name.substr(pre.size());
+    for (const std::string& alt : {c.encoder_prefix + rest, "model." + rest, "model.language_model." + rest})
+      if (model.find(alt)) {
+        p.hf_name = alt;
+        ++renamed;
+        break;
+      }
+  }
+  if (renamed > 0)
+    result.notes.push_back(std::to_string(renamed) + " decoder tensors read from their shared encoder / plain names");
+  std::vector<Job> jobs = match_tensors(std::move(plan),
+                                        {c.text.hf_architecture, "diffusion-gemma", true}, model, o.hf_dir,
+                                        result.notes);
+  if (n_tokens < c.text.n_vocab)
+    result.notes.push_back("token_embd trimmed from " + std::to_string(c.text.n_vocab) + " to " +
+                           std::to_string(n_tokens) + " rows (the tokenizer's size)");
+  if (!model.find(c.text.tensor_prefix + "self_conditioning.gate_proj.weight"))
+    result.notes.push_back("the checkpoint has no self-conditioning MLP: the model runs without SC");
+  result.type = resolve_auto(o.type, first_matrix_dtype(jobs));
+  choose_types(jobs, result.type, c.text.n_layer, result.notes);
+
+  w.set("general.architecture", Value::string("diffusion-gemma"));
+  w.set("general.type", Value::string("model"));
+  w.set("general.name", Value::string(o.name.empty() ? model_name_of(o.hf_dir) : o.name));
+  add_gemma4_metadata(c.text, w, "diffusion-gemma");
+  w.set("diffusion-gemma.attention.causal", Value::boolean(false));
+  w.set("diffusion.canvas_length", Value::u32(uint32_t(c.canvas_length)));
+  for (const auto& [k, v] : c.diffusion_keys) w.set(k, v);
+  w.set("general.file_type", Value::u32(file_type_of(result.type)));
+  w.set("general.quantization_version", Value::u32(2));
+  for (const auto& [k, v] : tok.metadata()) w.set(k, v);
+  w.set("tokenizer.ggml.add_bos_token", Value::boolean(true));
+  w.set("tokenizer.ggml.add_space_prefix", Value::boolean(false));
+  w.set("tokenizer.ggml.mask_token_id", Value::u32(uint32_t(mask)));
+
+  add_tensor_jobs(o, w, jobs, [&c](const PlannedTensor&) { return gemma4_rope_freqs(c.text); });
+  result.n_tensors = jobs.size();
+  for (const auto& n : result.notes) log_line(o, "note: " + n);
+  w.write(o.output.string());
+  return result;
+}
+
+// The architecture named first in config.json, "" when there is none (the parsers give the messages).
+std::string first_architecture(const fs::path& hf_dir) {
+  std::ifstream in(hf_dir / "config.json", std::ios::binary);
+  if (!in) return "";
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  const nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
+  if (!j.is_object() || !j.contains("architectures") || !j["architectures"].is_array() ||
+      j["architectures"].empty() || !j["architectures"][0].is_string())
+    return "";
+  return j["architectures"][0].get<std::string>();
+}
+
+// A z-lab DFlash drafter (facts E.1): the Qwen3 keys under dflash., its own keys, the target's vocabulary.
+ConvertResult convert_dflash(const ConvertOptions& o, gguf::GgufWriter& w) {
+  ConvertResult result;
+  result.arch = "dflash";
+  check(!o.target_model_dir.empty(),
+        o.hf_dir.string() + " is a DFlash drafter: give its target model's Hugging Face directory with "
+                            "--target-model-dir (the drafter uses the target's vocabulary)");
+  check(fs::is_directory(o.target_model_dir), o.target_model_dir.string() + ": not a directory");
+  const fs::path cfg = o.hf_dir / "config.json";
+  std::ifstream in(cfg, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  const DflashConfig c = parse_dflash_config(ss.str(), cfg.string());
+  const ModelHparams target = load_hf_config(o.target_model_dir);
+  check(target.n_embd == c.hp.n_embd,
+        "the DFlash drafter's hidden_size (" + std::to_string(c.hp.n_embd) + ") differs from the target's (" +
+            std::to_string(target.n_embd) + ", " + o.target_model_dir.string() +
+            "): the drafter reads the target's hidden states at its own width");
+  for (int32_t l : c.target_layers)
+    check(l <= target.n_layer, cfg.string() + ": target layer id " + std::to_string(l - 1) +
+                                   " is not a layer of the target (" + std::to_string(target.n_layer) +
+                                   " layers)");
+  check(c.mask_token_id < target.n_vocab, cfg.string() + ": mask_token_id " + std::to_string(c.mask_token_id) +
+                                              " is outside the target's vocabulary (" +
+                                              std::to_string(target.n_vocab) + ")");
+  const SafetensorsModel model = SafetensorsModel::open_dir(o.hf_dir);
+  check(model.find("d2t") == nullptr && model.find("model.d2t") == nullptr,
+        o.hf_dir.string() + ": the checkpoint has a d2t (reduced draft vocabulary) tensor; converting it is "
+                            "not supported yet");
+  const std::string prefix = model.find("model.fc.weight") ? "model." : "";
+  std::vector<Job> jobs =
+      match_tensors(plan_dflash_tensors(c, prefix), {c.hp.hf_architecture, "dflash", false}, model, o.hf_dir,
+                    result.notes);
+  for (const Job& j : jobs)
+    if (j.plan.gguf_name == "token_embd.weight" || j.plan.gguf_name == "output.weight")
+      check(j.plan.ne.back() == target.n_vocab || !j.src,
+            "the DFlash drafter's " + j.plan.gguf_name + " has " + std::to_string(j.plan.ne.back()) +
+                " rows, the target's vocabulary " + std::to_string(target.n_vocab));
+  result.type = resolve_auto(o.type, first_matrix_dtype(jobs));
+  choose_types(jobs, result.type, c.hp.n_layer, result.notes);
+
+  w.set("general.architecture", Value::string("dflash"));
+  w.set("general.type", Value::string("model"));
+  w.set("general.name", Value::string(o.name.empty() ? model_name_of(o.hf_dir) : o.name));
+  add_hparams_metadata(c.hp, w);
+  w.set("dflash.block_size", Value::u32(uint32_t(c.block_size)));
+  w.set("dflash.target_layers", Value::i32_array(c.target_layers));
+  w.set("general.file_type", Value::u32(file_type_of(result.type)));
+  w.set("general.quantization_version", Value::u32(2));
+  add_tokenizer_metadata(o.target_model_dir, w);
+  pad_vocab_to(w, target.n_vocab, o.target_model_dir, result.notes);
+  w.set("tokenizer.ggml.mask_token_id", Value::u32(uint32_t(c.mask_token_id)));
+
+  add_tensor_jobs(o, w, jobs, [](const PlannedTensor&) { return std::vector<float>{}; });
+  result.n_tensors = jobs.size();
+  for (const auto& n : result.notes) log_line(o, "note: " + n);
+  w.write(o.output.string());
+  return result;
+}
+
 }  // namespace
 
 ConvertResult convert_hf_to_gguf(const ConvertOptions& o) {
@@ -422,6 +618,9 @@ ConvertResult convert_hf_to_gguf(const ConvertOptions& o) {
   }
 
   if (is_gemma4_checkpoint(o.hf_dir)) return convert_gemma4(o, w);
+  if (is_diffusion_gemma_checkpoint(o.hf_dir)) return convert_diffusion_gemma(o, w);
+  if (is_dflash_architecture(first_architecture(o.hf_dir))) return convert_dflash(o, w);
+  check(o.target_model_dir.empty(), "--target-model-dir is for DFlash drafters (DFlashDraftModel) only");
 
   const ModelHparams hp = load_hf_config(o.hf_dir);
   const SafetensorsModel model = SafetensorsModel::open_dir(o.hf_dir);

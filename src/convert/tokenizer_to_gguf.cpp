@@ -34,6 +34,9 @@
 namespace tandem::convert {
 namespace {
 
+// Real tokenizer.json files nest a few levels; a deeper one is refused rather than recursed into.
+constexpr int kMaxJsonNesting = 64;
+
 using nlohmann::json;
 namespace fs = std::filesystem;
 
@@ -47,6 +50,22 @@ enum TokenType : int32_t {
   kByte = 6
 };
 
+// The deepest nesting of arrays/objects, without recursion (the walks below recurse, bounded by this).
+int nesting_depth(const json& root) {
+  int deepest = 0;
+  std::vector<std::pair<const json*, int>> todo{{&root, 0}};
+  while (!todo.empty()) {
+    const auto [j, depth] = todo.back();
+    todo.pop_back();
+    deepest = std::max(deepest, depth);
+    if (depth > kMaxJsonNesting) break;
+    if (j->is_structured()) {
+      for (const auto& child : *j) todo.emplace_back(&child, depth + 1);
+    }
+  }
+  return deepest;
+}
+
 std::optional<json> read_json(const fs::path& path, bool required) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
@@ -56,11 +75,15 @@ std::optional<json> read_json(const fs::path& path, bool required) {
   }
   std::stringstream ss;
   ss << in.rdbuf();
+  json j;
   try {
-    return json::parse(ss.str());
+    j = json::parse(ss.str());
   } catch (const json::exception& e) {
     throw Error(path.string() + ": not valid JSON: " + e.what());
   }
+  check(nesting_depth(j) <= kMaxJsonNesting, path.string() + ": JSON nested more than " +
+                                                 std::to_string(kMaxJsonNesting) + " levels deep");
+  return j;
 }
 
 std::string read_text(const fs::path& path) {
@@ -81,12 +104,17 @@ std::optional<std::string> token_content(const json& j) {
 
 // Flattens a pre-tokenizer (possibly a Sequence) into the steps tandem compares with known patterns.
 void collect_pre_steps(const json& pt, std::vector<std::string>& steps, bool& byte_level, bool& metaspace,
-                       std::string& unsupported) {
+                       std::string& unsupported, int depth = 0) {
   if (pt.is_null()) return;
+  check(depth < kMaxJsonNesting, "pre_tokenizer Sequences nested more than " +
+                                     std::to_string(kMaxJsonNesting) + " deep");
   const std::string type = pt.value("type", "");
   if (type == "Sequence") {
-    for (const auto& p : pt.value("pretokenizers", json::array()))
-      collect_pre_steps(p, steps, byte_level, metaspace, unsupported);
+    // By reference: value() would copy the whole subtree at every level (quadratic in the nesting depth).
+    const auto it = pt.find("pretokenizers");
+    if (it != pt.end() && it->is_array()) {
+      for (const auto& p : *it) collect_pre_steps(p, steps, byte_level, metaspace, unsupported, depth + 1);
+    }
   } else if (type == "Split") {
     const json& pat = pt.value("pattern", json::object());
     std::string regex;
@@ -118,15 +146,17 @@ void collect_pre_steps(const json& pt, std::vector<std::string>& steps, bool& by
   }
 }
 
-bool json_has_type(const json& j, const std::string& type) {
+bool json_has_type(const json& j, const std::string& type, int depth = 0) {
+  check(depth < kMaxJsonNesting, "JSON nested more than " + std::to_string(kMaxJsonNesting) + " deep");
   if (j.is_object()) {
-    if (j.value("type", "") == type) return true;
+    const auto t = j.find("type");
+    if (t != j.end() && t->is_string() && t->get_ref<const std::string&>() == type) return true;
     for (const auto& [k, v] : j.items()) {
-      if (json_has_type(v, type)) return true;
+      if (json_has_type(v, type, depth + 1)) return true;
     }
   } else if (j.is_array()) {
     for (const auto& v : j) {
-      if (json_has_type(v, type)) return true;
+      if (json_has_type(v, type, depth + 1)) return true;
     }
   }
   return false;
@@ -175,7 +205,26 @@ std::string architecture_of(const gguf::GgufWriter& w, const fs::path& hf_dir) {
 
 }  // namespace
 
+namespace {
+
+void add_tokenizer_metadata_unchecked(const fs::path& hf_dir, gguf::GgufWriter& w);
+
+}  // namespace
+
+// A tokenizer.json of the wrong shape (a string where an object belongs, ...) makes the JSON library throw
+// from deep inside the reading code: every such case becomes one Error naming the file.
 void add_tokenizer_metadata(const fs::path& hf_dir, gguf::GgufWriter& w) {
+  try {
+    add_tokenizer_metadata_unchecked(hf_dir, w);
+  } catch (const json::exception& e) {
+    throw Error((hf_dir / "tokenizer.json").string() + " (or tokenizer_config.json): unexpected JSON shape: " +
+                e.what());
+  }
+}
+
+namespace {
+
+void add_tokenizer_metadata_unchecked(const fs::path& hf_dir, gguf::GgufWriter& w) {
   const fs::path tok_path = hf_dir / "tokenizer.json";
   json tj = *read_json(tok_path, true);
   const std::string where = tok_path.string();
@@ -246,7 +295,11 @@ void add_tokenizer_metadata(const fs::path& hf_dir, gguf::GgufWriter& w) {
   collect_pre_steps(tj.value("pre_tokenizer", json()), pre_steps, byte_level, metaspace, unsupported);
   if (!byte_level && json_has_type(tj.value("decoder", json()), "ByteLevel")) byte_level = true;
   const std::string arch = architecture_of(w, hf_dir);
-  const bool gemma4 = arch.rfind("gemma4", 0) == 0 || arch == "diffusion-gemma" || arch == "diffusion_gemma";
+  // gemma4 files always get Gemma 4's SentencePiece-style kind (facts C.1). A diffusion-gemma checkpoint with a
+  // byte-level BPE vocabulary (tandem's shipped canvas model uses the small models' vocabulary) stays
+  // byte-level: labelled gemma4 it would detokenize to raw byte-level symbols.
+  const bool diffusion_arch = arch == "diffusion-gemma" || arch == "diffusion_gemma";
+  const bool gemma4 = arch.rfind("gemma4", 0) == 0 || (diffusion_arch && !byte_level);
 
   std::string ggml_model;
   if (gemma4) {
@@ -388,17 +441,21 @@ void add_tokenizer_metadata(const fs::path& hf_dir, gguf::GgufWriter& w) {
   // The post-processor template: special tokens before the sequence are BOS, after it EOS.
   std::optional<std::string> template_bos, template_eos;
   const json post = tj.value("post_processor", json());
-  std::function<const json*(const json&)> find_template = [&](const json& p) -> const json* {
+  std::function<const json*(const json&, int)> find_template = [&](const json& p, int depth) -> const json* {
     if (!p.is_object()) return nullptr;
+    check(depth < kMaxJsonNesting, where + ": post_processor Sequences nested more than " +
+                                       std::to_string(kMaxJsonNesting) + " deep");
     if (p.value("type", "") == "TemplateProcessing") return &p;
     if (p.value("type", "") == "Sequence") {
-      for (const auto& q : p.value("processors", json::array())) {
-        if (const json* t = find_template(q)) return t;
+      const auto it = p.find("processors");  // by reference, as in collect_pre_steps
+      if (it == p.end() || !it->is_array()) return nullptr;
+      for (const auto& q : *it) {
+        if (const json* t = find_template(q, depth + 1)) return t;
       }
     }
     return nullptr;
   };
-  if (const json* tp = find_template(post); tp && tp->contains("single") && (*tp)["single"].is_array()) {
+  if (const json* tp = find_template(post, 0); tp && tp->contains("single") && (*tp)["single"].is_array()) {
     bool before = true;
     for (const auto& piece : (*tp)["single"]) {
       if (piece.contains("Sequence")) {
@@ -484,5 +541,7 @@ void add_tokenizer_metadata(const fs::path& hf_dir, gguf::GgufWriter& w) {
   }
   if (!tmpl.empty()) w.set("tokenizer.chat_template", gguf::Value::string(tmpl));
 }
+
+}  // namespace
 
 }  // namespace tandem::convert

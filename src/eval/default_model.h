@@ -9,6 +9,8 @@ namespace tandem::eval {
 
 // File name of the shipped main model (Qwen3 architecture, Q8_0) and of its draft model.
 inline constexpr const char* kDefaultModelFile = "tandem-small-q8_0.gguf";
+// The canvas-diffusion model `tandem diffuse` runs without -m (models/README.md).
+inline constexpr const char* kDefaultDiffusionModelFile = "tandem-diffusion-q8_0.gguf";
 inline constexpr const char* kDefaultDraftFile = "tandem-draft-q8_0.gguf";
 
 // The places searched, in order: $TANDEM_MODEL (a file path, when set: then it must exist);

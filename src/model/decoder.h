@@ -49,6 +49,11 @@ struct ForwardInputs {
   bool out_rows_all = false;              // out_rows is 0..T-1 (no gather needed)
   Tensor logits;                          // F32 {n_vocab, n_out}
   std::span<const LayerTap> taps;
+  // The batch's mask as the host knows it, for models whose rows differ by region (diffusion-gemma: prompt
+  // rows at positions < prefix_len, canvas rows after): prefix_len of an AttentionMask::PrefixRegion batch,
+  // -1 for every other mask; host_positions = this chunk's positions (the same values as `positions`).
+  int32_t prefix_len = -1;
+  std::span<const int32_t> host_positions;
   // Tensor split: the communicator of this step's caller (each session owns one, so sessions of one model
   // never interleave their collectives); null: the one the decoder was loaded with.
   Comm* comm = nullptr;
@@ -85,6 +90,9 @@ struct DecoderLoadContext {
   Comm* comm = nullptr;                  // tensor split: all-reduce of partial sums between the ranks
   RowSplitWeights* row_split = nullptr;  // row split: where the matrices' row slices go
   const DecoderModel* borrow = nullptr;  // weights missing from the file come from this model (shared_weight)
+  // Weights missing from the file are read from this model file instead (a lender split over devices, or on
+  // another device, cannot hand out whole tensors; only architectures that say so use it: dflash).
+  const gguf::GgufFile* borrow_file = nullptr;
 };
 
 // One rank's part of a model. Unsplit, it is the whole model. Split:

@@ -114,8 +114,22 @@ ModelHparams read_decoder_hparams(const gguf::GgufFile& f, const std::string& ar
   check(std::isfinite(hp.rope_attn_factor) && hp.rope_attn_factor > 0.0f,
         "GGUF key " + a + "rope.scaling.attn_factor must be positive");
 
-  check(f.get_int(a + "expert_count", 0) == 0,
-        "mixture-of-experts " + arch + " models (" + a + "expert_count > 0) are not supported yet");
+  // Mixture of experts (gemma4 C.5; architectures without MoE support refuse n_expert > 0 in their loader).
+  hp.n_expert = f.get_int(a + "expert_count", 0);
+  check(hp.n_expert >= 0 && hp.n_expert <= 4096, "GGUF key " + a + "expert_count must be in 0..4096");
+  if (hp.n_expert > 0) {
+    hp.n_expert_used = f.get_int(a + "expert_used_count", 0);
+    check(hp.n_expert_used >= 1 && hp.n_expert_used <= hp.n_expert,
+          "GGUF key " + a + "expert_used_count (" + std::to_string(hp.n_expert_used) +
+              ") must be between 1 and " + a + "expert_count (" + std::to_string(hp.n_expert) + ")");
+    check(hp.n_expert_used <= Ops::kMaxMoeTopK, "GGUF key " + a + "expert_used_count: at most " +
+                                                    std::to_string(Ops::kMaxMoeTopK) +
+                                                    " experts per token are supported");
+    hp.n_ff_exp = f.get_int(a + "expert_feed_forward_length", 0);
+    check(hp.n_ff_exp >= 1 && hp.n_ff_exp <= (int64_t(1) << 24),
+          "GGUF key " + a + "expert_feed_forward_length must be set and positive when " + a +
+              "expert_count > 0");
+  }
 
   // Sliding-window layers (gemma4's keys, read for every architecture of the family): a window, the layers
   // that use it (a per-layer bool pattern; no pattern = every layer), and their own head dims and rope.
@@ -144,6 +158,7 @@ ModelHparams read_decoder_hparams(const gguf::GgufFile& f, const std::string& ar
     L.head_dim_v = hp.head_dim_v;
     L.n_rot = hp.n_rot;
     L.rope_freq_base = hp.rope_freq_base;
+    L.moe = hp.n_expert > 0;  // gemma4 MoE models have experts in every layer (C.5)
     if (!sliding[size_t(il)]) continue;
     L.sliding_window = int32_t(window);
     L.rope_freq_factors =

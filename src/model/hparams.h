@@ -53,6 +53,16 @@ struct ModelHparams {
   std::string rope_scaling_type = "none";
   bool qk_norm = false;          // per-head RMS norm of Q and K before rope (qwen3)
   float embedding_scale = 1.0f;  // token embeddings are multiplied by it (gemma: sqrt(n_embd))
+  // Mixture of experts (0 = none): experts per MoE layer, experts each row uses, each expert's n_ff.
+  int64_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+  // > 0: a batch row with an added embedding is a *feature row* of this width instead (a DFlash drafter's
+  // fused target features, n_target_layers * n_embd): it carries no token and computes no logits, and a
+  // batch holds feature rows only or token rows only (the session refuses a mix). 0: added rows are n_embd
+  // wide and summed with the token embedding.
+  int64_t n_embd_features = 0;
+  // Token ids the input embedding accepts when it differs from the logits' vocabulary (a DFlash drafter
+  // with a reduced draft vocabulary, d2t: it reads target token ids); 0 = n_vocab.
+  int64_t n_vocab_input = 0;
   // Per layer (n_layer entries). The scalar fields above are the file's global keys (layer 0's head counts
   // and n_ff); every layer's when the layers are uniform.
   std::vector<LayerHparams> layers;
@@ -60,6 +70,8 @@ struct ModelHparams {
   int64_t n_embd_q() const { return n_head * head_dim_k; }
   int64_t n_embd_k() const { return n_head_kv * head_dim_k; }
   int64_t n_embd_v() const { return n_head_kv * head_dim_v; }
+  int64_t n_embd_added() const { return n_embd_features > 0 ? n_embd_features : n_embd; }
+  int64_t n_token_ids() const { return n_vocab_input > 0 ? n_vocab_input : n_vocab; }
   float attention_scale() const;
   // Whether every layer has the same attention and feed-forward shape (no sliding windows either).
   bool uniform_layers() const;

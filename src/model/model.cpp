@@ -76,11 +76,17 @@ std::shared_ptr<Model> Model::load(const std::string& path, const ModelParams& p
   const gguf::GgufFile& f = *impl->file;
   const Model* lender = params.share_weights_from.get();
   const ModelHparams hp = read_model_hparams(f, lender ? lender->info().n_vocab : 0);
+  // A lender split over devices (or on another device) has no whole tensor to hand out; a dflash drafter
+  // then reads the missing tensors from the lender's file onto its own device (on the CPU: the same mapped
+  // bytes).
+  bool borrow_from_file = false;
   if (lender) {
     const Model::Impl& li = lender->impl();
-    check(mesh.mode == SplitMode::None && li.mesh.mode == SplitMode::None,
+    const bool whole = li.mesh.mode == SplitMode::None && li.main_device().id() == mesh.devices.front();
+    borrow_from_file = !whole && f.architecture() == "dflash";
+    check(mesh.mode == SplitMode::None && (li.mesh.mode == SplitMode::None || borrow_from_file),
           "sharing weights between models needs both unsplit (--split-mode none)");
-    check(li.main_device().id() == mesh.devices.front(),
+    check(li.main_device().id() == mesh.devices.front() || borrow_from_file,
           "weights can be shared only between models on the same device: the other model is on " +
               li.main_device().id().to_string() + ", this one on " + mesh.devices.front().to_string());
     impl->shared_from = params.share_weights_from;
@@ -125,7 +131,8 @@ std::shared_ptr<Model> Model::load(const std::string& path, const ModelParams& p
     enable_peer_access(devs);  // layer hand-overs, row gathers and the copy comm use peer copies
   DecoderLoadContext ctx;
   ctx.dims = dims;
-  if (lender) ctx.borrow = &lender->impl().decoder();
+  if (lender && !borrow_from_file) ctx.borrow = &lender->impl().decoder();
+  if (borrow_from_file) ctx.borrow_file = lender->impl().file.get();
   ctx.rules = shard_rules_of(f);
   if (across_processes) {
     Device& d = *impl->devices.front();

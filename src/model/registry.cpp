@@ -3,6 +3,8 @@
 
 #include "core/error.h"
 #include "model/decoder.h"
+#include "model/diffusion_gemma.h"
+#include "model/dflash.h"
 #include "model/gemma4.h"
 #include "model/llama.h"
 #include "model/qwen3.h"
@@ -24,6 +26,8 @@ constexpr ArchEntry kArchitectures[] = {
     {"llama", llama_hparams, load_llama, transformer_shard_rules},
     {"qwen3", qwen3_hparams, load_qwen3, transformer_shard_rules},
     {"gemma4", gemma4_hparams, load_gemma4, gemma4_shard_rules},
+    {"diffusion-gemma", diffusion_gemma_hparams, load_diffusion_gemma, diffusion_gemma_shard_rules},
+    {"dflash", dflash_hparams, load_dflash, dflash_shard_rules},
 };
 
 const ArchEntry& arch_of(const gguf::GgufFile& file) {
@@ -65,6 +69,7 @@ ShardDims shard_dims(const gguf::GgufFile& file, const ModelHparams& hp) {
   d.head_dim_v = hp.head_dim_v;
   d.n_ff = hp.n_ff;
   d.n_vocab = hp.n_vocab;
+  d.n_ff_exp = hp.n_ff_exp;
   bool uniform = true;
   for (const LayerHparams& l : hp.layers)
     uniform = uniform && l.n_head == hp.n_head && l.n_head_kv == hp.n_head_kv &&
@@ -81,6 +86,7 @@ ShardDims shard_dims(const gguf::GgufFile& file, const ModelHparams& hp) {
     const int64_t blk = dtype_block_size(t.type);
     if (rule->unit == CutUnit::QHeadsV) d.attn_output_block = std::max(d.attn_output_block, blk);
     if (rule->unit == CutUnit::FfRows) d.ffn_down_block = std::max(d.ffn_down_block, blk);
+    if (rule->unit == CutUnit::ExpertFfRows) d.ffn_down_exps_block = std::max(d.ffn_down_exps_block, blk);
   }
   return d;
 }

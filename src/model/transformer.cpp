@@ -172,7 +172,7 @@ std::unique_ptr<Transformer> load_transformer(const gguf::GgufFile& file, const 
   check(!ld.has("blk.0.attn_qkv.weight"),
         "tensor blk.0.attn_qkv.weight: fused QKV projections are not supported yet (convert with separate "
         "attn_q/attn_k/attn_v)");
-  check(!ld.has("blk.0.ffn_gate_inp.weight"),
+  check(hp.n_expert == 0 && !ld.has("blk.0.ffn_gate_inp.weight"),
         "mixture-of-experts layers (blk.0.ffn_gate_inp.weight) are not "
         "supported yet");
   check(hp.n_vocab > 0, "n_vocab is not set (read the hparams with read_model_hparams)");

@@ -24,6 +24,14 @@ size_t aligned(size_t bytes) {
 
 }  // namespace
 
+// A fused gate_up expert tensor: out rows are 2 x n_ff_exp, cut in both halves.
+bool WeightLoader::is_fused_experts(int64_t out_rows, const ShardRule* rule) const {
+  return rule && rule->unit == CutUnit::ExpertFfRows && rule->cut == TensorCut::OutputRows &&
+         dims_.n_ff_exp > 0 && out_rows == 2 * dims_.n_ff_exp;
+}
+
+namespace {}  // namespace
+
 WeightLoader::WeightLoader(const gguf::GgufFile& file, DeviceId device, ShardRuleTable rules,
                            const RankShard& shard, const ShardDims& dims, RowSplitWeights* row_split)
     : file_(file), device_(device), rules_(rules), shard_(shard), dims_(dims), row_split_(row_split) {
@@ -57,10 +65,12 @@ size_t WeightLoader::part_bytes(const gguf::TensorInfo& info, const ShardRule* r
   if (row_split_ && rule->row == RowPlacement::SplitRows) return 0;  // the registry places it
   if (shard_.mode != SplitMode::Tensor || rule->cut == TensorCut::Mirrored) return info.nbytes;
   const Range r = shard_.cut_range(rule->unit, dims_, layer);
-  const int64_t rows = info.n_dims >= 2 ? info.ne[1] : 1;
+  const int64_t rows = info.ne[1] * info.ne[2] * info.ne[3];  // every row of every matrix (expert)
   if (rule->cut == TensorCut::InputColumns) return dtype_row_bytes(info.type, r.size()) * size_t(rows);
   if (info.n_dims < 2) return size_t(r.size()) * sizeof(float);  // a cut vector (biases are F32 here)
-  return dtype_row_bytes(info.type, info.ne[0]) * size_t(r.size());
+  const bool fused = is_fused_experts(info.ne[1], rule);
+  return dtype_row_bytes(info.type, info.ne[0]) * size_t(r.size()) * size_t(info.ne[2] * info.ne[3]) *
+         (fused ? 2u : 1u);
 }
 
 Tensor WeightLoader::to_device(const Tensor& host, const std::string& key) {
@@ -78,12 +88,16 @@ Tensor WeightLoader::to_device(const Tensor& host, const std::string& key) {
     Stream& s = upload_device_->default_stream();
     if (host.is_contiguous()) {
       upload_device_->copy_from_host(s, dst, host.data, bytes);
-    } else {  // a column cut: one 2-D copy packs the strided rows
-      check(host.ne[2] == 1 && host.ne[3] == 1, "cannot upload a strided tensor of more than 2 dims");
-      upload_device_->copy_2d(s, dst, row_bytes, host.data, host.nb[1], row_bytes, size_t(host.ne[1]),
-                              CopyKind::HostToDevice);
+    } else {  // a cut: one 2-D copy per matrix (expert, gate/up half) packs the strided rows
+      const size_t matrix_bytes = row_bytes * size_t(host.ne[1]);
+      for (int64_t i3 = 0; i3 < host.ne[3]; ++i3)
+        for (int64_t i2 = 0; i2 < host.ne[2]; ++i2)
+          upload_device_->copy_2d(s, static_cast<char*>(dst) + size_t(i3 * host.ne[2] + i2) * matrix_bytes,
+                                  row_bytes,
+                                  static_cast<const char*>(host.data) + i2 * host.nb[2] + i3 * host.nb[3],
+                                  host.nb[1], row_bytes, size_t(host.ne[1]), CopyKind::HostToDevice);
     }
-    s.synchronize();  // the model's own stream uses the weights next
+    s.synchronize();  // the model's own stream uses the weights next (and the host views may go)
     uploaded_[key] = dst;
   }
   Tensor t = Tensor::contiguous(host.type, {host.ne[0], host.ne[1], host.ne[2], host.ne[3]}, dst, device_);
@@ -125,6 +139,14 @@ Tensor WeightLoader::cut(const Tensor& t, const ShardRule* rule, int64_t layer) 
           "cannot cut " + std::string(dtype_name(t.type)) + " rows at column " + std::to_string(r.begin));
     v.data = static_cast<char*>(t.data) + dtype_row_bytes(t.type, r.begin);
     v.ne[0] = r.size();
+  } else if (is_fused_experts(t.ne[1], rule)) {  // both halves of every expert: {in, rows, 2, n_expert}
+    check(t.ne[3] == 1, "a fused expert tensor must be 3-D");
+    v.data = static_cast<char*>(t.data) + size_t(r.begin) * t.nb[1];
+    v.ne = {t.ne[0], r.size(), 2, t.ne[2]};
+    v.nb = {t.nb[0], t.nb[1], t.nb[1] * size_t(dims_.n_ff_exp), t.nb[2]};
+  } else if (t.ne[2] * t.ne[3] > 1) {  // rows of every matrix (expert): the matrix strides stay
+    v.data = static_cast<char*>(t.data) + size_t(r.begin) * t.nb[1];
+    v.ne[1] = r.size();
   } else {  // output rows: a contiguous block of rows
     v.data = static_cast<char*>(t.data) + size_t(r.begin) * t.nb[1];
     v.ne[1] = r.size();

@@ -9,7 +9,9 @@
 // (parallel/shard_rules.h), so model code asks for the whole tensor by name and gets what the rank holds:
 //   - a tensor the rank does not hold (layer split) comes back with data == nullptr and its full shape;
 //   - tensor split: a slice by output rows (contiguous) or input columns (strided: rows keep the full
-//     matrix's stride on the CPU; other devices get a compact copy made by one 2-D copy per tensor);
+//     matrix's stride on the CPU; other devices get a compact copy made by one 2-D copy per matrix). 3-D
+//     expert tensors are cut in every expert alike (CutUnit::ExpertFfRows); a fused gate_up expert tensor
+//     {in, 2 n_ff_exp, n_expert} comes back as {in, rows, 2, n_expert} (both halves cut);
 //   - row split: matrices go to the RowSplitWeights registry (parallel/row_split.h), which places a row slice
 //     on every device; the model gets the registry's handle.
 // Shapes are always checked against the full tensor, on every rank.
@@ -65,6 +67,7 @@ class WeightLoader {
   // The part of the full host tensor `t` this rank holds under `rule` (tensor split cuts), unchanged
   // otherwise.
   Tensor cut(const Tensor& t, const ShardRule* rule, int64_t layer) const;
+  bool is_fused_experts(int64_t out_rows, const ShardRule* rule) const;
   // Bytes of this rank's part of a file tensor (for the up-front device allocation).
   size_t part_bytes(const gguf::TensorInfo& info, const ShardRule* rule, int64_t layer) const;
   Tensor place(const Tensor& host, const std::string& key);

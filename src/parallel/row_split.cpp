@@ -85,6 +85,10 @@ void RowSplitOps::reserve(const WorkspacePlan& plan) {
   }
 }
 
+void RowSplitOps::set_batch_invariant(bool on) {
+  for (Device* d : weights_.devices()) d->ops().set_batch_invariant(on);
+}
+
 void RowSplitOps::matmul(Stream& s, const Tensor& W, const Tensor& x, const Tensor& y) {
   const RowSplitWeights::Entry* e = weights_.find(W);
   if (!e) {

@@ -65,6 +65,7 @@ class RowSplitOps final : public ForwardingOps {
   ~RowSplitOps() override;
 
   void reserve(const WorkspacePlan& plan) override;
+  void set_batch_invariant(bool on) override;  // on every device's ops (the peers run matmul slices)
   void matmul(Stream& s, const Tensor& W, const Tensor& x, const Tensor& y) override;
 
  private:

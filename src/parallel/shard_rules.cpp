@@ -96,6 +96,8 @@ Range RankShard::cut_range(CutUnit unit, const ShardDims& d, int64_t layer) cons
       return lr.ff;
     case CutUnit::VocabRows:
       return vocab;
+    case CutUnit::ExpertFfRows:
+      return ff_exp;
   }
   return {};
 }
@@ -200,6 +202,7 @@ std::vector<RankShard> plan_shards(const MeshSpec& mesh, const ShardDims& d) {
   full.kv_heads = {0, d.n_head_kv};
   full.ff = {0, d.n_ff};
   full.vocab = {0, d.n_vocab};
+  full.ff_exp = {0, d.n_ff_exp};
   std::vector<RankShard> shards(size_t(n), full);
   for (int r = 0; r < n; ++r) shards[size_t(r)].rank = r;
   if (mesh.mode == SplitMode::None || mesh.mode == SplitMode::Row || n == 1) return shards;
@@ -235,6 +238,16 @@ std::vector<RankShard> plan_shards(const MeshSpec& mesh, const ShardDims& d) {
     const std::vector<RankShard::LayerRanges> lr =
         plan_tensor_layer(mesh, d, d.layers[il], what + " (layer " + std::to_string(il) + ")");
     for (int r = 0; r < n; ++r) shards[size_t(r)].per_layer.push_back(lr[size_t(r)]);
+  }
+  if (d.n_ff_exp > 0) {  // every expert's n_ff, cut alike on every rank (F.2), at the down experts' blocks
+    const int64_t g = d.ffn_down_exps_block;
+    const std::vector<Range> fe = split_range(d.n_ff_exp, mesh.ratios, g);
+    for (int r = 0; r < n; ++r) {
+      check(fe[size_t(r)].size() > 0, what + ": " + name(r) + " gets no expert feed-forward rows (n_ff_exp " +
+                                          std::to_string(d.n_ff_exp) + ", cut in multiples of " +
+                                          std::to_string(g) + "); use fewer devices or other ratios");
+      shards[size_t(r)].ff_exp = fe[size_t(r)];
+    }
   }
   const std::vector<Range> vocab = split_range(d.n_vocab, mesh.ratios);
   for (int r = 0; r < n; ++r) {

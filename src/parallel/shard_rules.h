@@ -39,7 +39,10 @@ enum class LayerPlacement { Everywhere, FirstRank, LastRank, LayerOwner };
 enum class TensorCut { Mirrored, OutputRows, InputColumns };
 // Tensor split: which of the rank's ranges the cut follows, in units of that range (heads of Q / K / V width,
 // feed-forward rows, vocabulary rows). For a vector the cut is along its only dim.
-enum class CutUnit { None, QHeads, KvHeadsK, KvHeadsV, QHeadsV, FfRows, VocabRows };
+// ExpertFfRows: each expert's feed-forward rows (n_ff_exp) of a 3-D expert tensor {in, out, n_expert} (every
+// expert cut alike, GGUF-ARCH-FACTS F.2); a fused gate_up tensor (out = 2 n_ff_exp) is cut in both halves and
+// comes back as a 4-D view {in, rows, 2, n_expert} (gate = [:, :, 0, :], up = [:, :, 1, :]).
+enum class CutUnit { None, QHeads, KvHeadsK, KvHeadsV, QHeadsV, FfRows, VocabRows, ExpertFfRows };
 // Row split: split every matrix by rows over all devices, or keep the tensor on the main device.
 enum class RowPlacement { MainDevice, SplitRows };
 
@@ -83,8 +86,10 @@ struct ShardDims {
   std::vector<LayerDims> layers;
   // Block sizes (elements) of the dtypes of the matrices cut by input columns, by unit: the cuts align to
   // them.
-  int64_t attn_output_block = 1;  // cut in CutUnit::QHeadsV (attention output)
-  int64_t ffn_down_block = 1;     // cut in CutUnit::FfRows (down)
+  int64_t attn_output_block = 1;    // cut in CutUnit::QHeadsV (attention output)
+  int64_t ffn_down_block = 1;       // cut in CutUnit::FfRows (down)
+  int64_t n_ff_exp = 0;             // mixture of experts: each expert's n_ff (0 = no experts)
+  int64_t ffn_down_exps_block = 1;  // cut in CutUnit::ExpertFfRows (down experts)
 };
 
 // What one rank holds. For SplitMode::None and Row, and for a mesh of one rank, every range is the whole
@@ -98,6 +103,7 @@ struct RankShard {
   Range q_heads, kv_heads;  // tensor split: attention heads of this rank (kv_heads may overlap between ranks
                             // with --replicate-kv)
   Range ff;                 // tensor split: feed-forward rows (n_ff)
+  Range ff_exp;             // tensor split: each expert's feed-forward rows (n_ff_exp)
   Range vocab;              // tensor split: rows of the output head = logits of this rank
   // Tensor split of layers that differ (ShardDims::layers): the heads and rows of each layer; empty when the
   // layers are uniform (then q_heads / kv_heads / ff hold for every layer).

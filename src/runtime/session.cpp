@@ -60,7 +60,10 @@ Session::Session(std::shared_ptr<Model> model, const SessionParams& params) {
   Impl& s = *impl_;
   const ModelHparams& hp = s.m.decoder().hparams();
   s.n_embd = hp.n_embd;
+  s.n_embd_added = hp.n_embd_added();
   s.n_vocab = hp.n_vocab;
+  s.n_token_ids = hp.n_token_ids();
+  s.feature_rows = hp.n_embd_features > 0;
   s.n_layer = hp.n_layer;
   SessionParams& p = s.params;
   const int32_t bs = checked_block_size(p);
@@ -126,6 +129,7 @@ Session::Session(std::shared_ptr<Model> model, const SessionParams& params) {
 
   for (const ModelRank& mr : model_ranks) {
     auto r = std::make_unique<RankState>(mr);
+    r->batch_invariant = p.batch_invariant;
     Device& dev = r->device;
     const RankShard& shard = r->decoder.shard();
     const std::vector<KvLayerShape> shapes = r->decoder.kv_layer_shapes();
@@ -188,7 +192,8 @@ Session::Session(std::shared_ptr<Model> model, const SessionParams& params) {
     r->d_out_rows.allocate(dev, DType::I32, p.n_logits_max);
     r->d_block_end.allocate(dev, DType::I32, p.n_batch);
     r->d_added_rows.allocate(dev, DType::I32, p.n_batch);
-    if (shard.first) r->d_embeddings_buf = dev.allocate(size_t(s.n_embd) * size_t(p.n_batch) * sizeof(float));
+    if (shard.first)
+      r->d_embeddings_buf = dev.allocate(size_t(s.n_embd_added) * size_t(p.n_batch) * sizeof(float));
     if (p.explicit_mask_cols > 0)
       r->d_mask_buf = dev.allocate(size_t(p.explicit_mask_cols) * size_t(p.n_batch) * sizeof(float));
     if (s.m.process_rank >= 0) {
@@ -291,6 +296,8 @@ ForwardInputs Session::Impl::prepare(RankState& r, const Batch& batch, size_t r0
 
   ForwardInputs in;
   in.n_rows = T;
+  in.prefix_len = batch.mask.kind == AttentionMask::PrefixRegion ? batch.mask.prefix_len : -1;
+  in.host_positions = std::span<const int32_t>(batch.positions).subspan(r0, size_t(T));
   in.positions = r.d_positions.view(T, dev);
   device.copy_from_host(stream, in.positions.data, batch.positions.data() + r0, size_t(T) * 4);
   if (shard.first) {  // only the rank that embeds needs the inputs (layer split)
@@ -301,12 +308,12 @@ ForwardInputs Session::Impl::prepare(RankState& r, const Batch& batch, size_t r0
     for (size_t i = r0; i < r1; ++i) any_added |= h_added_rows[i] >= 0;
     if (any_added) {
       const EmbeddingSource& src = batch.embedding_source;
-      const size_t row_bytes = size_t(n_embd) * sizeof(float);
+      const size_t row_bytes = size_t(n_embd_added) * sizeof(float);
       std::vector<int32_t> rows(h_added_rows.begin() + ptrdiff_t(r0),
                                 h_added_rows.begin() + ptrdiff_t(r1));  // (rare path)
       if (src.data != nullptr && same_memory_space(src.device, dev)) {
         // The source rows are read where they are: no copy.
-        added = Tensor::contiguous(DType::F32, {n_embd, src.n_rows}, const_cast<void*>(src.data), dev);
+        added = Tensor::contiguous(DType::F32, {n_embd_added, src.n_rows}, const_cast<void*>(src.data), dev);
         added.nb[1] = src.row_stride ? src.row_stride : row_bytes;
         added.nb[2] = added.nb[3] = added.nb[1] * size_t(src.n_rows);
       } else {
@@ -316,7 +323,7 @@ ForwardInputs Session::Impl::prepare(RankState& r, const Batch& batch, size_t r0
           if (e < 0) continue;
           char* dst = static_cast<char*>(r.d_embeddings_buf.data()) + size_t(t) * row_bytes;
           if (src.data == nullptr) {
-            device.copy_from_host(stream, dst, batch.embeddings.data() + size_t(e) * size_t(n_embd),
+            device.copy_from_host(stream, dst, batch.embeddings.data() + size_t(e) * size_t(n_embd_added),
                                   row_bytes);
           } else {
             const size_t stride = src.row_stride ? src.row_stride : row_bytes;
@@ -331,7 +338,7 @@ ForwardInputs Session::Impl::prepare(RankState& r, const Batch& batch, size_t r0
           }
           rows[size_t(t)] = int32_t(t);
         }
-        added = Tensor::contiguous(DType::F32, {n_embd, T}, r.d_embeddings_buf.data(), dev);
+        added = Tensor::contiguous(DType::F32, {n_embd_added, T}, r.d_embeddings_buf.data(), dev);
       }
       added_rows = r.d_added_rows.view(T, dev);
       device.copy_from_host(stream, added_rows.data, rows.data(), size_t(T) * 4);
@@ -455,9 +462,9 @@ void flush_staged_taps(RankState& r, std::span<const LayerTap> taps, const std::
     if (dst.device.kind == DeviceKind::CPU) {
       r.device.copy_2d(r.stream, to, dst.row_stride, t.dst.data, t.dst.nb[1], row_bytes, size_t(T),
                        CopyKind::DeviceToHost);
-    } else {
-      check(false, "taps into " + dst.device.to_string() + " from a layer on " + r.device.id().to_string() +
-                       " are not supported: give a destination on the layer's device or in host memory");
+    } else {  // another GPU of the split (peer access is on between a model's devices): gathered there
+      r.device.copy_2d(r.stream, to, dst.row_stride, t.dst.data, t.dst.nb[1], row_bytes, size_t(T),
+                       CopyKind::DeviceToDevice);
     }
   }
 }
@@ -959,7 +966,8 @@ void Session::set_taps(std::vector<int32_t> layers, const TapDestination& dst) {
   // (allocated here, not during a step).
   for (auto& r : s.ranks) {
     if (same_memory_space(d.device, r->device.id())) continue;
-    check(d.device.kind == DeviceKind::CPU,
+    // Host memory, or another GPU of the same kind (a layer split's taps gathered on the drafter's device).
+    check(d.device.kind == DeviceKind::CPU || d.device.kind == r->device.id().kind,
           "tap destination on " + d.device.to_string() + " cannot be written from a layer on " +
               r->device.id().to_string() + "; give memory of that device or host memory");
     const size_t bytes = layers.size() * row_bytes * size_t(s.params.n_batch);

@@ -76,7 +76,11 @@ struct RankState {
       : device(*r.device), ops(*r.ops), stream(r.device->default_stream()), decoder(*r.decoder) {}
 
   // This rank's forward of one chunk, enqueued on `st`.
-  void forward(Stream& st, const ForwardInputs& in) { decoder.forward(st, ops, in, kv_views, *scratch); }
+  bool batch_invariant = false;  // SessionParams::batch_invariant, set on the ops before every forward
+  void forward(Stream& st, const ForwardInputs& in) {
+    ops.set_batch_invariant(batch_invariant);  // the ops are the device's, shared with other sessions
+    decoder.forward(st, ops, in, kv_views, *scratch);
+  }
 };
 
 struct Session::Impl {
@@ -93,7 +97,10 @@ struct Session::Impl {
   std::unique_ptr<RowSplitOps> row_ops;
   std::vector<std::unique_ptr<RankState>> ranks;
   int64_t n_embd = 0;
+  int64_t n_embd_added = 0;  // width of a batch's embedding rows (ModelHparams::n_embd_added)
   int64_t n_vocab = 0;
+  int64_t n_token_ids = 0;   // token ids the input accepts (ModelHparams::n_token_ids)
+  bool feature_rows = false;  // embedding rows are feature rows (ModelHparams::n_embd_features > 0)
   int64_t n_layer = 0;
 
   std::vector<KvGroup> groups;

@@ -25,6 +25,9 @@ bool needs_one_pass(const Batch& b) {
 void Session::Impl::validate(const Batch& batch) {
   const size_t n = batch.size();
   check(n > 0, "cannot decode an empty batch");
+  check(tap_layers.empty() || tap_dst.n_rows <= 0 || int64_t(n) <= tap_dst.n_rows,
+        "a batch of " + std::to_string(n) + " rows exceeds the " + std::to_string(tap_dst.n_rows) +
+            " rows of the tap destination (a DFlash drafter's feature buffer holds the target's n_batch rows)");
   check(batch.seq_ids.size() == n && batch.logits.size() == n,
         "batch has " + std::to_string(n) + " positions but " + std::to_string(batch.seq_ids.size()) +
             " sequence ids and " + std::to_string(batch.logits.size()) + " logit flags");
@@ -48,34 +51,50 @@ void Session::Impl::validate(const Batch& batch) {
     n_src = batch.embedding_source.n_rows;
     check(n_src >= 1, "the batch's embedding_source has no rows");
     check(batch.embedding_source.row_stride == 0 ||
-              batch.embedding_source.row_stride >= size_t(n_embd) * sizeof(float),
-          "the batch's embedding_source row stride is smaller than one row of " + std::to_string(n_embd) +
+              batch.embedding_source.row_stride >= size_t(n_embd_added) * sizeof(float),
+          "the batch's embedding_source row stride is smaller than one row of " + std::to_string(n_embd_added) +
               " floats");
   } else {
-    check(batch.embeddings.size() % size_t(n_embd) == 0,
-          "batch embeddings hold " + std::to_string(batch.embeddings.size()) + " values, not a multiple of " +
-              "n_embd = " + std::to_string(n_embd));
-    n_src = int64_t(batch.embeddings.size()) / n_embd;
+    check(batch.embeddings.size() % size_t(n_embd_added) == 0,
+          "batch embeddings hold " + std::to_string(batch.embeddings.size()) +
+              " values, not a multiple of the row width " + std::to_string(n_embd_added));
+    n_src = int64_t(batch.embeddings.size()) / n_embd_added;
   }
   const bool implied_rows = batch.tokens.empty() && batch.embd_rows.empty();  // row r reads host row r
   if (implied_rows)
     check(!device_source && n_src == int64_t(n),
-          "batch rows need either token ids or " + std::to_string(n_embd) + " embedding values each");
+          "batch rows need either token ids or " + std::to_string(n_embd_added) + " embedding values each");
 
   h_tokens.assign(n, kNoToken);
   h_added_rows.assign(n, -1);
   for (size_t r = 0; r < n; ++r) {
     const int32_t t = batch.token(r);
     const int32_t e = implied_rows ? int32_t(r) : batch.embd_row(r);
-    check(t == kNoToken || (t >= 0 && t < n_vocab),
+    check(t == kNoToken || (t >= 0 && t < n_token_ids),
           "token id " + std::to_string(t) + " is out of range: the vocabulary has " +
-              std::to_string(n_vocab) + " tokens (0.." + std::to_string(n_vocab - 1) + ")");
+              std::to_string(n_token_ids) + " tokens (0.." + std::to_string(n_token_ids - 1) + ")");
     check(e >= -1 && e < n_src, row_str(r) + ": embedding row " + std::to_string(e) +
                                     " is out of range: the batch has " + std::to_string(n_src) +
                                     " embedding rows");
     check(t != kNoToken || e >= 0, row_str(r) + " has neither a token nor an embedding row");
     h_tokens[r] = t;
     h_added_rows[r] = e;
+  }
+  if (feature_rows) {
+    // A DFlash drafter: feature rows inject K/V from the target's features, token rows run the draft block;
+    // one forward pass is one or the other (the two are different graphs).
+    size_t n_feat = 0;
+    for (size_t r = 0; r < n; ++r) {
+      const bool feat = h_added_rows[r] >= 0;
+      check(!feat || h_tokens[r] == kNoToken,
+            row_str(r) + " has both a token and a feature row; a feature row carries no token");
+      check(!feat || !batch.logits[r], row_str(r) + " is a feature row and computes no logits");
+      n_feat += feat ? 1 : 0;
+    }
+    check(n_feat == 0 || n_feat == n,
+          "the batch mixes " + std::to_string(n_feat) + " feature rows with " + std::to_string(n - n_feat) +
+              " token rows; a drafter's batch holds target-feature rows only (K/V injection) or token rows "
+              "only (the draft block)");
   }
 
   // Sequences and positions.

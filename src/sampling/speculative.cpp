@@ -6,6 +6,7 @@
 // token: the rows of rejected drafts are removed with seq_remove (the drafter trims its own on the next
 // call).
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <string>
 
@@ -75,16 +76,28 @@ std::vector<std::vector<int32_t>> SpeculativeDecoder::generate(
     samplers.back().accept(prompts[i]);  // the prompt counts for the penalties, as in plain generation
   }
 
+  // The drafter may bound a target batch (DFlash: its feature buffer holds that many rows).
+  const int32_t max_rows = drafter_.max_target_rows();
+  auto decode_target = [&](const Batch& b) {
+    target_.decode(b);
+    drafter_.target_decoded(b);  // DFlash injects the features of these rows
+  };
+
   // Prefill: the target's cache holds each prompt but its last token (id_last).
   std::vector<std::vector<int32_t>> hist(prompts), out(n);
   Batch batch;
   for (size_t i = 0; i < n; ++i) {
     target_.seq_clear(int32_t(i));
     drafter_.reset(int32_t(i));
-    for (size_t j = 0; j + 1 < prompts[i].size(); ++j)
+    for (size_t j = 0; j + 1 < prompts[i].size(); ++j) {
       batch.add(prompts[i][j], int32_t(j), int32_t(i), false);
+      if (max_rows > 0 && int32_t(batch.size()) == max_rows) {
+        decode_target(batch);
+        batch.clear();
+      }
+    }
   }
-  if (!batch.empty()) target_.decode(batch);
+  if (!batch.empty()) decode_target(batch);
 
   std::vector<uint8_t> done(n, n_predict <= 0 ? 1 : 0);
   const int32_t n_ctx = target_.params().n_ctx;
@@ -112,7 +125,10 @@ std::vector<std::vector<int32_t>> SpeculativeDecoder::generate(
       dsp.push_back(sp[i]);
     }
     if (seqs.empty()) break;
+    const auto t_draft = std::chrono::steady_clock::now();
     drafter_.draft(seqs, hptr, n_max, dsp, params_.draft_p_min, drafts);
+    const auto t_verify = std::chrono::steady_clock::now();
+    stats_.draft_seconds += std::chrono::duration<double>(t_verify - t_draft).count();
 
     batch.clear();
     std::vector<size_t> row0(seqs.size());
@@ -125,7 +141,11 @@ std::vector<std::vector<int32_t>> SpeculativeDecoder::generate(
       for (size_t j = 0; j < d.tokens.size(); ++j)
         batch.add(d.tokens[j], int32_t(h.size() + j), seqs[k], true);
     }
-    target_.decode(batch);
+    check(max_rows <= 0 || int32_t(batch.size()) <= max_rows,
+          "speculative generate: a verify batch of " + std::to_string(batch.size()) + " rows (" +
+              std::to_string(seqs.size()) + " sequences x up to draft-max + 1) exceeds the " +
+              std::to_string(max_rows) + " rows the drafter reads per target batch (the target's n_batch)");
+    decode_target(batch);
 
     for (size_t k = 0; k < seqs.size(); ++k) {
       const size_t i = size_t(seqs[k]);
@@ -178,6 +198,8 @@ std::vector<std::vector<int32_t>> SpeculativeDecoder::generate(
       const int32_t keep = int32_t(hist[i].size()) - 1;
       if (!done[i] && keep < target_.seq_len(int32_t(i))) target_.seq_remove(int32_t(i), keep);
     }
+    stats_.verify_seconds +=
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t_verify).count();
   }
   return out;
 }

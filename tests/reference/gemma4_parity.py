@@ -12,8 +12,16 @@ placement: cpu, cuda:0, --split-mode layer and tensor over --devices cuda:0,cuda
   - the 32 greedy tokens equal transformers' own greedy continuation.
 --fixtures DIR: writes <spec>.gguf and <spec>.json (prompt, transformers' logits of every prompt row and the
 greedy tokens) for CI (tests/data/models/).
-MoE (26B-A4B) and E2B/E4B variants are not run: tandem refuses those files (not supported yet; the CI test
-tests/test_gemma4.cpp checks the refusal). The 26B-A4B spec here is its attention and dense-MLP shape only.
+MoE specs (moe=...) turn on transformers' enable_moe_block (num_experts, top_k_experts, moe_intermediate_size:
+every layer gets the router, the experts and the extra norms beside its dense MLP, GGUF-ARCH-FACTS C.5); the
+router weights are drawn large so that the top-k is decisive (no near-ties between tandem and torch). For MoE
+specs the checkpoint is also saved (save_pretrained + a byte-level tokenizer.json) and converted with
+`tandem convert --type f32`; the converted file must give the writer's file's logits (placement "convert",
+run on cuda:0). The config actually used is printed (transformers' field names are checked after
+construction: a config that silently ignored a field fails the spec).
+E2B-style specs (ple=...: hidden_size_per_layer_input, num_kv_shared_layers) run cpu, cuda and tensor only
+(tandem refuses to split such a model by layer); their layer pattern makes C.7's fixed KV sources (n - s - 2
+sliding, n - s - 1 full) the last own-KV layer of each kind, as transformers picks them.
 """
 
 import argparse
@@ -35,9 +43,22 @@ SPECS = [
          global_kv=1, ff=128, window=8, softcap=30.0, fixture=True),
     dict(name="gemma4_small", vocab=1024, hidden=256, layers=6, heads=8, kv=4, head_dim=32, global_head_dim=64,
          global_kv=2, ff=512, window=16, softcap=30.0),
-    # The 26B-A4B attention/dense shape with few layers and its MoE block left out (tandem has no MoE yet).
+    # The 26B-A4B attention/dense shape with few layers and its MoE block left out.
     dict(name="gemma4_26b_a4b_dense_part", vocab=4096, hidden=2816, layers=3, heads=16, kv=8, head_dim=256,
          global_head_dim=512, global_kv=2, ff=2112, window=1024, softcap=30.0),
+    # Mixture of experts (C.5): a small shape (CI fixture) and the 26B-A4B shape with 2 layers (128 experts,
+    # top 8, expert n_ff 704; f32 weights: about 3 GB per layer).
+    dict(name="gemma4_moe_tiny", vocab=512, hidden=64, layers=4, heads=4, kv=2, head_dim=16, global_head_dim=32,
+         global_kv=2, ff=128, window=8, softcap=30.0, moe=dict(experts=8, top_k=2, ff=16), fixture=True,
+         convert=True),
+    dict(name="gemma4_moe_small", vocab=1024, hidden=256, layers=4, heads=8, kv=4, head_dim=32,
+         global_head_dim=64, global_kv=2, ff=512, window=16, softcap=30.0, moe=dict(experts=16, top_k=4, ff=128),
+         convert=True),
+    dict(name="gemma4_e2b_tiny", vocab=512, hidden=64, layers=6, heads=4, kv=2, head_dim=16, global_head_dim=32,
+         global_kv=2, ff=128, window=8, softcap=30.0, ple=dict(n=8, shared=3), placements="cpu,cuda,tensor"),
+    dict(name="gemma4_26b_a4b_moe", vocab=4096, hidden=2816, layers=2, heads=16, kv=8, head_dim=256,
+         global_head_dim=512, global_kv=2, ff=2112, window=1024, softcap=30.0,
+         moe=dict(experts=128, top_k=8, ff=704)),
 ]
 
 # ---- GGUF writer (GGUF v3, little endian) ----
@@ -100,21 +121,61 @@ def make_hf(spec, seed, device):
     L = spec["layers"]
     types = ["sliding_attention" if (i % 3) != 2 else "full_attention" for i in range(L)]
     types[-1] = "full_attention"  # transformers forces the last layer to full attention
+    moe = spec.get("moe")
+    moe_kw = dict(enable_moe_block=False)
+    ple = spec.get("ple")
+    ple_kw = dict(hidden_size_per_layer_input=0, num_kv_shared_layers=0)
+    if ple:
+        ple_kw = dict(hidden_size_per_layer_input=ple["n"], num_kv_shared_layers=ple["shared"],
+                      vocab_size_per_layer_input=spec["vocab"])
+    if moe:
+        moe_kw = dict(enable_moe_block=True, num_experts=moe["experts"], top_k_experts=moe["top_k"],
+                      moe_intermediate_size=moe["ff"])
     cfg = Gemma4TextConfig(
         vocab_size=spec["vocab"], hidden_size=spec["hidden"], intermediate_size=spec["ff"], num_hidden_layers=L,
         num_attention_heads=spec["heads"], num_key_value_heads=spec["kv"], head_dim=spec["head_dim"],
         global_head_dim=spec["global_head_dim"], num_global_key_value_heads=spec["global_kv"],
         attention_k_eq_v=True, sliding_window=spec["window"], layer_types=types,
-        final_logit_softcapping=spec["softcap"], hidden_size_per_layer_input=0, num_kv_shared_layers=0,
-        enable_moe_block=False, tie_word_embeddings=True, rms_norm_eps=1e-6, max_position_embeddings=4096,
+        final_logit_softcapping=spec["softcap"], **ple_kw,
+        tie_word_embeddings=True, rms_norm_eps=1e-6, max_position_embeddings=4096, **moe_kw,
         rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
                          "full_attention": {"rope_type": "proportional", "partial_rotary_factor": 0.25,
                                             "rope_theta": 1000000.0}})
     cfg._attn_implementation = "eager"
+    for key, want in moe_kw.items():  # a field the config does not know would be silently dropped
+        try:
+            got = getattr(cfg, key, None)
+        except Exception:  # noqa: BLE001 -- a per-layer field: checked through the model's parameters below
+            continue
+        if got != want:
+            raise RuntimeError(f"Gemma4TextConfig.{key} is {got!r}, expected {want!r}: transformers' MoE field "
+                               f"names differ from this script's")
+    def field(k):  # transformers 5.17 raises (not AttributeError) for per-layer fields read globally
+        try:
+            return getattr(cfg, k, None)
+        except Exception as e:  # noqa: BLE001
+            return f"<per-layer: {type(e).__name__}>"
+
+    used = {k: field(k) for k in
+            ["vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+             "num_key_value_heads", "head_dim", "global_head_dim", "num_global_key_value_heads",
+             "attention_k_eq_v", "sliding_window", "layer_types", "final_logit_softcapping", "enable_moe_block",
+             "num_experts", "top_k_experts", "moe_intermediate_size", "rope_parameters"]}
+    print(f"  config used: {json.dumps(used, default=str)}", flush=True)
     model = Gemma4ForCausalLM(cfg).float().eval()
+    layer0 = sorted(k for k in model.state_dict() if k.startswith("model.layers.0."))
+    if ple and not any("per_layer" in k for k in layer0):
+        raise RuntimeError(f"hidden_size_per_layer_input gave no per-layer-input parameters; layer 0 has: {layer0}")
+    if moe and not any(".experts." in k or ".router." in k for k in layer0):
+        # PretrainedConfig keeps unknown keyword arguments as attributes, so the check above cannot see a
+        # misspelt MoE field; the model's parameters can.
+        raise RuntimeError(f"enable_moe_block gave no router/experts parameters; layer 0 has: {layer0}")
+    print(f"  layer 0 parameters: {layer0}", flush=True)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.dim() == 1:  # norm weights: around 1
+            if name.endswith("router.proj.weight"):  # decisive top-k: logits with a spread of several units
+                p.copy_((torch.rand_like(p) * 2 - 1) * 9.0)
+            elif p.dim() == 1:  # norm weights and the router / per-expert scales: around 1
                 p.copy_(1.0 + 0.3 * (torch.rand_like(p) * 2 - 1))
             else:
                 fan_in = p.shape[-1]
@@ -154,6 +215,16 @@ def to_gguf(model, cfg, types, spec, path):
         ("gemma4.embedding_length_per_layer_input", T_U32, 0),
         ("gemma4.final_logit_softcapping", T_F32, spec["softcap"]),
     ]
+    moe = spec.get("moe")
+    ple = spec.get("ple")
+    if ple:
+        kv = [(k, t, v) for k, t, v in kv if k not in ("gemma4.embedding_length_per_layer_input",
+                                                      "gemma4.attention.shared_kv_layers")]
+        kv += [("gemma4.embedding_length_per_layer_input", T_U32, ple["n"]),
+               ("gemma4.attention.shared_kv_layers", T_U32, ple["shared"])]
+    if moe:
+        kv += [("gemma4.expert_count", T_U32, moe["experts"]), ("gemma4.expert_used_count", T_U32, moe["top_k"]),
+               ("gemma4.expert_feed_forward_length", T_U32, moe["ff"])]
     tensors = []
 
     def add(name, t):
@@ -163,6 +234,11 @@ def to_gguf(model, cfg, types, spec, path):
     p = "model."
     add("token_embd.weight", sd[p + "embed_tokens.weight"])
     add("output_norm.weight", sd[p + "norm.weight"])
+    for hf, gg in [("embed_tokens_per_layer.weight", "per_layer_token_embd.weight"),
+                   ("per_layer_model_projection.weight", "per_layer_model_proj.weight"),
+                   ("per_layer_projection_norm.weight", "per_layer_proj_norm.weight")]:
+        if p + hf in sd:
+            add(gg, sd[p + hf])
     import torch
     D = spec["global_head_dim"]
     n_one = int(D * 0.25 / 2)
@@ -175,14 +251,44 @@ def to_gguf(model, cfg, types, spec, path):
              "pre_feedforward_layernorm.weight": "ffn_norm.weight", "mlp.gate_proj.weight": "ffn_gate.weight",
              "mlp.up_proj.weight": "ffn_up.weight", "mlp.down_proj.weight": "ffn_down.weight",
              "post_feedforward_layernorm.weight": "post_ffw_norm.weight",
-             "layer_scalar": "layer_output_scale.weight"}
+             "layer_scalar": "layer_output_scale.weight",
+             # C.2 / C.5: the MoE block
+             "router.proj.weight": "ffn_gate_inp.weight", "router.scale": "ffn_gate_inp.scale",
+             "router.per_expert_scale": "ffn_down_exps.scale",
+             "pre_feedforward_layernorm_2.weight": "pre_ffw_norm_2.weight",
+             "post_feedforward_layernorm_1.weight": "post_ffw_norm_1.weight",
+             "post_feedforward_layernorm_2.weight": "post_ffw_norm_2.weight",
+             "experts.gate_up_proj": "ffn_gate_up_exps.weight", "experts.down_proj": "ffn_down_exps.weight",
+             # C.7: per-layer inputs
+             "per_layer_input_gate.weight": "inp_gate.weight", "per_layer_projection.weight": "proj.weight",
+             "post_per_layer_input_norm.weight": "post_norm.weight"}
+
+    def expert_layout(hf, t):
+        # torch [n_expert, out, in] is ggml {in, out, n_expert}; a checkpoint that stores [n_expert, in, out]
+        # is transposed (gate_up: out = 2 * moe_ff; down: out = hidden).
+        out_rows = 2 * moe["ff"] if hf == "experts.gate_up_proj" else spec["hidden"]
+        if t.shape[1] != out_rows and t.shape[2] == out_rows:
+            t = t.transpose(1, 2)
+        if t.shape[1] != out_rows:
+            raise RuntimeError(f"{hf} has shape {list(t.shape)}; expected [n_expert, {out_rows}, in]")
+        return t
+
     for il in range(L):
         for hf, gg in names.items():
             k = f"{p}layers.{il}.{hf}"
             if k in sd:
-                add(f"blk.{il}.{gg}", sd[k].reshape(-1) if hf == "layer_scalar" else sd[k])
+                t = sd[k]
+                if hf == "layer_scalar":
+                    t = t.reshape(-1)
+                elif hf.startswith("experts."):
+                    t = expert_layout(hf, t)
+                add(f"blk.{il}.{gg}", t)
     leftover = [k for k in sd if k.startswith(p + "layers.") and k.split(".", 3)[3] not in names
                 and "rotary" not in k]
+    known_top = {"embed_tokens.weight", "norm.weight", "embed_tokens_per_layer.weight",
+                 "per_layer_model_projection.weight", "per_layer_projection_norm.weight"}
+    leftover += [k for k in sd if k.startswith(p) and not k.startswith(p + "layers.") and
+                 k[len(p):] not in known_top and "rotary" not in k]
     if leftover:
         raise RuntimeError(f"state-dict entries this writer does not map: {leftover[:6]}")
     write_gguf(path, kv, tensors)
@@ -206,9 +312,11 @@ def read_dump(path):
 
 def tandem_generate(tandem, gguf, prompt, work, placement, log):
     dump = work / f"{placement.replace(':', '_').replace(',', '_').replace(' ', '_')}.logits"
+    if placement == "convert":  # the file `tandem convert` made, on cuda:0
+        gguf = Path(gguf).with_name(Path(gguf).stem + "_converted.gguf")
     cmd = [tandem, "generate", "-m", gguf, "--prompt-ids", ",".join(map(str, prompt)), "-n", str(N_GREEDY),
            "--temp", "0", "--ignore-eos", "--ids", "--kv-type", "f32", "--ctx", "1024", "--dump-logits", str(dump)]
-    if placement == "cuda":
+    if placement in ("cuda", "convert"):
         cmd += ["--devices", "cuda:0"]
     elif placement in ("layer", "tensor"):
         cmd += ["--devices", "cuda:0,cuda:0", "--split-mode", placement]
@@ -222,6 +330,21 @@ def tandem_generate(tandem, gguf, prompt, work, placement, log):
     rows = read_dump(dump)
     dump.unlink()
     return ids, rows
+
+
+def convert_checkpoint(model, tandem, work, gguf, log):
+    """save_pretrained + a byte-level tokenizer.json, then `tandem convert --type f32` next to gguf."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from model_parity import write_tokenizer  # the byte-level BPE tokenizer.json of the llama/qwen3 parity
+    hf_dir = work / "hf"
+    model.save_pretrained(hf_dir, safe_serialization=True)
+    write_tokenizer(hf_dir)
+    out = Path(gguf).with_name(Path(gguf).stem + "_converted.gguf")
+    cmd = [str(tandem), "convert", str(hf_dir), "-o", str(out), "--type", "f32", "-q"]
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
+    log(f"  $ {' '.join(cmd)}  [rc {p.returncode}]")
+    if p.returncode != 0:
+        raise RuntimeError(f"tandem convert failed: {p.stderr.strip()[-1500:]}")
 
 
 def rel_error(a, b):
@@ -240,14 +363,24 @@ def check_spec(spec, args, log, results):
     model, cfg, types = make_hf(spec, 1234, dev)
     gguf = work / f"{spec['name']}.gguf"
     to_gguf(model, cfg, types, spec, gguf)
+    placements = spec.get("placements", args.placements).split(",")
+    convert_failed = False
+    if spec.get("convert"):
+        try:
+            convert_checkpoint(model, args.tandem, work, gguf, log)
+            placements.append("convert")
+        except Exception as e:  # noqa: BLE001 - reported as its own failure
+            convert_failed = True
+            log(f"  {spec['name']} convert: ERROR {e}")
+            results.append({"spec": spec["name"] + " convert", "pass": False, "error": str(e)[-800:]})
     g = torch.Generator().manual_seed(99)
     prompt = torch.randint(0, spec["vocab"], (PROMPT_LEN,), generator=g).tolist()
     with torch.no_grad():
         hf_greedy = model.generate(torch.tensor([prompt], device=dev), max_new_tokens=N_GREEDY, do_sample=False,
                                    use_cache=True)[0, PROMPT_LEN:].tolist()
     res = {"spec": spec["name"], "hf_greedy": hf_greedy}
-    ok = True
-    for placement in args.placements.split(","):
+    ok = not convert_failed
+    for placement in placements:
         try:
             ids, rows = tandem_generate(args.tandem, gguf, prompt, work, placement, log)
             seq = prompt + ids[:-1]

@@ -52,7 +52,7 @@ struct ModelShape {
   std::string arch, name, file_type;
   int64_t n_layer = 0, n_embd = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_ff = 0, n_vocab = 0;
   uint64_t n_params = 0, weight_bytes = 0;
-  uint64_t bytes_per_step = 0;  // weights a decode step reads
+  uint64_t bytes_per_step = 0;  // weights a decode step reads (MoE: only the used share of the experts)
   uint64_t layer_matrix_params = 0;
   std::string describe() const;
 };

@@ -114,12 +114,20 @@ ModelShape read_shape(const std::string& path, const ModelInfo& info) {
   s.weight_bytes = info.weight_bytes;
   const gguf::GgufFile f = gguf::GgufFile::open(path);
   const bool tied = f.find_tensor("output.weight") == nullptr;
+  // Mixture of experts: a row reads only its expert_used_count experts of each 3-D expert tensor (the
+  // "_exps" tensors, {in, out, n_expert}), so a batch-1 decode step reads (and a token multiplies) that
+  // share.
+  const double n_expert = double(f.get_int(info.arch + ".expert_count", 0));
+  const double expert_share =
+      n_expert > 0 ? double(f.get_int(info.arch + ".expert_used_count", 0)) / n_expert : 1.0;
   std::string types;
   for (const gguf::TensorInfo& t : f.tensors()) {
     const bool embd = t.name == "token_embd.weight";
-    if (!embd || tied) s.bytes_per_step += t.nbytes;
+    const bool experts = t.n_dims == 3 && t.name.find("_exps.") != std::string::npos;
+    const double share = experts ? expert_share : 1.0;
+    if (!embd || tied) s.bytes_per_step += uint64_t(double(t.nbytes) * share);
     if (t.name.rfind("blk.", 0) == 0 && t.n_dims >= 2) {
-      s.layer_matrix_params += uint64_t(t.nelements());
+      s.layer_matrix_params += uint64_t(double(t.nelements()) * share);
       if (types.find(dtype_name(t.type)) == std::string::npos)
         types += std::string(types.empty() ? "" : "+") + dtype_name(t.type);
     }

@@ -1,7 +1,8 @@
 // `tandem bench --random-weights TYPE --to OUT.gguf` (bench.h) does not benchmark: it writes a copy of -m
-// whose matrices are random TYPE values (valid blocks with fp16 scales of 1e-3 .. 2e-3), for benchmark models
-// of any type in seconds (`tandem quantize`'s scale searches take minutes for an 8B model; speed does not
-// depend on the values).
+// whose matrices are random TYPE values (TYPE as `tandem quantize` takes it, mixes such as q4_k_m included:
+// each matrix gets the type quantize would give it, 3-D expert tensors too) (valid blocks with fp16 scales of
+// 1e-3 .. 2e-3), for benchmark models of any type in seconds (`tandem quantize`'s scale searches take minutes
+// for an 8B model; speed does not depend on the values).
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -12,6 +13,7 @@
 #include "core/file_io.h"
 #include "core/half.h"
 #include "gguf/gguf.h"
+#include "quant/quantize_model.h"
 
 namespace tandem::cli::bench {
 namespace {
@@ -70,11 +72,12 @@ void fill_random_matrix(DType t, uint8_t* dst, size_t n, uint64_t seed) {
 
 void write_random_weights(const std::string& in, const std::string& type_name, const std::string& out,
                           int threads) {
-  const auto type = dtype_from_name(type_name);
-  check(type.has_value() && (*type == DType::F32 || *type == DType::F16 || *type == DType::BF16 ||
-                             dtype_traits(*type).quantized),
-        "--random-weights: unknown weight type '" + type_name +
-            "' (f32, f16, bf16, q8_0, q4_0, q4_k, q5_k, q6_k)");
+  quant::QuantTarget target;
+  try {
+    target = quant::parse_quant_target(type_name);
+  } catch (const Error& e) {
+    throw Error(std::string("--random-weights: ") + e.what());
+  }
   check(!out.empty(), "--random-weights needs --to OUT.gguf");
   check(!same_file(in, out), "--to '" + out +
                                  "' is the input model (-m); write the random-weight copy to a "
@@ -86,17 +89,23 @@ void write_random_weights(const std::string& in, const std::string& type_name, c
         gguf::Value::string("random " + type_name + " weights of " + f.get_string("general.name", "")));
   const int n_threads = threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()));
   uint64_t seed = 1;
-  for (const gguf::TensorInfo& t : f.tensors()) {
+  // The matrices `tandem quantize` would convert get random values of the type it would give them (a matrix
+  // already of that type is copied, its values serve as well).
+  const std::vector<quant::TensorPlan> plan = quant::plan_quantization(f, target);
+  check(plan.size() == f.tensors().size(), "internal: the quantization plan does not cover every tensor");
+  w.set("general.file_type", gguf::Value::u32(target.file_type));
+  for (size_t ti = 0; ti < plan.size(); ++ti) {
+    const gguf::TensorInfo& t = f.tensors()[ti];
     std::vector<int64_t> ne(t.ne.begin(), t.ne.begin() + std::max<uint32_t>(t.n_dims, 1));
-    const bool matrix = t.n_dims == 2 && t.ne[0] % dtype_block_size(*type) == 0;
-    if (!matrix) {
+    if (!plan[ti].convert) {
       w.add_tensor(t.name, t.type, ne, f.tensor_data(t), t.nbytes);
       continue;
     }
-    const size_t row = dtype_row_bytes(*type, t.ne[0]), nbytes = row * size_t(t.ne[1]);
-    const DType dt = *type;
+    const DType dt = plan[ti].to;
+    const size_t n_rows = size_t(t.nelements() / t.ne[0]);
+    const size_t row = dtype_row_bytes(dt, t.ne[0]), nbytes = row * n_rows;
     const uint64_t s0 = seed++;
-    w.add_tensor(t.name, dt, ne, nbytes, [dt, row, rows = size_t(t.ne[1]), n_threads, s0](uint8_t* dst) {
+    w.add_tensor(t.name, dt, ne, nbytes, [dt, row, rows = n_rows, n_threads, s0](uint8_t* dst) {
       std::vector<std::thread> pool;
       const size_t per = (rows + size_t(n_threads) - 1) / size_t(n_threads);
       for (int k = 0; k < n_threads; ++k) {

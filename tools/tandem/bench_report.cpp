@@ -1,5 +1,6 @@
 // The report of `tandem bench` (bench.h): the device, the commit, the limits, the model, then one row per
 // test and per kernel with its fraction of the limit, as a markdown table or as JSON (-o json).
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
@@ -20,9 +21,13 @@ void print_json(const Report& r) {
   j["split_mode"] = r.split_mode;
   j["devices"] = r.devices;
   j["split"] = r.mesh.describe();
-  j["model"] = {{"path", r.model_path},         {"arch", r.shape.arch},
-                {"types", r.shape.file_type},   {"shape", r.shape.describe()},
-                {"n_params", r.shape.n_params}, {"weight_bytes", r.shape.weight_bytes}};
+  j["model"] = {{"path", r.model_path},
+                {"arch", r.shape.arch},
+                {"types", r.shape.file_type},
+                {"shape", r.shape.describe()},
+                {"n_params", r.shape.n_params},
+                {"weight_bytes", r.shape.weight_bytes},
+                {"bytes_per_step", r.shape.bytes_per_step}};
   nlohmann::json arr = nlohmann::json::array();
   for (const Result& res : r.results) {
     const Stats st = stats(res.tps);
@@ -67,6 +72,12 @@ void print_markdown(const Report& r) {
     std::printf("model: %s (%s), %.2f GiB, %.2f B params\nshape: %s\n", r.model_path.c_str(),
                 r.shape.file_type.c_str(), double(r.shape.weight_bytes) / double(1u << 30),
                 double(r.shape.n_params) / 1e9, r.shape.describe().c_str());
+  if (!r.model_path.empty())
+    std::printf(
+        "weights a batch-1 decode step reads: %.3f GiB (mixture of experts: the used experts only); at "
+        "the bandwidth limit %.1f steps/s\n",
+        double(r.shape.bytes_per_step) / double(1u << 30),
+        l.bw / double(std::max<uint64_t>(r.shape.bytes_per_step, 1)));
   if (!r.results.empty()) {
     std::printf("\n| test | batch | t/s | ± | fraction of limit |\n| --- | ---: | ---: | ---: | ---: |\n");
     for (const Result& res : r.results) {

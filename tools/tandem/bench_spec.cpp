@@ -46,6 +46,15 @@ void bench_speculative(const SpecOptions& o, const std::shared_ptr<Model>& targe
   std::printf("speedup over AR: %.3fx; mean accepted length: %.3f (the speedup bound); acceptance %.1f%%\n",
               (double(spec_tokens) / spec_s) / (double(ar_tokens) / ar_s), stats.mean_accepted_length(),
               100.0 * stats.acceptance_rate());
+  std::printf("time per verify cycle: %.3f ms speculative (draft + verify, %lld cycles), %.3f ms per AR step\n",
+              1e3 * spec_s / double(std::max<int64_t>(stats.cycles, 1)), (long long)stats.cycles,
+              1e3 * ar_s / double(std::max<size_t>(ar_tokens, 1)));
+  std::printf("per cycle: draft pass %.3f ms, verify pass %.3f ms (block of up to %d + 1 rows)\n",
+              1e3 * stats.draft_seconds / double(std::max<int64_t>(stats.cycles, 1)),
+              1e3 * stats.verify_seconds / double(std::max<int64_t>(stats.cycles, 1)), o.draft_max);
+  std::printf("realized speedup / accepted-length bound: %.3f\n",
+              ((double(spec_tokens) / spec_s) / (double(ar_tokens) / ar_s)) /
+                  std::max(stats.mean_accepted_length(), 1e-9));
   std::printf("%s\n", stats.summary().c_str());
 }
 

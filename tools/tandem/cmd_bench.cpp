@@ -6,6 +6,7 @@
 //                 | --devices LIST --split-mode MODE [--tensor-split R,..] [--main-device N]]
 //                [--kernels]
 //   tandem bench -m MODEL --random-weights TYPE --to OUT.gguf [-t N]
+//   tandem bench -m CANVAS_MODEL --diffusion [-p 128] [--diffusion-steps S] [-r 3]   (bench_diffusion.cpp)
 //
 // This file is the command: its flags, their checks and the order of the runs. The parts are declared in
 // bench.h: the limits (bench_limits.cpp: measured copy bandwidth and matmul rate), the pp and tg tests and
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "bench.h"
+#include "bench_diffusion.h"
 #include "bench_spec.h"
 #include "commands.h"
 #include "core/error.h"
@@ -46,7 +48,9 @@ struct BenchArgs {
   std::string random_type;  // --random-weights: write -m's model with random TYPE matrices to --to, then exit
   std::string random_to;
   SplitOptions split;
-  SpecOptions spec;  // --draft: speculative vs AR (bench_spec.h)
+  SpecOptions spec;        // --draft: speculative vs AR (bench_spec.h)
+  bool diffusion = false;  // --diffusion: canvas diffusion, host vs device sampling (bench_diffusion.h)
+  int diffusion_steps = 0;
 };
 
 std::vector<int> parse_int_list(const std::string& s, const char* what) {
@@ -89,10 +93,17 @@ void run_bench(const BenchArgs& a) {
   check(a.device.empty() || a.split.devices.empty(),
         "--device and --devices: give one of them (--devices lists every device of the mesh, "
         "--main-device picks the main one)");
+  check_int_flag("--diffusion-steps", a.diffusion_steps, 0, 100000, "0 = the model's default");
+  check(!a.diffusion || !a.model.empty(), "--diffusion needs the canvas model with -m");
+  check(!a.diffusion || !a.spec.enabled(), "--diffusion and --draft: give one of them");
   ModelParams mp;
   mp.n_threads = a.threads;
   mp.device = parse_device(a.device).to_string();
   const MeshSpec mesh = apply(a.split, mp);
+  if (a.diffusion) {
+    const auto model = Model::load(a.model, mp);
+    return bench_diffusion(model, a.model, a.n_prompt, a.diffusion_steps, a.reps);
+  }
   // The limits are measured on the main device, where the mode none runs and the logits land.
   const DeviceId dev_id = mesh.devices[size_t(mesh.main_device)];
   check(a.kernels || !a.model.empty(),
@@ -167,6 +178,12 @@ void add_bench_command(CLI::App& app) {
       "(q8_0, q4_k, ...) to --to (benchmark models in seconds; speed does not depend on the values)");
   add_spec_options(cmd, &args->spec);
   cmd->add_option("--to", args->random_to, "output file of --random-weights");
+  cmd->add_flag(
+      "--diffusion", args->diffusion,
+      "canvas diffusion model: PREFILL ms, ms per denoising step and tokens/s, host vs device sampling "
+      "(-p prompt tokens, -r repetitions)");
+  cmd->add_option("--diffusion-steps", args->diffusion_steps,
+                  "with --diffusion: denoising steps per block (0: the model's default)");
   cmd->callback([args] {
     if (parse_only()) return;
     run_bench(*args);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "commands.h"
+#include "flag_checks.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "eval/default_model.h"
@@ -246,18 +247,7 @@ void run_chat(const ChatArgs& a) {
   check(a.threads >= 0 && a.threads <= ThreadPool::kMaxThreads,
         "--threads must be in [0, " + std::to_string(ThreadPool::kMaxThreads) + "] (0 = all cores), got " +
             std::to_string(a.threads));
-  check(a.top_k >= 0, "--top-k must be >= 0 (0 = off), got " + std::to_string(a.top_k));
-  check(std::isfinite(a.temperature),
-        "--temp must be a finite number (<= 0 = greedy), got " + std::to_string(a.temperature));
-  check(std::isfinite(a.top_p) && a.top_p >= 0.0f && a.top_p <= 1.0f,
-        "--top-p must be in [0, 1] (1 = off), got " + std::to_string(a.top_p));
-  check(std::isfinite(a.min_p) && a.min_p >= 0.0f && a.min_p <= 1.0f,
-        "--min-p must be in [0, 1] (0 = off), got " + std::to_string(a.min_p));
-  check(a.seed >= -1, "--seed must be >= 0, or -1 for a random seed, got " + std::to_string(a.seed));
-  check(a.repeat_last_n >= -1,
-        "--repeat-last-n must be >= -1 (-1 = all), got " + std::to_string(a.repeat_last_n));
-  check(std::isfinite(a.repeat_penalty) && a.repeat_penalty > 0.0f,
-        "--repeat-penalty must be a positive number (1 = off), got " + std::to_string(a.repeat_penalty));
+  check_sampling_flags(a.top_k, a.temperature, a.top_p, a.min_p, a.seed, a.repeat_last_n, a.repeat_penalty);
   if (!a.chat_template.empty() && a.chat_template.find('/') == std::string::npos &&
       a.chat_template.find(".jinja") == std::string::npos)
     ChatTemplate::builtin(a.chat_template);  // an unknown name fails before the model loads

@@ -19,6 +19,7 @@ struct ConvertArgs {
   int threads = 0;
   bool vocab_only = false;
   std::string name;
+  std::string target_model_dir;
   bool quiet = false;
 };
 
@@ -34,6 +35,7 @@ void run_convert(const ConvertArgs& a) {
   o.threads = a.threads;
   o.vocab_only = a.vocab_only;
   o.name = a.name;
+  o.target_model_dir = a.target_model_dir;
   if (!a.quiet) o.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   const auto r = convert::convert_hf_to_gguf(o);
   if (a.vocab_only) {
@@ -52,7 +54,7 @@ void add_convert_command(CLI::App& app) {
       "convert",
       "Convert a Hugging Face checkpoint directory (config.json, model.safetensors or sharded "
       "model.safetensors.index.json, tokenizer.json) to GGUF. Supported: LlamaForCausalLM, "
-      "Qwen3ForCausalLM.");
+      "Qwen3ForCausalLM, Gemma 4, DFlashDraftModel (with --target-model-dir).");
   cmd->add_option("hf_dir", args->hf_dir, "Hugging Face model directory")->required();
   cmd->add_option("-o,--output", args->output,
                   "output .gguf file (written to OUT.tmp, renamed when complete)")
@@ -66,6 +68,9 @@ void add_convert_command(CLI::App& app) {
   cmd->add_flag("--vocab-only", args->vocab_only,
                 "write only the tokenizer (tokenizer.json; config.json optional), no tensors");
   cmd->add_option("--name", args->name, "general.name (default: the directory name)");
+  cmd->add_option("--target-model-dir", args->target_model_dir,
+                  "DFlash drafters (DFlashDraftModel): the target model's HF directory (its tokenizer and "
+                  "vocabulary go into the drafter file)");
   cmd->add_flag("-q,--quiet", args->quiet, "no per-tensor progress lines");
   cmd->callback([args] {
     if (parse_only()) return;

@@ -10,6 +10,9 @@
 // the text printed ends before it (--ids: the ids up to the token that completed it). Prompt and generation
 // speed go to stderr at the end. The loop itself is the library's tandem::Generator (tandem/generator.h).
 //
+// A canvas diffusion model (tandem::canvas_model_info succeeds) is routed to `tandem diffuse`'s run
+// (diffuse_options.h): -p / --prompt-ids, -n, --seed, --ids and the --diffusion-* flags apply.
+//
 // Hidden (for tests and the transformers parity script): --dump-logits FILE writes the logits of every prompt
 // row and of every decoded row as binary records: the header "TLOG" + uint32 n_vocab, then per row int32
 // sequence, int32 position, n_vocab float32 (little-endian).
@@ -22,9 +25,11 @@
 #include <vector>
 
 #include "commands.h"
+#include "flag_checks.h"
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/thread_pool.h"
+#include "diffuse_options.h"
 #include "eval/default_model.h"
 #include "spec_options.h"
 #include "split_options.h"
@@ -65,6 +70,7 @@ struct GenerateArgs {
   std::vector<std::string> stop;
   std::string dump_logits;
   SplitOptions split;
+  DiffuseOptions diffusion;  // the --diffusion-* flags, for canvas models (routed to run_diffusion)
 };
 
 // "1,2,3;4,5" -> {{1, 2, 3}, {4, 5}}
@@ -176,25 +182,14 @@ void run_generate(const GenerateArgs& a) {
   check(a.threads >= 0 && a.threads <= ThreadPool::kMaxThreads,
         "--threads must be in [0, " + std::to_string(ThreadPool::kMaxThreads) + "] (0 = all cores), got " +
             std::to_string(a.threads));
-  // Every sampling flag in its range, named (SamplingParams::validate checks the combination again).
-  check(a.top_k >= 0, "--top-k must be >= 0 (0 = off), got " + std::to_string(a.top_k));
-  check(std::isfinite(a.temperature),
-        "--temp must be a finite number (<= 0 = greedy), got " + std::to_string(a.temperature));
-  check(std::isfinite(a.top_p) && a.top_p >= 0.0f && a.top_p <= 1.0f,
-        "--top-p must be in [0, 1] (1 = off), got " + std::to_string(a.top_p));
-  check(std::isfinite(a.min_p) && a.min_p >= 0.0f && a.min_p <= 1.0f,
-        "--min-p must be in [0, 1] (0 = off), got " + std::to_string(a.min_p));
-  check(a.seed >= -1, "--seed must be >= 0, or -1 for a random seed, got " + std::to_string(a.seed));
-  check(a.repeat_last_n >= -1,
-        "--repeat-last-n must be >= -1 (-1 = all), got " + std::to_string(a.repeat_last_n));
-  check(std::isfinite(a.repeat_penalty) && a.repeat_penalty > 0.0f,
-        "--repeat-penalty must be a positive number (1 = off), got " + std::to_string(a.repeat_penalty));
+  check_sampling_flags(a.top_k, a.temperature, a.top_p, a.min_p, a.seed, a.repeat_last_n, a.repeat_penalty);
   check(a.prompt.empty() != a.prompt_ids.empty(),
         "give the prompt either as text (-p) or as ids (--prompt-ids)");
   for (const std::string& s : a.stop) check(!s.empty(), "--stop: the stop string is empty");
   check_spec_options(a.spec);
   check(!a.spec.enabled() || (a.stop.empty() && a.dump_logits.empty() && !a.device_sampling),
         "--draft does not combine with --stop, --dump-logits or --device-sampling");
+  check_diffusion_options(a.diffusion);
 
   ModelParams mp;
   mp.n_threads = a.threads;
@@ -205,6 +200,20 @@ void run_generate(const GenerateArgs& a) {
   check(a.dump_logits.empty() || !same_file(a.dump_logits, model_path),
         "--dump-logits '" + a.dump_logits + "' is the model file (-m); write the logits to a different path");
   const auto model = Model::load(model_path, mp);
+  // A canvas diffusion model generates whole canvases with the EB sampler: `tandem diffuse`'s run.
+  if (is_canvas_model(*model)) {
+    check(!a.spec.enabled() && a.stop.empty() && a.dump_logits.empty() && a.parallel == 1,
+          "'" + model_path +
+              "' is a canvas diffusion model: --draft, --stop, --dump-logits and --parallel do not "
+              "apply to it (see tandem diffuse --help)");
+    DiffuseOptions d = a.diffusion;
+    d.prompt = a.prompt;
+    d.prompt_ids = a.prompt_ids;
+    d.n_predict = a.n_predict;
+    d.seed = a.seed;
+    d.ids = a.ids;
+    return run_diffusion(d, model, model_path);
+  }
   const ModelInfo& info = model->info();
   if (a.verbose)
     std::fprintf(stderr, "model: %s %s, %lld layers, n_embd %lld, vocab %lld, %.1f M params, on %s\n",
@@ -380,6 +389,7 @@ void add_generate_command(CLI::App& app) {
       ->allow_extra_args(false);  // one string per --stop
   add_split_options(cmd, &args->split);
   add_spec_options(cmd, &args->spec);
+  add_diffusion_options(cmd, &args->diffusion);
   cmd->add_flag("--ids", args->ids, "Print generated token ids (one line per sequence) instead of text");
   cmd->add_flag("--ignore-eos", args->ignore_eos, "Do not stop at end-of-generation tokens");
   cmd->add_flag(

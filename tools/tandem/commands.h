@@ -21,6 +21,9 @@ void add_tokenize_command(CLI::App& app);
 void add_bench_command(CLI::App& app);
 void add_perplexity_command(CLI::App& app);
 void add_chat_command(CLI::App& app);
+void add_serve_command(CLI::App& app);
+void add_parallel_command(CLI::App& app);
+void add_diffuse_command(CLI::App& app);
 
 // Every subcommand, in the order `tandem --help` lists them: the binary and the command-line fuzzer register
 // the same set from here, so a new command is fuzzed as soon as it exists.
@@ -33,6 +36,9 @@ inline void add_all_commands(CLI::App& app) {
   add_bench_command(app);
   add_perplexity_command(app);
   add_chat_command(app);
+  add_serve_command(app);
+  add_parallel_command(app);
+  add_diffuse_command(app);
 }
 
 }  // namespace tandem::cli

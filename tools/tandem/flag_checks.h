@@ -38,4 +38,21 @@ inline void check_threads_flag(int64_t value, const char* flag = "--threads") {
   check_int_flag(flag, value, 0, ThreadPool::kMaxThreads, "0 = one per hardware thread");
 }
 
+// The sampling flags `generate` and `chat` share, each in its range and named (SamplingParams::validate checks
+// the combination again).
+inline void check_sampling_flags(int64_t top_k, float temperature, float top_p, float min_p, int64_t seed,
+                                 int64_t repeat_last_n, float repeat_penalty) {
+  check(top_k >= 0, "--top-k must be >= 0 (0 = off), got " + std::to_string(top_k));
+  check(std::isfinite(temperature),
+        "--temp must be a finite number (<= 0 = greedy), got " + std::to_string(temperature));
+  check(std::isfinite(top_p) && top_p >= 0.0f && top_p <= 1.0f,
+        "--top-p must be in [0, 1] (1 = off), got " + std::to_string(top_p));
+  check(std::isfinite(min_p) && min_p >= 0.0f && min_p <= 1.0f,
+        "--min-p must be in [0, 1] (0 = off), got " + std::to_string(min_p));
+  check(seed >= -1, "--seed must be >= 0, or -1 for a random seed, got " + std::to_string(seed));
+  check(repeat_last_n >= -1, "--repeat-last-n must be >= -1 (-1 = all), got " + std::to_string(repeat_last_n));
+  check(std::isfinite(repeat_penalty) && repeat_penalty > 0.0f,
+        "--repeat-penalty must be a positive number (1 = off), got " + std::to_string(repeat_penalty));
+}
+
 }  // namespace tandem::cli

@@ -21,7 +21,7 @@ void CpuOps::reserve(const WorkspacePlan& plan) {
   const int64_t n_in = plan.max_matmul_in;
   const size_t act_row = std::max(act_row_bytes(ActFormat::Q8x32, n_in / 32 * 32),
                                   act_row_bytes(ActFormat::Q8x256, n_in / 256 * 256));
-  ws_.act(act_row * size_t(std::max<int64_t>(plan.max_rows, 1)));
+  ws_.act(act_row * size_t(std::max<int64_t>({plan.max_rows, plan.max_routed_rows, 1})));
   size_t stride = 0;
   ws_.per_thread(std::max(attention_scratch_floats(plan.max_n_head, plan.max_head_dim),
                           rope_scratch_floats(plan.max_head_dim)),
@@ -90,6 +90,19 @@ void CpuOps::sample_rows(Stream&, const Tensor& logits, const SamplerParams& par
 void CpuOps::diffusion_sample_rows(Stream&, const Tensor& logits, float inv_temp, const Tensor& uniforms,
                                    const Tensor& argmax, const Tensor& entropy, const Tensor& sampled) {
   cpu::diffusion_sample_rows(pool_, logits, inv_temp, uniforms, argmax, entropy, sampled);
+}
+
+void CpuOps::moe_route(Stream&, const Tensor& logits, const Tensor* expert_scale, const Tensor& ids,
+                       const Tensor& weights) {
+  cpu::moe_route(pool_, logits, expert_scale, ids, weights);
+}
+
+void CpuOps::matmul_id(Stream&, const Tensor& W, const Tensor& x, const Tensor& ids, const Tensor& y) {
+  cpu::matmul_id(pool_, ws_, W, x, ids, y);
+}
+
+void CpuOps::moe_combine(Stream&, const Tensor& y, const Tensor& weights, const Tensor& out) {
+  cpu::moe_combine(pool_, y, weights, out);
 }
 
 // ---- device -----------------------------------------------------------------------------------------------

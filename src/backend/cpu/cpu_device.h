@@ -61,6 +61,10 @@ class CpuOps final : public Ops {
                    const Tensor& out) override;
   void diffusion_sample_rows(Stream&, const Tensor& logits, float inv_temp, const Tensor& uniforms,
                              const Tensor& argmax, const Tensor& entropy, const Tensor& sampled) override;
+  void moe_route(Stream&, const Tensor& logits, const Tensor* expert_scale, const Tensor& ids,
+                 const Tensor& weights) override;
+  void matmul_id(Stream&, const Tensor& W, const Tensor& x, const Tensor& ids, const Tensor& y) override;
+  void moe_combine(Stream&, const Tensor& y, const Tensor& weights, const Tensor& out) override;
 
  private:
   ThreadPool& pool_;

@@ -109,5 +109,10 @@ void sample_rows(ThreadPool& pool, Workspace& ws, const Tensor& logits, const Sa
                  const Tensor& uniforms, const Tensor& out);
 void diffusion_sample_rows(ThreadPool& pool, const Tensor& logits, float inv_temp, const Tensor& uniforms,
                            const Tensor& argmax, const Tensor& entropy, const Tensor& sampled);
+void moe_route(ThreadPool& pool, const Tensor& logits, const Tensor* expert_scale, const Tensor& ids,
+               const Tensor& weights);
+void matmul_id(ThreadPool& pool, Workspace& ws, const Tensor& W, const Tensor& x, const Tensor& ids,
+               const Tensor& y);
+void moe_combine(ThreadPool& pool, const Tensor& y, const Tensor& weights, const Tensor& out);
 
 }  // namespace tandem::cpu

@@ -135,6 +135,26 @@ void launch_attention_decode(const AttentionArgs& a, void* partials, size_t part
 bool attention_prefill_supported(const AttentionArgs& a);
 void launch_attention_prefill(const AttentionArgs& a, cudaStream_t stream);
 
+// ---- mixture of experts (moe.cu, and the id variants of the matrix-vector kernels)
+// --------------------------- Ops::moe_route: logits F32 {n_expert, T}; ids / weights dense {k, T};
+// expert_scale {n_expert} or null.
+void launch_moe_route(const Tensor& logits, const float* expert_scale, int32_t* ids, float* weights, int k,
+                      cudaStream_t stream);
+// Ops::moe_combine: y F32 {n, k, T}, weights dense {k, T}, out F32 {n, T}.
+void launch_moe_combine(const Tensor& y, const float* weights, const Tensor& out, cudaStream_t stream);
+// Ops::matmul_id by the grouped GEMM (any number of routed rows; weights decoded tile by tile in f32).
+void launch_moe_gemm(const Tensor& W, const Tensor& x, const int32_t* ids, const Tensor& y,
+                     cudaStream_t stream);
+// Ops::matmul_id for few routed rows: one matrix-vector product per routed row (slot s = j + k t) over only
+// the selected expert's rows: W + ids[s] * w_es. x column of slot s: (s / k) * kx + (kx == 1 ? 0 : s % k);
+// y column s at y + s * y_ld (y dense). Quantized: x columns quantized by launch_quantize_q8 into scratch.
+void launch_gemv_quant_id(DType wt, const void* W, size_t w_ld, size_t w_es, int64_t K, int64_t N,
+                          const void* scratch, const int32_t* ids, int64_t n_slots, int k, int kx, float* y,
+                          int64_t y_ld, cudaStream_t stream);
+void launch_gemv_dense_id(DType wt, const void* W, size_t w_ld, size_t w_es, int64_t K, int64_t N,
+                          const float* x, int64_t x_ld, const int32_t* ids, int64_t n_slots, int k, int kx,
+                          float* y, int64_t y_ld, cudaStream_t stream);
+
 // ---- sampling (sampling.cu) -------------------------------------------------------------------------------
 void launch_argmax_rows(const Tensor& logits, int32_t* out, cudaStream_t stream);
 void launch_sample_rows(const Tensor& logits, const SamplerParams& p, const float* uniforms, int32_t* out,

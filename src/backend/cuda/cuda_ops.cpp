@@ -98,13 +98,15 @@ void CudaOps::reserve(const WorkspacePlan& p) {
   m.max_n_head = std::max(m.max_n_head, p.max_n_head);
   m.max_seq_len = std::max(m.max_seq_len, p.max_seq_len);
   m.max_vocab = std::max(m.max_vocab, p.max_vocab);
+  m.max_routed_rows = std::max(m.max_routed_rows, p.max_routed_rows);
 
   auto al = [](size_t n) { return (n + 255) & ~size_t(255); };
   const int64_t rows = std::max<int64_t>(m.max_rows, 1);
   const int64_t k_in = (m.max_matmul_in + 255) / 256 * 256;
   Regions r;
   r.act_bytes =
-      al(std::max(q8_activation_bytes(k_in, std::min(rows, kQuantGemvMaxRows)), size_t(k_in * rows) * 2));
+      al(std::max({q8_activation_bytes(k_in, std::min(rows, kQuantGemvMaxRows)), size_t(k_in * rows) * 2,
+                   q8_activation_bytes(k_in, std::min(m.max_routed_rows, kMoeGemvMaxSlots))}));
   r.dequant_bytes = m.max_matmul_in > 0 && rows > kQuantGemvMaxRows ? kDequantChunkElems * 2 : 0;
   r.lt_bytes = rows > kDenseGemvMaxRows ? kLtWorkspaceBytes : 0;
   r.attn_bytes = m.max_n_head > 0
@@ -167,7 +169,7 @@ void CudaOps::matmul(Stream& s, const Tensor& W, const Tensor& x, const Tensor& 
   const int64_t x_ld = int64_t(x.nb[1] / 4), y_ld = int64_t(y.nb[1] / 4);
   const bool dense = is_float_type(W.type);
 
-  if (dense && T <= kDenseGemvMaxRows) {
+  if (dense && (T <= kDenseGemvMaxRows || batch_invariant_)) {
     launch_gemv_dense(W.type, W.data, W.nb[1], K, N, xp, x_ld, T, yp, y_ld, st);
     return;
   }
@@ -176,11 +178,16 @@ void CudaOps::matmul(Stream& s, const Tensor& W, const Tensor& x, const Tensor& 
         "matmul: x {" + std::to_string(K) + ", " + std::to_string(T) +
             "} exceeds the reserved workspace bounds (" + std::to_string(plan_.max_matmul_in) + " inputs, " +
             std::to_string(plan_.max_rows) + " rows); call Ops::reserve() with larger bounds first");
-  if (!dense && T <= kQuantGemvMaxRows && gemv_quant_supports(W.type, K)) {
-    need(regions_.act_bytes, q8_activation_bytes(K, T), "8-bit activations");
+  if (!dense && (T <= kQuantGemvMaxRows || batch_invariant_) && gemv_quant_supports(W.type, K)) {
+    // In chunks of kQuantGemvMaxRows columns (what the activation region holds); per column the same
+    // quantization and dot products as a one-row call.
     void* act = region(regions_.act);
-    launch_quantize_q8(xp, x_ld, K, T, act, st);
-    launch_gemv_quant(W.type, W.data, W.nb[1], K, N, act, T, yp, y_ld, st);
+    for (int64_t t0 = 0; t0 < T; t0 += kQuantGemvMaxRows) {
+      const int64_t n = std::min(kQuantGemvMaxRows, T - t0);
+      need(regions_.act_bytes, q8_activation_bytes(K, n), "8-bit activations");
+      launch_quantize_q8(xp + t0 * x_ld, x_ld, K, n, act, st);
+      launch_gemv_quant(W.type, W.data, W.nb[1], K, N, act, n, yp + t0 * y_ld, y_ld, st);
+    }
     return;
   }
   need(regions_.lt_bytes, kLtWorkspaceBytes, "cuBLASLt");
@@ -484,7 +491,8 @@ void CudaOps::attention(Stream& s, const Tensor& q, const KvLayerView& kv, const
   a.scale = scale;
   // The tensor-core kernel shares each K/V tile among the rows of one sequence; decode batches (one row per
   // sequence) go to split-K decoding, which handles each row's sequence in parallel.
-  if (T >= std::max<int64_t>(kPrefillMinRows, 2 * n_seqs) && attention_prefill_supported(a)) {
+  if (!batch_invariant_ && T >= std::max<int64_t>(kPrefillMinRows, 2 * n_seqs) &&
+      attention_prefill_supported(a)) {
     launch_attention_prefill(a, st);
     return;
   }
@@ -650,6 +658,61 @@ void CudaOps::diffusion_sample_rows(Stream& s, const Tensor& logits, float inv_t
   launch_diffusion_sample_rows(logits, inv_temp, static_cast<const float*>(uniforms.data),
                                static_cast<int32_t*>(argmax.data), static_cast<float*>(entropy.data),
                                static_cast<int32_t*>(sampled.data), stream_of(s, index_));
+}
+
+// ---- mixture of experts
+// ------------------------------------------------------------------------------------
+
+void CudaOps::moe_route(Stream& s, const Tensor& logits, const Tensor* expert_scale, const Tensor& ids,
+                        const Tensor& weights) {
+  op_checks::moe_route(logits, expert_scale, ids, weights, DeviceId{DeviceKind::CUDA, index_});
+  DeviceGuard g(index_);
+  launch_moe_route(logits, expert_scale ? static_cast<const float*>(expert_scale->data) : nullptr,
+                   static_cast<int32_t*>(ids.data), static_cast<float*>(weights.data), int(ids.ne[0]),
+                   stream_of(s, index_));
+}
+
+// Few routed rows (decode): a matrix-vector product per routed row over its expert's rows only, the fast
+// kernels of matmul (bytes read = the selected experts). Many (prefill): the grouped GEMM (moe.cu).
+void CudaOps::matmul_id(Stream& s, const Tensor& W, const Tensor& x, const Tensor& ids, const Tensor& y) {
+  op_checks::matmul_id(W, x, ids, y, DeviceId{DeviceKind::CUDA, index_});
+  const int64_t K = W.ne[0], N = W.ne[1], k = ids.ne[0], T = ids.ne[1], kx = x.ne[1];
+  const int64_t n_slots = k * T;
+  if (n_slots == 0 || N == 0) return;
+  DeviceGuard g(index_);
+  cudaStream_t st = stream_of(s, index_);
+  const int32_t* id = static_cast<const int32_t*>(ids.data);
+  // Input column c = t * kx + j' at x + c * x_ld floats, output column s at y + s * y_ld floats.
+  const bool x_cols = kx == 1 || x.nb[2] == x.nb[1] * size_t(kx);
+  const int64_t x_ld = int64_t((kx == 1 ? x.nb[2] : x.nb[1]) / 4);
+  const bool y_cols = y.nb[2] == y.nb[1] * size_t(k);
+  const int64_t y_ld = int64_t(y.nb[1] / 4);
+  const float* xp = static_cast<const float*>(x.data);
+  float* yp = static_cast<float*>(y.data);
+  if (n_slots <= kMoeGemvMaxSlots && x_cols && y_cols) {
+    if (is_float_type(W.type)) {
+      launch_gemv_dense_id(W.type, W.data, W.nb[1], W.nb[2], K, N, xp, x_ld, id, n_slots, int(k), int(kx), yp,
+                           y_ld, st);
+      return;
+    }
+    if (gemv_quant_supports(W.type, K)) {
+      const int64_t n_x = kx * T;
+      need(regions_.act_bytes, q8_activation_bytes(K, n_x), "8-bit activations of matmul_id");
+      void* act = region(regions_.act);
+      launch_quantize_q8(xp, x_ld, K, n_x, act, st);
+      launch_gemv_quant_id(W.type, W.data, W.nb[1], W.nb[2], K, N, act, id, n_slots, int(k), int(kx), yp,
+                           y_ld, st);
+      return;
+    }
+  }
+  check(K % 32 == 0, "matmul_id: on CUDA the row length must be a multiple of 32, got " + std::to_string(K));
+  launch_moe_gemm(W, x, id, y, st);
+}
+
+void CudaOps::moe_combine(Stream& s, const Tensor& y, const Tensor& weights, const Tensor& out) {
+  op_checks::moe_combine(y, weights, out, DeviceId{DeviceKind::CUDA, index_});
+  DeviceGuard g(index_);
+  launch_moe_combine(y, static_cast<const float*>(weights.data), out, stream_of(s, index_));
 }
 
 }  // namespace tandem::cuda

@@ -11,6 +11,7 @@
 //     larger T -> weights dequantized to bf16 in chunks of rows into the workspace, then cuBLASLt.
 // attention: T >= max(kPrefillMinRows, 2 x sequences of the block table) with F16/BF16 caches -> tensor-core
 // flash attention; otherwise split-K flash decoding (rows in chunks that fit the reserved workspace).
+// Batch-invariant mode (set_batch_invariant) takes the matrix-vector and split-K paths for every T.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -30,7 +31,9 @@ namespace tandem::cuda {
 constexpr int64_t kDenseGemvMaxRows = 8;
 constexpr int64_t kQuantGemvMaxRows = 8;
 constexpr int64_t kPrefillMinRows = 64;
-constexpr int64_t kDecodeRowChunk = 64;           // rows per split-K attention launch
+constexpr int64_t kDecodeRowChunk = 64;   // rows per split-K attention launch
+constexpr int64_t kMoeGemvMaxSlots = 64;  // matmul_id: up to this many routed rows -> one matrix-vector
+                                          // product per routed row; more -> the grouped GEMM
 constexpr size_t kDequantChunkElems = 64u << 20;  // bf16 weights dequantized per cuBLASLt call (128 MiB): one
                                                   // call covers every matrix of an 8B model but its head
 constexpr size_t kLtWorkspaceBytes = 32u << 20;
@@ -41,6 +44,7 @@ class CudaOps final : public Ops {
   ~CudaOps() override;
 
   void reserve(const WorkspacePlan& plan) override;
+  void set_batch_invariant(bool on) override { batch_invariant_ = on; }
   size_t workspace_bytes() const { return ws_bytes_; }
   // Incremented whenever the workspace moves (recorded graphs that point into it become invalid).
   uint64_t workspace_generation() const { return ws_generation_; }
@@ -76,6 +80,10 @@ class CudaOps final : public Ops {
                    const Tensor& out) override;
   void diffusion_sample_rows(Stream&, const Tensor& logits, float inv_temp, const Tensor& uniforms,
                              const Tensor& argmax, const Tensor& entropy, const Tensor& sampled) override;
+  void moe_route(Stream&, const Tensor& logits, const Tensor* expert_scale, const Tensor& ids,
+                 const Tensor& weights) override;
+  void matmul_id(Stream&, const Tensor& W, const Tensor& x, const Tensor& ids, const Tensor& y) override;
+  void moe_combine(Stream&, const Tensor& y, const Tensor& weights, const Tensor& out) override;
 
  private:
   struct Regions {                  // byte offsets into the workspace
@@ -92,6 +100,11 @@ class CudaOps final : public Ops {
   void need(size_t have, size_t want, const char* what) const;
 
   int index_;
+  // Batch-invariant mode (Ops::set_batch_invariant): matmul runs the matrix-vector kernels for every row
+  // count (in chunks of their column limit; each column's accumulation order does not depend on the other
+  // columns) and attention runs split-K decoding for every row count (its splits are fixed cache ranges,
+  // combined in split order, so a row's result does not depend on the batch either).
+  bool batch_invariant_ = false;
   LtGemm gemm_;
   WorkspacePlan plan_{};
   Regions regions_{};

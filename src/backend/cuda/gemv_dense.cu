@@ -10,39 +10,13 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/gemv_dense_vec.cuh"
 #include "backend/cuda/pdl.cuh"
 
 namespace tandem::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;  // scalar path
-
-// Eight (16-bit types) or four (F32) weights of one 16-byte load, as floats.
-template <DType WT>
-struct Vec16 {
-  static constexpr int kElems = WT == DType::F32 ? 4 : 8;
-  static __device__ __forceinline__ void unpack(const uint4& v, float* w) {
-    if constexpr (WT == DType::F32) {
-      w[0] = __uint_as_float(v.x);
-      w[1] = __uint_as_float(v.y);
-      w[2] = __uint_as_float(v.z);
-      w[3] = __uint_as_float(v.w);
-    } else {
-      const uint32_t u[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        if constexpr (WT == DType::BF16) {
-          w[2 * k] = __uint_as_float(u[k] << 16);
-          w[2 * k + 1] = __uint_as_float(u[k] & 0xffff0000u);
-        } else {
-          const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&u[k]));
-          w[2 * k] = f.x;
-          w[2 * k + 1] = f.y;
-        }
-      }
-    }
-  }
-};
 
 // Vector path (W rows and x columns 16-byte aligned, K a multiple of the elements per load), fused over up to
 // three matrices (GemvArgs). A warp owns R weight rows: every x value a lane loads serves R rows, so
@@ -51,9 +25,9 @@ struct Vec16 {
 // 8 KB per warp; H200 wants >= ~40 KB per SM, i.e. >= 5 warps resident, and ~110 registers at T = 1 allow 16.
 // Each (row, column) sum is one fmaf chain over i in a fixed order, whatever NC is: batch invariant.
 // Rows per warp R and loads in flight per row U: R = 4, U = 4 by default; R = 2, U = 8 (the same 64 registers
-// of weights in flight, twice the warps) for products with few rows and few columns, where R = 4 left ~8 warps
-// per SM: the {12288 -> 4096} down projection ran at 75% of bandwidth against 99% for {4096 -> 12288} (H200,
-// 2026-12-04 15:50). R and U change only which warp computes a row, never the order of its sums.
+// of weights in flight, twice the warps) for products with few rows and few columns, where R = 4 left ~8
+// warps per SM: the {12288 -> 4096} down projection ran at 75% of bandwidth against 99% for {4096 -> 12288}
+// (H200, 2026-12-04 15:50). R and U change only which warp computes a row, never the order of its sums.
 constexpr int kFusedWarps = 4;
 
 template <GemvEpilogue EPI, int R>
@@ -82,9 +56,9 @@ __device__ __forceinline__ bool find_unit(const GemvArgs& a, int64_t u, int& seg
   return false;
 }
 
-// x is read with plain loads, never __ldg / const __restrict__: under programmatic dependent launch the previous
-// kernel writes x while this grid is already running, so x is not read-only for the kernel's lifetime (the
-// non-coherent path's contract), and an invariant load could be hoisted above pdl_wait.
+// x is read with plain loads, never __ldg / const __restrict__: under programmatic dependent launch the
+// previous kernel writes x while this grid is already running, so x is not read-only for the kernel's
+// lifetime (the non-coherent path's contract), and an invariant load could be hoisted above pdl_wait.
 template <DType WT, int NC, int R>
 __device__ __forceinline__ void fused_step(const uint4 (&wv)[R], int64_t e, const float* x, int64_t x_ld,
                                            float (&acc)[R][NC]) {
@@ -223,10 +197,10 @@ void launch_fused_ru(const GemvArgs& a, cudaStream_t stream) {
       c.seg[s].r = a.seg[s].r ? a.seg[s].r + t0 * a.seg[s].r_ld : nullptr;
     }
     switch (nc) {
-#define TANDEM_GEMV_CASE(n)                                                                                  \
-  case n:                                                                                                    \
-    launch_pdl(gemv_dense_fused_kernel<WT, n, EPI, R, U>, dim3(grid), dim3(kFusedWarps * kWarpSize), 0, stream, \
-               c);                                                                                           \
+#define TANDEM_GEMV_CASE(n)                                                                            \
+  case n:                                                                                              \
+    launch_pdl(gemv_dense_fused_kernel<WT, n, EPI, R, U>, dim3(grid), dim3(kFusedWarps* kWarpSize), 0, \
+               stream, c);                                                                             \
     break;
       TANDEM_GEMV_CASE(1)
       TANDEM_GEMV_CASE(2)
@@ -243,7 +217,8 @@ void launch_fused_ru(const GemvArgs& a, cudaStream_t stream) {
 }
 
 // R = 2 when the rows are few (<= 8192 in all: ~16 warps per SM instead of ~8 on 132 SMs) and T <= 4 (x is
-// loaded once per R rows: at T = 8, R = 4 keeps the L1 traffic for x below the weights'). Only speed depends on it.
+// loaded once per R rows: at T = 8, R = 4 keeps the L1 traffic for x below the weights'). Only speed depends
+// on it.
 template <DType WT, GemvEpilogue EPI>
 void launch_fused(const GemvArgs& a, cudaStream_t stream) {
   int64_t rows = 0;

@@ -18,6 +18,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/gemv_quant_decode.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "quant/blocks.h"
 
@@ -33,9 +34,8 @@ size_t align256(size_t n) {
 
 // ---- activation quantization: one warp per 32 values ------------------------------------------------------
 // (x, xq, xds: plain loads, no __restrict__ / __ldg: the previous kernel writes them while a PDL grid runs.)
-__global__ void quantize_q8_kernel(const float* x, int64_t x_ld, int64_t K,
-                                   int64_t n_blocks_total, int8_t* __restrict__ xq,
-                                   float2* __restrict__ xds) {
+__global__ void quantize_q8_kernel(const float* x, int64_t x_ld, int64_t K, int64_t n_blocks_total,
+                                   int8_t* __restrict__ xq, float2* __restrict__ xds) {
   pdl_trigger();  // pdl.cuh
   pdl_wait();     // x is the previous kernel's output
   const int64_t bi = int64_t(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
@@ -50,131 +50,6 @@ __global__ void quantize_q8_kernel(const float* x, int64_t x_ld, int64_t K,
   xq[t * K + b * 32 + lane] = int8_t(q);
   const int sum = __reduce_add_sync(0xffffffffu, q);
   if (lane == 0) xds[bi] = make_float2(d, d * float(sum));
-}
-
-// ---- per-type decoding of one 32-value sub-block i of a row held in shared memory -------------------------
-// Produces 8 packed int8x4 weights w (values in the order of the 32 activations), and a0, a1, bias such that
-// sum_j W_j x_j ~= d_x * (a0 * dot(w[0..3], xq[0..15]) + a1 * dot(w[4..7], xq[16..31])) + bias * (d_x sum
-// xq).
-struct SubBlock {
-  int w[8];
-  float a0, a1, bias;
-};
-
-// N consecutive unaligned 32-bit values at p of shared memory from N + 1 aligned words (N + 1 shared loads and N
-// funnel shifts; load_u32_unaligned reads two words per value). Needs the 4 bytes of padding after the buffer
-// that load_u32_unaligned needs too.
-template <int N>
-__device__ __forceinline__ void load_u32s_unaligned(const uint8_t* p, uint32_t (&out)[N]) {
-  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-  const uint32_t* w = reinterpret_cast<const uint32_t*>(a & ~uintptr_t(3));
-  const unsigned sh = unsigned(a & 3) * 8u;
-  uint32_t prev = w[0];
-#pragma unroll
-  for (int k = 0; k < N; ++k) {
-    const uint32_t next = w[k + 1];
-    out[k] = __funnelshift_r(prev, next, sh);
-    prev = next;
-  }
-}
-
-// A16: the row starts 16-byte aligned in shared memory (a Q4_K / Q5_K row whose tensor is aligned: their 144-
-// and 176-byte blocks keep every block aligned). Then the 32 quant bytes of a sub-block pair are two 16-byte
-// shared loads instead of eight unaligned 32-bit reads of two loads and a funnel shift each.
-template <DType QT, bool A16 = false>
-__device__ __forceinline__ SubBlock decode_sub_block(const uint8_t* row, int64_t i) {
-  SubBlock r;
-  if constexpr (A16 && (QT == DType::Q4_K || QT == DType::Q5_K)) {
-    constexpr int kBytes = QT == DType::Q4_K ? 144 : 176;
-    constexpr int kQs = QT == DType::Q4_K ? 16 : 48;
-    const uint8_t* b = row + (i / 8) * kBytes;
-    const int s = int(i % 8), c = s / 2, shift = 4 * (s & 1);
-    const uint32_t dd = *reinterpret_cast<const uint32_t*>(b);
-    const float d = fp16_bits_to_float(uint16_t(dd & 0xffffu));
-    const float dmin = fp16_bits_to_float(uint16_t(dd >> 16));
-    uint8_t sc, m;
-    quant::unpack_scale_min_k4(b + 4, s, sc, m);
-    const uint4* qv = reinterpret_cast<const uint4*>(b + kQs + 32 * c);
-    const uint4 q0 = qv[0], q1 = qv[1];
-    const uint32_t q[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
-    uint32_t h[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    if constexpr (QT == DType::Q5_K) {
-      const uint4* hv = reinterpret_cast<const uint4*>(b + 16);
-      const uint4 h0 = hv[0], h1 = hv[1];
-      const uint32_t hh[8] = {h0.x, h0.y, h0.z, h0.w, h1.x, h1.y, h1.z, h1.w};
-#pragma unroll
-      for (int k = 0; k < 8; ++k) h[k] = ((hh[k] >> s) & 0x01010101u) << 4;
-    }
-#pragma unroll
-    for (int k = 0; k < 8; ++k) r.w[k] = int(((q[k] >> shift) & 0x0F0F0F0Fu) | h[k]);
-    r.a0 = r.a1 = d * float(sc);
-    r.bias = -dmin * float(m);
-    return r;
-  }
-  if constexpr (QT == DType::Q8_0) {
-    const uint8_t* b = row + i * 34;
-    const float d = fp16_bits_to_float(load_u16_unaligned(b));
-    uint32_t q[8];
-    load_u32s_unaligned<8>(b + 2, q);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) r.w[k] = int(q[k]);
-    r.a0 = r.a1 = d;
-    r.bias = 0.0f;
-  } else if constexpr (QT == DType::Q4_0) {
-    const uint8_t* b = row + i * 18;
-    const float d = fp16_bits_to_float(load_u16_unaligned(b));
-    uint32_t q4[4];
-    load_u32s_unaligned<4>(b + 2, q4);
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const uint32_t q = q4[k];
-      r.w[k] = int(q & 0x0F0F0F0Fu);             // values 4k .. 4k+3
-      r.w[4 + k] = int((q >> 4) & 0x0F0F0F0Fu);  // values 16 + 4k ..
-    }
-    r.a0 = r.a1 = d;
-    r.bias = -8.0f * d;
-  } else if constexpr (QT == DType::Q4_K || QT == DType::Q5_K) {
-    constexpr int kBytes = QT == DType::Q4_K ? 144 : 176;
-    constexpr int kQs = QT == DType::Q4_K ? 16 : 48;
-    const uint8_t* b = row + (i / 8) * kBytes;
-    const int s = int(i % 8), c = s / 2, shift = 4 * (s & 1);
-    const float d = fp16_bits_to_float(load_u16_unaligned(b));
-    const float dmin = fp16_bits_to_float(load_u16_unaligned(b + 2));
-    uint8_t sc, m;
-    quant::unpack_scale_min_k4(b + 4, s, sc, m);
-    uint32_t qw[8], hw[8];
-    load_u32s_unaligned<8>(b + kQs + 32 * c, qw);
-    if constexpr (QT == DType::Q5_K) load_u32s_unaligned<8>(b + 16, hw);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      uint32_t q = (qw[k] >> shift) & 0x0F0F0F0Fu;
-      if constexpr (QT == DType::Q5_K) q |= ((hw[k] >> s) & 0x01010101u) << 4;
-      r.w[k] = int(q);
-    }
-    r.a0 = r.a1 = d * float(sc);
-    r.bias = -dmin * float(m);
-  } else if constexpr (QT == DType::Q6_K) {
-    const uint8_t* b = row + (i / 8) * 210;
-    const int s = int(i % 8), h = s / 4, kq = s % 4;
-    const float d = fp16_bits_to_float(load_u16_unaligned(b + 208));
-    const uint8_t* ql = b + 64 * h + 32 * (kq & 1);
-    const uint8_t* qh = b + 128 + 32 * h;
-    const int lo_shift = 4 * (kq >> 1), hi_shift = 2 * kq;
-    uint32_t lw[8], hw[8];
-    load_u32s_unaligned<8>(ql, lw);
-    load_u32s_unaligned<8>(qh, hw);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      const uint32_t lo = (lw[k] >> lo_shift) & 0x0F0F0F0Fu;
-      const uint32_t hi = ((hw[k] >> hi_shift) & 0x03030303u) << 4;
-      r.w[k] = int(__vsubss4(lo | hi, 0x20202020u));  // level - 32, in -32 .. 31
-    }
-    const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192);
-    r.a0 = d * float(scales[8 * h + 2 * kq]);
-    r.a1 = d * float(scales[8 * h + 2 * kq + 1]);
-    r.bias = 0.0f;
-  }
-  return r;
 }
 
 __device__ __forceinline__ const GemvSeg& seg_at(const GemvArgs& a, int s) {
@@ -192,8 +67,7 @@ constexpr int outs_per_block() {
 // order for every NC and both decodings, so results are batch invariant).
 template <DType QT, int NC, bool A16>
 __device__ __forceinline__ void row_dot(const uint8_t* rowp, int64_t n_sub, int64_t K, int lane,
-                                        const int8_t* xq, const float2* xds,
-                                        float (&acc)[NC]) {
+                                        const int8_t* xq, const float2* xds, float (&acc)[NC]) {
   for (int64_t i = lane; i < n_sub; i += kWarpSize) {
     const SubBlock sb = decode_sub_block<QT, A16>(rowp, i);
 #pragma unroll
@@ -234,8 +108,8 @@ __device__ __forceinline__ const uint8_t* unit_row(const GemvArgs& a, int seg, i
   return o < seg_at(a, seg).N ? static_cast<const uint8_t*>(sg.W) + o * sg.w_ld : nullptr;
 }
 
-// Copies the rows of a unit into one shared-memory buffer, each at the same offset mod 16 as in global memory:
-// 16-byte asynchronous copies for the aligned interior, a few head and tail bytes one by one.
+// Copies the rows of a unit into one shared-memory buffer, each at the same offset mod 16 as in global
+// memory: 16-byte asynchronous copies for the aligned interior, a few head and tail bytes one by one.
 template <GemvEpilogue EPI>
 __device__ __forceinline__ void stage_unit(const GemvArgs& a, int seg, int64_t row0, size_t row_bytes,
                                            size_t pitch, uint8_t* buf) {
@@ -276,7 +150,7 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarpSize)
   int64_t u = blockIdx.x;
   int seg = 0, next_seg = 0;
   int64_t row0 = 0, next_row0 = 0;
-  pdl_trigger();                                                  // pdl.cuh
+  pdl_trigger();                                                 // pdl.cuh
   if (u >= n_units || !find_unit<EPI>(a, u, seg, row0)) return;  // whole block
   stage_unit<EPI>(a, seg, row0, row_bytes, pitch, smem);
   __pipeline_commit();
@@ -295,8 +169,8 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarpSize)
 #pragma unroll
     for (int c = 0; c < NC; ++c) acc[c] = 0.0f;
     if (g != nullptr) {
-      const uint8_t* rowp =
-          smem + (n_buf == 2 ? (it & 1) : 0) * buf_bytes + warp * pitch + (reinterpret_cast<uintptr_t>(g) & 15);
+      const uint8_t* rowp = smem + (n_buf == 2 ? (it & 1) : 0) * buf_bytes + warp * pitch +
+                            (reinterpret_cast<uintptr_t>(g) & 15);
       constexpr bool kHasA16 = QT == DType::Q4_K || QT == DType::Q5_K;
       if (kHasA16 && (reinterpret_cast<uintptr_t>(rowp) & 15) == 0)
         row_dot<QT, NC, true>(rowp, n_sub, K, lane, xq, xds, acc);  // same integers, fewer shared loads
@@ -325,7 +199,7 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarpSize)
         out.y[c * out.y_ld + o] = val;
       }
     }
-    __syncthreads();  // this buffer (and up_part) are refilled next iteration
+    __syncthreads();               // this buffer (and up_part) are refilled next iteration
     if (has_next && n_buf == 1) {  // rows too long for two buffers: stage after decoding, no overlap
       stage_unit<EPI>(a, next_seg, next_row0, row_bytes, pitch, smem);
       __pipeline_commit();  // its own group: the next iteration's (empty) commit keeps wait_prior(1) exact
@@ -340,7 +214,8 @@ size_t row_pitch(size_t row_bytes) {
 }
 
 template <DType QT, int NC, GemvEpilogue EPI>
-void launch_one(const GemvArgs& a, size_t row_bytes, const int8_t* xq, const float2* xds, cudaStream_t stream) {
+void launch_one(const GemvArgs& a, size_t row_bytes, const int8_t* xq, const float2* xds,
+                cudaStream_t stream) {
   static std::once_flag once;
   std::call_once(once, [] {
     TANDEM_CUDA_CHECK(cudaFuncSetAttribute(gemv_quant_kernel<QT, NC, EPI>,
@@ -361,8 +236,8 @@ void launch_one(const GemvArgs& a, size_t row_bytes, const int8_t* xq, const flo
   TANDEM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_quant_kernel<QT, NC, EPI>,
                                                                   kRowsPerBlock * kWarpSize, smem));
   const int64_t grid = std::min<int64_t>(units, int64_t(std::max(per_sm, 1)) * n_sm);
-  launch_pdl(gemv_quant_kernel<QT, NC, EPI>, dim3(unsigned(grid)), dim3(kRowsPerBlock * kWarpSize), smem, stream,
-             a, units, row_bytes, pitch, n_buf, xq, xds);
+  launch_pdl(gemv_quant_kernel<QT, NC, EPI>, dim3(unsigned(grid)), dim3(kRowsPerBlock * kWarpSize), smem,
+             stream, a, units, row_bytes, pitch, n_buf, xq, xds);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
@@ -383,9 +258,9 @@ void launch_type(const GemvArgs& a, const void* scratch, cudaStream_t stream) {
       c.seg[s].r = a.seg[s].r ? a.seg[s].r + t0 * a.seg[s].r_ld : nullptr;
     }
     switch (nc) {
-#define TANDEM_GEMVQ_CASE(n)                                            \
-  case n:                                                               \
-    launch_one<QT, n, EPI>(c, row_bytes, xq_c, xds_c, stream);          \
+#define TANDEM_GEMVQ_CASE(n)                                   \
+  case n:                                                      \
+    launch_one<QT, n, EPI>(c, row_bytes, xq_c, xds_c, stream); \
     break;
       TANDEM_GEMVQ_CASE(1)
       TANDEM_GEMVQ_CASE(2)
@@ -425,8 +300,8 @@ void launch_quantize_q8(const float* x, int64_t x_ld, int64_t K, int64_t T, void
   int8_t* xq = static_cast<int8_t*>(scratch);
   float2* xds = reinterpret_cast<float2*>(static_cast<char*>(scratch) + align256(size_t(K * T)));
   constexpr int kWarps = 8;
-  launch_pdl(quantize_q8_kernel, dim3(unsigned((n_blocks + kWarps - 1) / kWarps)), dim3(kWarps * kWarpSize), 0,
-             stream, x, x_ld, K, n_blocks, xq, xds);
+  launch_pdl(quantize_q8_kernel, dim3(unsigned((n_blocks + kWarps - 1) / kWarps)), dim3(kWarps * kWarpSize),
+             0, stream, x, x_ld, K, n_blocks, xq, xds);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 

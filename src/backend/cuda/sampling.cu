@@ -370,7 +370,10 @@ __global__ void __launch_bounds__(kThreads)
     const float e = i < V ? expf(row[i] * inv_temp - m) : 0.0f;
     float total;
     const float cum = running + block_inclusive_scan(e, scan, total);
-    if (i < V && cum >= target && (cum - e < target || i == 0)) atomicMin(&found, int(i));
+    // The first index whose running sum reaches the target. (Requiring also cum - e < target, i.e. that
+    // this element crosses it, can miss: the scan's rounding may put cum - e of the crossing element at or
+    // above the target while the previous element's cum stays below, and then no element claims it.)
+    if (i < V && cum >= target) atomicMin(&found, int(i));
     running += total;
     __syncthreads();
     if (found != INT_MAX) break;

@@ -1,0 +1,413 @@
+// The serving scheduler's loop (src/serve/scheduler.h).
+#include "serve/scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tandem::serve {
+
+using Clock = std::chrono::steady_clock;
+
+void Channel::push(RequestEvent e) {
+  {
+    std::lock_guard lock(mu_);
+    events_.push_back(std::move(e));
+  }
+  cv_.notify_all();
+}
+
+std::vector<RequestEvent> Channel::pop(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, timeout, [&] { return !events_.empty(); });
+  std::vector<RequestEvent> out(std::make_move_iterator(events_.begin()),
+                                std::make_move_iterator(events_.end()));
+  events_.clear();
+  return out;
+}
+
+struct Scheduler::Active {
+  ServeRequest req;
+  int32_t seq = -1;
+  std::vector<int32_t> tokens;  // prompt then generated tokens
+  int32_t n_kv = 0;             // tokens of `tokens` in the KV cache
+  int32_t n_generated = 0;
+  Sampler sampler;
+  std::unique_ptr<tokenizer::StreamingDetokenizer> detok;
+  std::string text;     // generated text so far (cut at a stop string)
+  size_t released = 0;  // bytes of `text` already sent
+  Clock::time_point arrived;
+  Clock::time_point last_token;
+  bool prefilled = false;
+  int32_t pending_token = -1;  // sampled, not yet in the KV (the next step's decode row)
+
+  Active(ServeRequest r, Clock::time_point t) : req(std::move(r)), sampler(req.gen.sampling), arrived(t) {}
+  // Positions it may occupy, with two blocks of slack for its partially filled blocks.
+  int64_t reserve(int32_t block) const { return int64_t(req.prompt.size()) + req.gen.max_tokens + 2 * block; }
+};
+
+Scheduler::Scheduler(std::shared_ptr<Model> model, SessionParams sp, SchedulerParams params)
+    : model_(std::move(model)), params_(params) {
+  check(params_.n_slots >= 1, "--parallel must be at least 1, got " + std::to_string(params_.n_slots));
+  check(params_.n_ctx >= params_.n_slots, "--ctx (" + std::to_string(params_.n_ctx) +
+                                              ") must be at least --parallel (" +
+                                              std::to_string(params_.n_slots) + ")");
+  check(params_.n_batch >= 1, "--batch must be at least 1, got " + std::to_string(params_.n_batch));
+  sp.n_ctx = params_.n_ctx;
+  sp.n_seq_max = params_.n_slots;
+  // A step holds one decode row per slot, so the budget is at least n_slots rows.
+  params_.n_batch = std::max(params_.n_batch, params_.n_slots);
+  sp.n_batch = params_.n_batch;
+  session_ = std::make_unique<Session>(model_, sp);
+  block_ = sp.block_size;
+  if (model_->has_tokenizer()) tok_ = &model_->tokenizer();
+  slots_.resize(size_t(params_.n_slots));
+  metrics_.on_step(0, 0, 0, session_->kv_capacity());
+  thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() {
+  stop();
+}
+
+void Scheduler::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+int64_t Scheduler::slot_capacity() const {
+  // Less the admission slack (two blocks), so that an admitted request always fits.
+  const int64_t total = session_->kv_capacity();
+  return (params_.kv_unified ? total : total / params_.n_slots) - 2 * block_;
+}
+
+void Scheduler::submit(ServeRequest req) {
+  check(!req.prompt.empty(), "the prompt is empty");
+  const int64_t cap = slot_capacity();
+  check(int64_t(req.prompt.size()) < cap, "the prompt has " + std::to_string(req.prompt.size()) +
+                                              " tokens but a request's context holds " + std::to_string(cap) +
+                                              " (--ctx / --parallel, or --kv-unified)");
+  const int32_t n_vocab = int32_t(model_->info().n_vocab);
+  for (int32_t t : req.prompt)
+    check(t >= 0 && t < n_vocab, "token id " + std::to_string(t) + " is outside the vocabulary [0, " +
+                                     std::to_string(n_vocab) + ")");
+  check(req.gen.max_tokens >= 0, "max_tokens must be >= 0");
+  req.gen.sampling.validate();
+  for (const std::string& s : req.gen.stop) check(!s.empty(), "a stop string is empty");
+  check(req.gen.stop.empty() || tok_ != nullptr, "stop strings need the model's tokenizer");
+  // Generation ends when the request's context is full (finish_reason "length").
+  req.gen.max_tokens = int32_t(std::min<int64_t>(req.gen.max_tokens, cap - int64_t(req.prompt.size())));
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_ || int32_t(waiting_.size()) >= params_.max_queue) {
+      RequestEvent e;
+      e.index = req.index;
+      e.rejected = true;
+      e.error = stopping_ ? "the server is shutting down" : "the request queue is full";
+      req.channel->push(std::move(e));
+      metrics_.on_request_rejected();
+      return;
+    }
+    waiting_.push_back({std::move(req), Clock::now()});
+  }
+  cv_.notify_all();
+}
+
+int64_t Scheduler::reserved_positions() const {
+  int64_t r = 0;
+  for (const auto& a : slots_)
+    if (a) r += a->reserve(block_) - a->n_kv;  // what it may still add
+  return r;
+}
+
+// Called with mu_ held: moves waiting requests into free slots while the KV can hold them (FIFO: the head
+// waits for room, the others wait behind it), and rejects those that waited too long.
+void Scheduler::admit(Clock::time_point now) {
+  while (!waiting_.empty()) {
+    Waiting& w = waiting_.front();
+    int32_t seq = -1;
+    for (size_t s = 0; s < slots_.size(); ++s)
+      if (!slots_[s]) {
+        seq = int32_t(s);
+        break;
+      }
+    if (seq < 0) break;
+    // Prefix sharing: the longest common prefix with the tokens already in another request's KV (at least
+    // one token must remain to prefill: its logits start the generation). Forked, those cells are shared, so
+    // the request needs room only for the rest.
+    const std::vector<int32_t>& prompt = w.req.prompt;
+    int32_t best = 0, best_seq = -1;
+    for (const auto& o : slots_) {
+      if (!o) continue;
+      const int32_t lim = std::min<int32_t>(o->n_kv, int32_t(prompt.size()) - 1);
+      int32_t l = 0;
+      while (l < lim && o->tokens[size_t(l)] == prompt[size_t(l)]) ++l;
+      if (l > best) {
+        best = l;
+        best_seq = o->seq;
+      }
+    }
+    if (best < block_) best = 0;  // less than a block: not worth a fork
+    const int64_t need = int64_t(prompt.size()) + w.req.gen.max_tokens + 2 * block_ - best;
+    if (session_->kv_free_positions() - reserved_positions() < need) break;
+    auto a = std::make_unique<Active>(std::move(w.req), w.since);
+    waiting_.pop_front();
+    a->seq = seq;
+    a->tokens = a->req.prompt;
+    if (tok_) a->detok = std::make_unique<tokenizer::StreamingDetokenizer>(*tok_);
+    a->sampler.accept(a->req.prompt);
+    session_->seq_clear(seq);
+    if (best > 0) {
+      session_->seq_fork(best_seq, seq, best);
+      a->n_kv = best;
+      metrics_.on_prompt_tokens_reused(best);
+    }
+    slots_[size_t(seq)] = std::move(a);
+  }
+  // Requests that waited too long: 503.
+  for (auto it = waiting_.begin(); it != waiting_.end();) {
+    if (it->req.channel->cancelled() ||
+        std::chrono::duration<double>(now - it->since).count() > params_.queue_timeout_s) {
+      RequestEvent e;
+      e.index = it->req.index;
+      e.rejected = true;
+      e.error = "no KV room or slot became free within " + std::to_string(int(params_.queue_timeout_s)) +
+                " s; the server is overloaded, try again later";
+      it->req.channel->push(std::move(e));
+      metrics_.on_request_rejected();
+      it = waiting_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void Scheduler::loop() {
+  while (true) {
+    int queued = 0;
+    {
+      std::unique_lock lock(mu_);
+      if (stopping_) break;
+      // Cancelled requests leave before anything else: their cells are free for this step's admissions.
+      for (auto& a : slots_)
+        if (a && a->req.channel->cancelled()) {
+          metrics_.on_request_done(true);
+          release(*a);
+          a.reset();
+        }
+      admit(Clock::now());
+      queued = int(waiting_.size());
+      const bool any = std::any_of(slots_.begin(), slots_.end(), [](const auto& a) { return a != nullptr; });
+      if (!any) {
+        metrics_.on_step(0, queued, session_->kv_capacity() - session_->kv_free_positions(),
+                         session_->kv_capacity());
+        cv_.wait_for(lock, std::chrono::milliseconds(queued ? 20 : 200));
+        continue;
+      }
+    }
+    try {
+      step();
+    } catch (const std::exception& e) {
+      // A failed step (cannot happen with the admission reserve; a device error): every running request ends.
+      for (auto& a : slots_)
+        if (a) {
+          RequestEvent ev;
+          ev.index = a->req.index;
+          ev.rejected = true;
+          ev.error = std::string("generation failed: ") + e.what();
+          a->req.channel->push(std::move(ev));
+          release(*a);
+          a.reset();
+        }
+    }
+    int running = 0;
+    for (const auto& a : slots_) running += a != nullptr;
+    metrics_.on_step(running, queued, session_->kv_capacity() - session_->kv_free_positions(),
+                     session_->kv_capacity());
+  }
+  // Shutting down: everyone still here ends.
+  std::lock_guard lock(mu_);
+  for (auto& a : slots_)
+    if (a) {
+      RequestEvent ev;
+      ev.index = a->req.index;
+      ev.rejected = true;
+      ev.error = "the server is shutting down";
+      a->req.channel->push(std::move(ev));
+      a.reset();
+    }
+  for (auto& w : waiting_) {
+    RequestEvent ev;
+    ev.index = w.req.index;
+    ev.rejected = true;
+    ev.error = "the server is shutting down";
+    w.req.channel->push(std::move(ev));
+  }
+  waiting_.clear();
+}
+
+bool Scheduler::step() {
+  batch_.clear();
+  row_slot_.clear();
+  int32_t budget = params_.n_batch;
+  // Requests whose max_tokens is 0 finish without a forward pass.
+  for (auto& a : slots_)
+    if (a && a->req.gen.max_tokens == 0) finish(*a, FinishReason::Length);
+  // Decode rows first: one per generating request.
+  for (auto& a : slots_) {
+    if (!a || !a->prefilled) continue;
+    batch_.add(a->pending_token, a->n_kv, a->seq, true);
+    row_slot_.push_back(a->seq);
+    --budget;
+  }
+  // Then prompt chunks, oldest request first, within the budget.
+  std::vector<Active*> prefill;
+  for (auto& a : slots_)
+    if (a && !a->prefilled) prefill.push_back(a.get());
+  std::sort(prefill.begin(), prefill.end(), [](Active* x, Active* y) { return x->arrived < y->arrived; });
+  std::vector<std::pair<Active*, int32_t>> chunks;
+  for (Active* a : prefill) {
+    if (budget <= 0) break;
+    const int32_t left = int32_t(a->tokens.size()) - a->n_kv;
+    const int32_t n = std::min(left, budget);
+    const bool last = n == left;
+    for (int32_t i = 0; i < n; ++i)
+      batch_.add(a->tokens[size_t(a->n_kv + i)], a->n_kv + i, a->seq, last && i + 1 == n);
+    if (last) row_slot_.push_back(a->seq);
+    chunks.push_back({a, n});
+    budget -= n;
+  }
+  if (batch_.empty()) return false;
+  session_->decode(batch_);
+  metrics_.on_kv(session_->kv_capacity() - session_->kv_free_positions(), session_->kv_capacity());
+  for (auto& [a, n] : chunks) {
+    a->n_kv += n;
+    metrics_.on_prompt_tokens(n);
+    if (a->n_kv == int32_t(a->tokens.size())) a->prefilled = true;
+  }
+  // Decode rows are now in the KV.
+  size_t k = 0;
+  for (size_t r = 0; r < batch_.size(); ++r) {
+    if (!batch_.logits[r]) continue;
+    Active* a = slots_[size_t(row_slot_[k++])].get();
+    if (a->pending_token >= 0 && batch_.positions[r] == a->n_kv) ++a->n_kv;
+    sample_row(*a, r);
+  }
+  return true;
+}
+
+// The next token of `a` from batch row `row`, its logprobs, its text and whether it ends the request.
+void Scheduler::sample_row(Active& a, size_t row) {
+  const std::span<const float> logits = session_->logits(row);
+  const int32_t token = a.sampler.sample(logits);
+  const Clock::time_point now = Clock::now();
+  if (a.n_generated == 0)
+    metrics_.on_first_token(std::chrono::duration<double>(now - a.arrived).count());
+  else
+    metrics_.on_inter_token(std::chrono::duration<double>(now - a.last_token).count());
+  a.last_token = now;
+
+  const bool eog = !a.req.gen.ignore_eos &&
+                   (tok_ ? tok_->is_end_of_generation(token)
+                         : std::find(model_->info().eos_ids.begin(), model_->info().eos_ids.end(), token) !=
+                               model_->info().eos_ids.end());
+  if (eog) {
+    finish(a, FinishReason::EndOfGeneration);
+    return;
+  }
+  a.sampler.accept(token);
+  a.tokens.push_back(token);
+  a.pending_token = token;
+  ++a.n_generated;
+  metrics_.on_generated_token();
+
+  RequestEvent e;
+  e.index = a.req.index;
+  e.token = token;
+  if (a.req.n_logprobs >= 0) {
+    // log-softmax of the model's raw logits (before the sampling chain), as OpenAI reports them.
+    float mx = -INFINITY;
+    for (float v : logits) mx = std::max(mx, v);
+    double sum = 0.0;
+    for (float v : logits) sum += std::exp(double(v - mx));
+    const float lse = mx + float(std::log(sum));
+    e.logprob = logits[size_t(token)] - lse;
+    std::vector<int32_t> ids(logits.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
+    const size_t k = std::min<size_t>(size_t(a.req.n_logprobs), ids.size());
+    std::partial_sort(ids.begin(), ids.begin() + ptrdiff_t(k), ids.end(), [&](int32_t x, int32_t y) {
+      return logits[size_t(x)] > logits[size_t(y)] || (logits[size_t(x)] == logits[size_t(y)] && x < y);
+    });
+    for (size_t i = 0; i < k; ++i) e.top.push_back({ids[i], logits[size_t(ids[i])] - lse});
+  }
+  bool stopped = false;
+  if (a.detok) stopped = push_text(a, a.detok->push(token), e.text);
+  a.req.channel->push(std::move(e));
+  if (stopped)
+    finish(a, FinishReason::Stop);
+  else if (a.n_generated >= a.req.gen.max_tokens)
+    finish(a, FinishReason::Length);
+}
+
+// Appends decoded text; moves into `out` what can no longer be part of a stop string. Returns true when a
+// stop string appeared (the text is cut before it).
+bool Scheduler::push_text(Active& a, const std::string& piece, std::string& out) {
+  a.text += piece;
+  size_t cut = std::string::npos;
+  for (const std::string& s : a.req.gen.stop) {
+    const size_t from = a.released >= s.size() ? a.released - s.size() + 1 : 0;
+    const size_t p = a.text.find(s, from);
+    if (p != std::string::npos) cut = std::min(cut, p);
+  }
+  if (cut != std::string::npos) {
+    a.text.resize(cut);
+    out = a.text.substr(std::min(a.released, cut));
+    a.released = a.text.size();
+    return true;
+  }
+  // Hold back the longest tail that is a prefix of a stop string.
+  size_t hold = 0;
+  for (const std::string& s : a.req.gen.stop)
+    for (size_t n = std::min(s.size() - 1, a.text.size()); n > hold; --n)
+      if (a.text.compare(a.text.size() - n, n, s, 0, n) == 0) {
+        hold = n;
+        break;
+      }
+  const size_t upto = std::max(a.released, a.text.size() - hold);
+  out = a.text.substr(a.released, upto - a.released);
+  a.released = upto;
+  return false;
+}
+
+void Scheduler::finish(Active& a, FinishReason reason) {
+  RequestEvent e;
+  e.index = a.req.index;
+  e.finish = reason;
+  if (a.detok && reason != FinishReason::Stop) {
+    std::string rest;
+    push_text(a, a.detok->flush(), rest);
+    // Everything left is final now.
+    rest += a.text.substr(a.released);
+    a.released = a.text.size();
+    e.text = rest;
+  }
+  e.n_prompt = int32_t(a.req.prompt.size());
+  e.n_generated = a.n_generated;
+  a.req.channel->push(std::move(e));
+  metrics_.on_request_done(false);
+  const int32_t seq = a.seq;
+  release(a);
+  slots_[size_t(seq)].reset();
+}
+
+void Scheduler::release(Active& a) {
+  session_->seq_clear(a.seq);
+}
+
+}  // namespace tandem::serve

@@ -1,0 +1,499 @@
+// tandem serve over real HTTP on loopback: the binary is started on a free port (it prints the port), and
+// driven with cpp-httplib's client. Greedy completions equal `tandem generate`; 32 concurrent streams each
+// equal their single-client text; a client that disconnects mid-stream frees its KV (seen in /metrics); bad
+// requests get the right 4xx with a clear message and the server keeps serving.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "test_cli_util.h"
+
+namespace {
+
+using json = nlohmann::json;
+
+class ServerProcess {
+ public:
+  explicit ServerProcess(const std::string& args) {
+    int fds[2];
+    if (pipe(fds) != 0) return;
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(fds[1], 1);
+      close(fds[0]);
+      execl("/bin/sh", "sh", "-c", (std::string("exec ") + TANDEM_BIN + " serve --port 0 " + args).c_str(),
+            static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(fds[1]);
+    FILE* f = fdopen(fds[0], "r");
+    char line[512];
+    if (f && std::fgets(line, sizeof line, f)) {
+      std::smatch m;
+      const std::string s = line;
+      if (std::regex_search(s, m, std::regex(R"(:(\d+) )"))) port_ = std::stoi(m[1]);
+    }
+    if (f) std::fclose(f);
+  }
+  ~ServerProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGTERM);
+      int st = 0;
+      waitpid(pid_, &st, 0);
+    }
+  }
+  int port() const { return port_; }
+
+ private:
+  pid_t pid_ = -1;
+  int port_ = 0;
+};
+
+// A streamed completion over a raw socket, so that the test decides when the client goes away (closing the
+// socket mid-stream, as a client that disconnects does).
+class RawStream {
+ public:
+  RawStream(int port, json body, const std::string& path = "/v1/completions") {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(uint16_t(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    timeval tv{30, 0};  // a read never waits longer than this
+    setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    if (connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return;
+    body["stream"] = true;
+    const std::string b = body.dump();
+    const std::string req = "POST " + path +
+                            " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                            "Content-Length: " +
+                            std::to_string(b.size()) + "\r\n\r\n" + b;
+    ok_ = write(fd_, req.data(), req.size()) == ssize_t(req.size());
+  }
+  ~RawStream() {
+    if (fd_ >= 0) close(fd_);
+  }
+  // Reads until `n` SSE events have arrived; false on a closed socket or a read timeout.
+  bool wait_for_tokens(int n) {
+    char buf[4096];
+    while (ok_ && count("data: ") < size_t(n)) {
+      const ssize_t k = read(fd_, buf, sizeof buf);
+      if (k <= 0) return false;
+      got_.append(buf, size_t(k));
+    }
+    return ok_;
+  }
+  const std::string& received() const { return got_; }
+
+ private:
+  size_t count(const std::string& what) const {
+    size_t n = 0;
+    for (size_t p = got_.find(what); p != std::string::npos; p = got_.find(what, p + 1)) ++n;
+    return n;
+  }
+  int fd_ = -1;
+  bool ok_ = false;
+  std::string got_;
+};
+
+// One value of GET /metrics (-1 when it cannot be read).
+int64_t metric_at(int port, const std::string& name) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(30, 0);
+  auto r = c.Get("/metrics");
+  if (!r) return -1;
+  std::smatch m;
+  if (!std::regex_search(r->body, m, std::regex("\n" + name + " ([0-9.e+]+)"))) return -1;
+  return int64_t(std::stod(m[1]));
+}
+// Polls /metrics (every 50 ms, up to 20 s) until `name` has `value`.
+bool wait_metric_at(int port, const std::string& name, int64_t value) {
+  for (int i = 0; i < 400; ++i) {
+    if (metric_at(port, name) == value) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+class Serve : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    server_ = new ServerProcess("--parallel 8 --ctx 8192 --kv-unified --chat-template chatml");
+  }
+  static void TearDownTestSuite() {
+    delete server_;
+    server_ = nullptr;
+  }
+  static httplib::Client client() {
+    httplib::Client c("127.0.0.1", server_->port());
+    c.set_read_timeout(300, 0);
+    return c;
+  }
+  static json post(const std::string& path, const json& body, int expect = 200) {
+    auto c = client();
+    auto r = c.Post(path.c_str(), body.dump(), "application/json");
+    EXPECT_TRUE(r) << path;
+    if (!r) return {};
+    EXPECT_EQ(r->status, expect) << r->body;
+    return json::parse(r->body);
+  }
+  static int64_t metric(const std::string& name) { return metric_at(server_->port(), name); }
+  static bool wait_metric(const std::string& name, int64_t value) {
+    return wait_metric_at(server_->port(), name, value);
+  }
+  static ServerProcess* server_;
+};
+ServerProcess* Serve::server_ = nullptr;
+
+// The texts of every choice of an SSE stream, and whether it ended with [DONE].
+struct Streamed {
+  std::vector<std::string> text;
+  std::vector<std::string> finish;
+  bool done = false;
+};
+Streamed parse_sse(const std::string& body, size_t n, bool chat) {
+  Streamed s;
+  s.text.resize(n);
+  s.finish.resize(n);
+  size_t pos = 0;
+  while ((pos = body.find("data: ", pos)) != std::string::npos) {
+    const size_t end = body.find("\n\n", pos);
+    const std::string payload = body.substr(pos + 6, end - pos - 6);
+    pos = end;
+    if (payload == "[DONE]") {
+      s.done = true;
+      continue;
+    }
+    const json j = json::parse(payload);
+    for (const json& c : j["choices"]) {
+      const size_t i = c["index"].get<size_t>();
+      if (chat) {
+        if (c["delta"].contains("content")) s.text[i] += c["delta"]["content"].get<std::string>();
+      } else {
+        s.text[i] += c["text"].get<std::string>();
+      }
+      if (!c["finish_reason"].is_null()) s.finish[i] = c["finish_reason"].get<std::string>();
+    }
+  }
+  return s;
+}
+
+TEST_F(Serve, HealthModelsTokenize) {
+  ASSERT_GT(server_->port(), 0);
+  auto c = client();
+  auto h = c.Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+  const json models = json::parse(c.Get("/v1/models")->body);
+  EXPECT_EQ(models["data"][0]["id"], "tandem-small-q8_0");
+  const json t = post("/tokenize", {{"content", "Once upon a time"}});
+  ASSERT_TRUE(t["tokens"].is_array());
+  const json d = post("/detokenize", {{"tokens", t["tokens"]}});
+  EXPECT_NE(d["content"].get<std::string>().find("Once upon a time"), std::string::npos);
+}
+
+TEST_F(Serve, GreedyCompletionEqualsGenerate) {
+  const auto gen = tandem::test::run_tandem("generate -p 'Once upon a time' -n 24 --temp 0",
+                                            tandem::test::Stderr::Discard);
+  ASSERT_EQ(gen.exit_code, 0);
+  const json r =
+      post("/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0}});
+  EXPECT_EQ(r["choices"][0]["text"].get<std::string>() + "\n", gen.out);
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(r["usage"]["completion_tokens"], 24);
+  // Token ids as the prompt give the same text.
+  const json ids = post("/tokenize", json{{"content", "Once upon a time"}});
+  ASSERT_TRUE(ids.is_object() && ids.contains("tokens")) << ids.dump();
+  json with_ids = json::object();
+  with_ids["prompt"] = ids["tokens"];
+  with_ids["max_tokens"] = 24;
+  with_ids["temperature"] = 0;
+  const json r2 = post("/v1/completions", with_ids);
+  ASSERT_TRUE(r2.contains("choices")) << r2.dump();
+  EXPECT_EQ(r2["choices"][0]["text"], r["choices"][0]["text"]);
+  // Streaming gives the same text.
+  auto c = client();
+  auto s = c.Post(
+      "/v1/completions",
+      json{{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0}, {"stream", true}}.dump(),
+      "application/json");
+  ASSERT_TRUE(s);
+  const Streamed st = parse_sse(s->body, 1, false);
+  EXPECT_TRUE(st.done);
+  EXPECT_EQ(st.text[0], r["choices"][0]["text"].get<std::string>());
+  EXPECT_EQ(st.finish[0], "length");
+}
+
+TEST_F(Serve, StopStringsAndSeeds) {
+  const json full =
+      post("/v1/completions", {{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0}});
+  const std::string text = full["choices"][0]["text"];
+  ASSERT_GT(text.size(), 12u);
+  const std::string stop = text.substr(8, 4);
+  const json r =
+      post("/v1/completions",
+           {{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0}, {"stop", stop}});
+  EXPECT_EQ(r["choices"][0]["text"].get<std::string>(), text.substr(0, text.find(stop)));
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+  // Same seed, same text; n choices use seed + i; logprobs come back.
+  const json a = post("/v1/completions",
+                      {{"prompt", "The"}, {"max_tokens", 16}, {"seed", 7}, {"n", 2}, {"logprobs", 3}});
+  const json b = post("/v1/completions", {{"prompt", "The"}, {"max_tokens", 16}, {"seed", 7}});
+  EXPECT_EQ(a["choices"][0]["text"], b["choices"][0]["text"]);
+  EXPECT_EQ(a["choices"].size(), 2u);
+  EXPECT_EQ(a["choices"][0]["logprobs"]["token_logprobs"].size(), 16u);
+  EXPECT_LE(a["choices"][0]["logprobs"]["token_logprobs"][0].get<double>(), 0.0);
+}
+
+TEST_F(Serve, ThirtyTwoConcurrentStreamsEqualTheirSingleClientText) {
+  const int n = 32;
+  std::vector<std::string> prompts, single(n);
+  for (int i = 0; i < n; ++i) prompts.push_back("Story number " + std::to_string(i) + ": once");
+  for (int i = 0; i < n; ++i)
+    single[size_t(i)] =
+        post("/v1/completions",
+             {{"prompt", prompts[size_t(i)]}, {"max_tokens", 12}, {"temperature", 0}})["choices"][0]["text"];
+  std::vector<std::string> got(n);
+  std::vector<bool> done(n);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i)
+    threads.emplace_back([&, i] {
+      auto c = client();
+      auto r = c.Post(
+          "/v1/completions",
+          json{{"prompt", prompts[size_t(i)]}, {"max_tokens", 12}, {"temperature", 0}, {"stream", true}}
+              .dump(),
+          "application/json");
+      if (!r) return;
+      const Streamed s = parse_sse(r->body, 1, false);
+      got[size_t(i)] = s.text[0];
+      done[size_t(i)] = s.done;
+    });
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < n; ++i) {
+    EXPECT_TRUE(done[size_t(i)]) << i;
+    EXPECT_EQ(got[size_t(i)], single[size_t(i)]) << i;
+  }
+}
+
+TEST_F(Serve, DisconnectMidStreamFreesKv) {
+  {
+    RawStream long_one(server_->port(),
+                       json{{"prompt", "A long story"}, {"max_tokens", 4000}, {"ignore_eos", true}});
+    ASSERT_TRUE(long_one.wait_for_tokens(2));
+    EXPECT_GT(metric("tandem_kv_cells_used"), 0);
+  }  // closed mid-stream
+  EXPECT_TRUE(wait_metric("tandem_kv_cells_used", 0));
+  EXPECT_GE(metric("tandem_requests_cancelled_total"), 1);
+}
+
+TEST_F(Serve, BadRequestsGetClearErrorsAndTheServerStillServes) {
+  auto c = client();
+  auto bad_json = c.Post("/v1/completions", "{not json", "application/json");
+  ASSERT_TRUE(bad_json);
+  EXPECT_EQ(bad_json->status, 400);
+  EXPECT_NE(bad_json->body.find("not valid JSON"), std::string::npos);
+  const json wrong_type = post("/v1/completions", {{"prompt", "x"}, {"max_tokens", "ten"}}, 400);
+  EXPECT_NE(wrong_type["error"]["message"].get<std::string>().find("max_tokens"), std::string::npos);
+  const json negative = post("/v1/completions", {{"prompt", "x"}, {"max_tokens", -1}}, 400);
+  EXPECT_NE(negative["error"]["message"].get<std::string>().find("max_tokens"), std::string::npos);
+  const json model = post("/v1/completions", {{"prompt", "x"}, {"model", "gpt-17"}}, 404);
+  EXPECT_EQ(model["error"]["code"], "model_not_found");
+  auto big = c.Post("/v1/completions", std::string(2 << 20, 'a'), "application/json");
+  ASSERT_TRUE(big);
+  EXPECT_EQ(big->status, 413);
+  EXPECT_NE(big->body.find("--max-body"), std::string::npos);
+  auto route = c.Get("/v2/nothing");
+  ASSERT_TRUE(route);
+  EXPECT_EQ(route->status, 404);
+  EXPECT_NE(route->body.find("\"error\""), std::string::npos);
+  // Still serving.
+  const json ok = post("/v1/completions", {{"prompt", "Hello"}, {"max_tokens", 2}, {"temperature", 0}});
+  EXPECT_EQ(ok["usage"]["completion_tokens"], 2);
+}
+
+TEST(ServeAuth, ApiKeyIsRequired) {
+  ServerProcess s("--parallel 1 --ctx 512 --api-key sekret");
+  ASSERT_GT(s.port(), 0);
+  httplib::Client c("127.0.0.1", s.port());
+  auto no = c.Get("/v1/models");
+  ASSERT_TRUE(no);
+  EXPECT_EQ(no->status, 401);
+  EXPECT_NE(no->body.find("--api-key"), std::string::npos);
+  auto yes = c.Get("/v1/models", httplib::Headers{{"Authorization", "Bearer sekret"}});
+  ASSERT_TRUE(yes);
+  EXPECT_EQ(yes->status, 200);
+}
+
+TEST_F(Serve, ChatCompletionsRenderTheChatmlTemplate) {
+  const json messages = json::array({{{"role", "system"}, {"content", "You tell stories."}},
+                                     {{"role", "user"}, {"content", "A story about a cat."}}});
+  const json r =
+      post("/v1/chat/completions", {{"messages", messages}, {"max_tokens", 12}, {"temperature", 0}});
+  ASSERT_TRUE(r.contains("choices")) << r.dump();
+  EXPECT_EQ(r["object"], "chat.completion");
+  EXPECT_EQ(r["choices"][0]["message"]["role"], "assistant");
+  const std::string text = r["choices"][0]["message"]["content"];
+  // The same prompt rendered by hand in ChatML, sent as a plain completion, gives the same answer and the
+  // same prompt length: the route renders with --chat-template chatml and tokenizes like /tokenize.
+  const std::string rendered =
+      "<|im_start|>system\nYou tell stories.<|im_end|>\n<|im_start|>user\nA story about a cat.<|im_end|>\n"
+      "<|im_start|>assistant\n";
+  const json plain = post("/v1/completions", {{"prompt", rendered}, {"max_tokens", 12}, {"temperature", 0}});
+  EXPECT_EQ(plain["choices"][0]["text"].get<std::string>(), text);
+  EXPECT_EQ(plain["usage"]["prompt_tokens"], r["usage"]["prompt_tokens"]);
+  EXPECT_EQ(post("/tokenize", {{"content", rendered}})["tokens"].size(),
+            r["usage"]["prompt_tokens"].get<size_t>());
+  // Streamed: a role delta first, then content deltas that add up to the same text.
+  auto c = client();
+  auto s =
+      c.Post("/v1/chat/completions",
+             json{{"messages", messages}, {"max_tokens", 12}, {"temperature", 0}, {"stream", true}}.dump(),
+             "application/json");
+  ASSERT_TRUE(s);
+  EXPECT_NE(s->body.find("\"role\":\"assistant\""), std::string::npos);
+  const Streamed st = parse_sse(s->body, 1, true);
+  EXPECT_TRUE(st.done);
+  EXPECT_EQ(st.text[0], text);
+  // Malformed conversations are 400s that name the field.
+  const json none = post("/v1/chat/completions", {{"max_tokens", 2}}, 400);
+  EXPECT_NE(none["error"]["message"].get<std::string>().find("messages"), std::string::npos);
+  const json bad_role = post("/v1/chat/completions", {{"messages", json::array({{{"content", "hi"}}})}}, 400);
+  EXPECT_NE(bad_role["error"]["message"].get<std::string>().find("role"), std::string::npos);
+}
+
+TEST_F(Serve, SameSeedSameTextWhateverElseRuns) {
+  const json req{{"prompt", "The dog"}, {"max_tokens", 20}, {"temperature", 0.9}, {"top_k", 40},
+                 {"top_p", 0.95},       {"min_p", 0.02},    {"seed", 1234}};
+  const std::string alone = post("/v1/completions", req)["choices"][0]["text"];
+  // The same request among eight others with other prompts and seeds, all in flight at once.
+  std::vector<std::string> got(9);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 9; ++i)
+    threads.emplace_back([&, i] {
+      json r = req;
+      if (i != 4) {
+        r["prompt"] = "Other prompt " + std::to_string(i);
+        r["seed"] = 99 + i;
+      }
+      auto c = client();
+      auto res = c.Post("/v1/completions", r.dump(), "application/json");
+      if (res && res->status == 200) got[size_t(i)] = json::parse(res->body)["choices"][0]["text"];
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(got[4], alone);
+  // Another seed gives another text (the seed is used at all).
+  json other = req;
+  other["seed"] = 4321;
+  EXPECT_NE(post("/v1/completions", other)["choices"][0]["text"].get<std::string>(), alone);
+}
+
+TEST_F(Serve, SecondRequestWithTheSameSystemPromptReusesItsKvCells) {
+  std::string system;
+  for (int i = 0; i < 60; ++i) system += "The quick brown fox jumps over the lazy dog. ";
+  const size_t n_system = post("/tokenize", {{"content", system}})["tokens"].size();
+  ASSERT_GT(n_system, 400u);
+  ASSERT_TRUE(wait_metric("tandem_kv_cells_used", 0));
+  const int64_t reused0 = metric("tandem_prompt_tokens_reused_total");
+  RawStream first(server_->port(),
+                  json{{"prompt", system + "First question"}, {"max_tokens", 2000}, {"ignore_eos", true}});
+  ASSERT_TRUE(first.wait_for_tokens(1));  // prefilled: its prompt is in the KV
+  const int64_t used1 = metric("tandem_kv_cells_used");
+  RawStream second(server_->port(),
+                   json{{"prompt", system + "Second question"}, {"max_tokens", 2000}, {"ignore_eos", true}});
+  ASSERT_TRUE(second.wait_for_tokens(1));
+  const int64_t used2 = metric("tandem_kv_cells_used");
+  // Without sharing the second request would add its whole prompt (> 400 cells); with it, only its own
+  // tail and the tokens both generated meanwhile (a few steps' worth).
+  EXPECT_GE(used1, int64_t(n_system));
+  EXPECT_LT(used2 - used1, int64_t(n_system) / 2) << "used " << used1 << " then " << used2;
+  EXPECT_GE(metric("tandem_prompt_tokens_reused_total") - reused0, int64_t(n_system) - 16);
+}
+
+TEST_F(Serve, MetricsCountTokensLatenciesAndKv) {
+  post("/v1/completions",
+       {{"prompt", "Metrics"}, {"max_tokens", 5}, {"temperature", 0}, {"ignore_eos", true}});
+  auto c = client();
+  auto r = c.Get("/metrics");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200);
+  for (const char* name :
+       {"tandem_requests_running", "tandem_requests_queued", "tandem_prompt_tokens_total",
+        "tandem_generated_tokens_total", "tandem_tokens_per_second", "tandem_kv_cells_used",
+        "tandem_kv_cells_total", "tandem_time_to_first_token_seconds_bucket",
+        "tandem_inter_token_latency_seconds_bucket"})
+    EXPECT_NE(r->body.find(std::string("\n") + name), std::string::npos) << name;
+  EXPECT_GE(metric("tandem_generated_tokens_total"), 5);
+  EXPECT_GE(metric("tandem_prompt_tokens_total"), 1);
+  EXPECT_GE(metric("tandem_time_to_first_token_seconds_count"), 1);
+  EXPECT_GE(metric("tandem_inter_token_latency_seconds_count"), 4);
+  EXPECT_GE(metric("tandem_kv_cells_total"), 8192);
+}
+
+// A server with one slot and a queue of one: a second request waits (then 503 after --queue-timeout), a
+// third is refused at once with 503; the server still serves when the slot is free again.
+TEST(ServeAdmission, FullQueueAndQueueTimeoutAre503) {
+  ServerProcess s("--parallel 1 --ctx 8192 --max-queue 1 --queue-timeout 2");
+  ASSERT_GT(s.port(), 0);
+  auto runner = std::make_unique<RawStream>(
+      s.port(), json{{"prompt", "Long"}, {"max_tokens", 8000}, {"ignore_eos", true}});
+  ASSERT_TRUE(runner->wait_for_tokens(1));
+  int waited_status = 0;
+  std::string waited_body;
+  std::thread waiter([&] {
+    httplib::Client c("127.0.0.1", s.port());
+    c.set_read_timeout(60, 0);
+    auto r =
+        c.Post("/v1/completions", json{{"prompt", "Queued"}, {"max_tokens", 2}}.dump(), "application/json");
+    if (r) waited_status = r->status, waited_body = r->body;
+  });
+  ASSERT_TRUE(wait_metric_at(s.port(), "tandem_requests_queued", 1));
+  httplib::Client c("127.0.0.1", s.port());
+  c.set_read_timeout(60, 0);
+  auto full =
+      c.Post("/v1/completions", json{{"prompt", "Third"}, {"max_tokens", 2}}.dump(), "application/json");
+  ASSERT_TRUE(full);
+  EXPECT_EQ(full->status, 503);
+  EXPECT_NE(full->body.find("queue is full"), std::string::npos) << full->body;
+  waiter.join();
+  EXPECT_EQ(waited_status, 503);
+  EXPECT_NE(waited_body.find("\"error\""), std::string::npos);
+  runner.reset();  // the slot frees at once
+  ASSERT_TRUE(wait_metric_at(s.port(), "tandem_requests_running", 0));
+  auto ok = c.Post("/v1/completions", json{{"prompt", "Now"}, {"max_tokens", 2}}.dump(), "application/json");
+  ASSERT_TRUE(ok);
+  EXPECT_EQ(ok->status, 200);
+  EXPECT_GE(metric_at(s.port(), "tandem_requests_rejected_total"), 2);
+}
+
+TEST(ServeCli, UnknownChatTemplateRefusesToStart) {
+  const auto r = tandem::test::run_tandem("serve --port 0 --chat-template no-such-template");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("chatml"), std::string::npos) << r.out;  // the message lists the known names
+}
+
+TEST(ParallelCli, SimulatesConcurrentClientsThroughTheScheduler) {
+  const auto r = tandem::test::run_tandem(
+      "parallel --parallel 4 --sequences 8 --prompt-min 4 --prompt-max 12 --shared 32 -n 6 --ctx 2048 "
+      "--kv-unified",
+      tandem::test::Stderr::Discard);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("generated tokens: 48,"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rejected: 0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("tokens/s"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("KV: peak"), std::string::npos) << r.out;
+}
+
+}  // namespace

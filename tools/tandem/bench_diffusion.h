@@ -1,0 +1,17 @@
+// `tandem bench --diffusion` (bench_diffusion.cpp): canvas diffusion speed, host vs device sampling path.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "tandem/diffusion.h"
+#include "tandem/model.h"
+
+namespace tandem::cli {
+
+// Prints the markdown table of PREFILL time, ms per step, steps/s and tokens/s for both sampling paths.
+// Throws Error when model is not a canvas model (naming model_path). steps 0: the model's default.
+void bench_diffusion(const std::shared_ptr<Model>& model, const std::string& model_path, int n_prompt,
+                     int steps, int reps);
+
+}  // namespace tandem::cli
