@@ -5,8 +5,8 @@
 #      random Qwen3-8B-shape files (bf16, q8_0, q4_k), one table with the ratio and the fraction of bandwidth;
 #   2. batch 32 against batch 1 (goal: >= 25x), bf16 and q4_k;
 #   3. tg at depth 8192 and 32768 (goal: within 15% of the short context), bf16, tandem and llama-bench -d;
-#   4. the per-kernel time of real decode steps (nsys, when the machine has it) and each kernel alone
-#      (`tandem bench --kernels`: GB/s against the copy bandwidth);
+#   4. the per-kernel time of real decode steps (nsys, when the machine has it; else, or with SPEED_KERNELS=1,
+#      each kernel alone: `tandem bench --kernels`, GB/s against the copy bandwidth);
 #   5. SPEED_PDL=1: tg again with programmatic dependent launch on (TANDEM_PDL=1).
 set -uo pipefail
 BIN=${BIN:-build-gpu/bin}; OUT=${OUT:-/tmp/speed_bench}; mkdir -p "$OUT"
@@ -67,11 +67,13 @@ else
   echo "(no nsys on this machine: the per-kernel table below is each kernel alone)"
 fi
 
-echo "=== $(date +%T) kernels alone (Qwen3-8B shapes)"
-timeout 90 "$BIN/tandem" bench --kernels -o md >"$OUT/kernels.md" 2>&1
-echo "exit $?"; grep -E "^\| (matmul|fused|attention|swiglu)|GB/s|rror" "$OUT/kernels.md" | grep -vE "T=(32|512)" | head -50
+if [ -z "$NSYS" ] || [ "${SPEED_KERNELS:-0}" = 1 ]; then
+  echo "=== $(date +%T) kernels alone (Qwen3-8B shapes)"
+  timeout 90 "$BIN/tandem" bench --kernels -o md >"$OUT/kernels.md" 2>&1
+  echo "exit $?"; grep -E "^\| (matmul|fused|attention|swiglu)|GB/s|rror" "$OUT/kernels.md" | grep -vE "T=(32|512)" | head -50
+fi
 
-if [ "${SPEED_PDL:-1}" = 1 ]; then
+if [ "${SPEED_PDL:-0}" = 1 ]; then
   echo "=== $(date +%T) programmatic dependent launch on (TANDEM_PDL=1), tg128"
   for t in bf16 q4_k; do
     TANDEM_PDL=1 timeout 60 "$BIN/tandem" bench -m "$MODEL_DIR/qwen3-8b-$t.gguf" -p 0 -n 128 -b 1 -r 1 -o md \
