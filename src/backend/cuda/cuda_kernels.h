@@ -28,8 +28,9 @@ void launch_softmax_rows(const Tensor& x, const Tensor& out, cudaStream_t stream
 void launch_copy(const Tensor& src, const Tensor& dst, cudaStream_t stream);
 void launch_kv_store(const KvLayerView& kv, const Tensor& k, const Tensor& v, const int32_t* slot_mapping,
                      cudaStream_t stream);
-// Ops::qk_norm_rope_store in one launch (attn_inputs.cu): q {hd_k, n_head, T} and k {hd_k, n_kv, T} normed per
-// head (when q_norm / k_norm are given) and roped in place, k and v {hd_v, n_kv, T} stored at slot_mapping.
+// Ops::qk_norm_rope_store in one launch (attn_inputs.cu): q {hd_k, n_head, T} and k {hd_k, n_kv, T} normed
+// per head (when q_norm / k_norm are given) and roped in place, k and v {hd_v, n_kv, T} stored at
+// slot_mapping.
 void launch_attn_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const float* q_norm,
                         const float* k_norm, float eps, const int32_t* positions, const RopeParams& p,
                         const float* freq_factors, const KvLayerView& kv, const int32_t* slot_mapping,
@@ -66,7 +67,8 @@ bool gemv_quant_supports(DType wt, int64_t K);
 //   AddResidual: y_s = r_s + W_s x  (r_s may be y_s: the residual stream updated in place)
 //   SwiGlu:      two segments of equal N (gate, up); y_0 = silu(W_0 x) * (W_1 x); y_1 is not written
 // Every column t < T (<= kGemvMaxCols per launch) is computed by the same code in the same order whatever T
-// is, so row t of a T-row call equals the 1-row call on that row bit for bit (speculative verify relies on it).
+// is, so row t of a T-row call equals the 1-row call on that row bit for bit (speculative verify relies on
+// it).
 constexpr int kGemvMaxSegs = 3;
 enum class GemvEpilogue { Store, AddResidual, SwiGlu };
 struct GemvSeg {
@@ -74,7 +76,7 @@ struct GemvSeg {
   size_t w_ld = 0;  // bytes between rows of W
   int64_t N = 0;
   float* y = nullptr;
-  int64_t y_ld = 0;  // floats between columns of y
+  int64_t y_ld = 0;          // floats between columns of y
   const float* r = nullptr;  // AddResidual only
   int64_t r_ld = 0;
 };
@@ -94,6 +96,10 @@ bool gemv_dense_fusable(const GemvArgs& a);
 void launch_gemv_dense_fused(const GemvArgs& a, cudaStream_t stream);
 // Quantized weights, against the activations launch_quantize_q8 wrote into scratch (all segments one dtype).
 void launch_gemv_quant_fused(const GemvArgs& a, const void* scratch, cudaStream_t stream);
+// Q4_K / Q5_K with 16-byte aligned rows, read straight into registers (gemv_kquant_direct.cu); the fused
+// launch above takes this path when it applies (TANDEM_NO_KQUANT_DIRECT=1 turns it off).
+bool gemv_kquant_direct_supports(const GemvArgs& a);
+void launch_gemv_kquant_direct(const GemvArgs& a, const void* scratch, cudaStream_t stream);
 
 // ---- dequantization and conversion for the tensor-core path (dequant.cu) ----------------------------------
 // n_rows rows of K values of W (any weight dtype, row stride w_ld bytes) -> bf16 (or f16 when to_f16), dense
