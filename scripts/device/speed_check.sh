@@ -4,7 +4,7 @@
 #      against the CPU: GpuModel, GpuSplit, GpuStepApi, SpecGpu, Gpu MoE / DFlash / diffusion / gemma4);
 #   2. the whole-model tests again with programmatic dependent launch on (TANDEM_PDL=1; off by default: reported,
 #      not judged) and, only when 1 failed, with the fused ops off (TANDEM_NO_FUSED=1): which change it is;
-#   3. the fused products again with the staged Q4_K / Q5_K kernel (TANDEM_NO_KQUANT_DIRECT=1);
+#   3. the fused products again with the staged Q8_0 / Q4_K / Q5_K kernel (TANDEM_NO_QUANT_DIRECT=1);
 #   4. compute-sanitizer racecheck (and memcheck with SPEED_MEMCHECK=1) over the small fused-kernel cases
 #      (shared-memory races of the double-buffered quantized kernel and the attention split).
 # Prints one PASS/FAIL line per part and a last line "PASS speed_check" or "FAIL speed_check".
@@ -51,12 +51,12 @@ for env in $envs; do
   fi
 done
 
-# The staged quantized kernel still serves unaligned rows: its Q4_K / Q5_K cases with the direct path off.
-echo "=== $(date +%T) fused products with TANDEM_NO_KQUANT_DIRECT=1 (staged Q4_K / Q5_K kernel)"
-TANDEM_NO_KQUANT_DIRECT=1 timeout 60 "$BIN/tandem_gpu_tests" --gtest_brief=1 \
+# The staged quantized kernel still serves unaligned rows: its Q8_0 / Q4_K / Q5_K cases with the direct path off.
+echo "=== $(date +%T) fused products with TANDEM_NO_QUANT_DIRECT=1 (staged Q8_0 / Q4_K / Q5_K kernel)"
+TANDEM_NO_QUANT_DIRECT=1 timeout 60 "$BIN/tandem_gpu_tests" --gtest_brief=1 \
   --gtest_filter='GpuFusedGemv*:GpuMatmul.QuantizedWeights-GpuFusedGemv.ManyUnitsPerBlock' >"$OUT/staged_kquant.log" 2>&1
 echo "rc $?"
-verdict "staged Q4_K/Q5_K" "$OUT/staged_kquant.log"
+verdict "staged Q8_0/Q4_K/Q5_K" "$OUT/staged_kquant.log"
 
 if command -v compute-sanitizer >/dev/null 2>&1; then
   small='GpuFusedGemv.LongQuantizedRowsUseOneBuffer:GpuDecodeFusion*:GpuAttention.SmallCasesForSanitizer'

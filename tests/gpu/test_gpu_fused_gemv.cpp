@@ -1,9 +1,10 @@
-// The fused decode products (Ops::matmul_multi, matmul_swiglu, matmul_add) on CUDA, for every weight dtype, on
-// odd shapes (K not a multiple of the kernels' unrolled stride, N not a multiple of the rows per warp or block),
-// T = 1..9 (9: past the fused kernels, the composition runs), random inputs:
+// The fused decode products (Ops::matmul_multi, matmul_swiglu, matmul_add) on CUDA, for every weight dtype,
+// on odd shapes (K not a multiple of the kernels' unrolled stride, N not a multiple of the rows per warp or
+// block), T = 1..9 (9: past the fused kernels, the composition runs), random inputs:
 //   - against the exact product (double, dequantized weights) with the bounds of test_gpu_matmul.cpp:
 //     dense T <= 8: 1e-5 S (f32 products and sums, S = sum |W x|); quantized T <= 8: sum |W| d / 2 + 1e-5 S
-//     (x rounded to multiples of d = max|x over 32| / 127); T > 8: 2^-8 S (bf16 x), 2^-10 S (f16), 2^-7 S (quant);
+//     (x rounded to multiples of d = max|x over 32| / 127); T > 8: 2^-8 S (bf16 x), 2^-10 S (f16), 2^-7 S
+//     (quant);
 //   - against the CPU composition (relative L2, as test_gpu_matmul.cpp);
 //   - batch invariance: column t of a T-column call equals the 1-column call on that column, bit for bit, for
 //     matmul and the three fused ops (speculative verify compares its rows with plain decode).
@@ -48,9 +49,10 @@ class GpuFusedGemv : public GpuTest {
     if (T <= 8) {
       bound = (quant ? qerr : 0.0) + 1e-5 * S;
     } else {
-      const double rel = quant ? std::ldexp(1.0, -7)
-                               : m.type == DType::BF16 ? std::ldexp(1.0, -8)
-                                                       : m.type == DType::F16 ? std::ldexp(1.0, -10) : 0.0;
+      const double rel = quant                   ? std::ldexp(1.0, -7)
+                         : m.type == DType::BF16 ? std::ldexp(1.0, -8)
+                         : m.type == DType::F16  ? std::ldexp(1.0, -10)
+                                                 : 0.0;
       bound = rel * S + 1e-5 * S;
     }
     bound += 1e-6;
@@ -67,7 +69,7 @@ class GpuFusedGemv : public GpuTest {
     for (DType t : {DType::F32, DType::F16, DType::BF16})
       for (int64_t K : {100, 1000, 2056}) s.push_back({t, K});  // 100: no 16-byte path for 16-bit types
     for (DType t : {DType::Q8_0, DType::Q4_0})
-      for (int64_t K : {96, 1056}) s.push_back({t, K});
+      for (int64_t K : {96, 1056, 2304}) s.push_back({t, K});  // 2304 (K % 256 == 0): Q8_0's direct path
     for (DType t : {DType::Q4_K, DType::Q5_K, DType::Q6_K})
       for (int64_t K : {256, 2304}) s.push_back({t, K});
     return s;
@@ -78,7 +80,8 @@ TEST_F(GpuFusedGemv, MultiMatchesExactProductAndCpu) {
   uint32_t seed = 11;
   for (const Shape& sh : shapes()) {
     for (int64_t T : {1, 3, 8, 9}) {
-      SCOPED_TRACE(std::string(dtype_name(sh.type)) + " K=" + std::to_string(sh.K) + " T=" + std::to_string(T));
+      SCOPED_TRACE(std::string(dtype_name(sh.type)) + " K=" + std::to_string(sh.K) +
+                   " T=" + std::to_string(T));
       std::mt19937 rng(seed++);
       const int64_t Ns[3] = {37, 13, 5};
       Mat m[3] = {make_mat(sh.type, sh.K, Ns[0], rng), make_mat(sh.type, sh.K, Ns[1], rng),
@@ -104,7 +107,8 @@ TEST_F(GpuFusedGemv, MultiMatchesExactProductAndCpu) {
             ASSERT_TRUE(std::isfinite(g)) << "segment " << s << " y[" << o << ", " << t << "] not written";
             ASSERT_LE(std::fabs(g - e), bound) << "segment " << s << " y[" << o << ", " << t << "]";
           }
-        EXPECT_LT(rel_l2(y, host_f32(Y[s])), dtype_traits(sh.type).quantized ? 3e-2 : 1e-2) << "segment " << s;
+        EXPECT_LT(rel_l2(y, host_f32(Y[s])), dtype_traits(sh.type).quantized ? 3e-2 : 1e-2)
+            << "segment " << s;
       }
     }
   }
@@ -114,13 +118,15 @@ TEST_F(GpuFusedGemv, SwigluMatchesExactProductAndCpu) {
   uint32_t seed = 300;
   for (const Shape& sh : shapes()) {
     for (int64_t T : {1, 2, 8, 9}) {
-      SCOPED_TRACE(std::string(dtype_name(sh.type)) + " K=" + std::to_string(sh.K) + " T=" + std::to_string(T));
+      SCOPED_TRACE(std::string(dtype_name(sh.type)) + " K=" + std::to_string(sh.K) +
+                   " T=" + std::to_string(T));
       std::mt19937 rng(seed++);
       const int64_t N = 41;  // odd: the last unit of gate/up rows is partial
       Mat g = make_mat(sh.type, sh.K, N, rng), u = make_mat(sh.type, sh.K, N, rng);
       const std::vector<float> xv = random_floats(size_t(sh.K * T), rng, -2.0f, 2.0f);
       Pair X = make_f32({sh.K, T}, xv);
-      Pair G = make_out(DType::F32, {N, T}), U = make_out(DType::F32, {N, T}), O = make_out(DType::F32, {N, T});
+      Pair G = make_out(DType::F32, {N, T}), U = make_out(DType::F32, {N, T}),
+           O = make_out(DType::F32, {N, T});
       gops().matmul_swiglu(gs(), g.p.dev, u.p.dev, X.dev, G.dev, U.dev, O.dev);
       gs().synchronize();
       cops().matmul_swiglu(cs(), g.p.cpu, u.p.cpu, X.cpu, G.cpu, U.cpu, O.cpu);
@@ -132,8 +138,10 @@ TEST_F(GpuFusedGemv, SwigluMatchesExactProductAndCpu) {
           const double eu = exact(u, xv.data() + t * sh.K, o, T, bu);
           const double sg = eg / (1.0 + std::exp(-eg));
           const double e = sg * eu;
-          // silu' <= 1.1: |d(silu(g) u)| <= 1.1 bg (|u| + bu) + |silu(g)| bu, plus f32 rounding of the result.
-          const double bound = 1.1 * bg * (std::fabs(eu) + bu) + std::fabs(sg) * bu + 1e-5 * std::fabs(e) + 1e-6;
+          // silu' <= 1.1: |d(silu(g) u)| <= 1.1 bg (|u| + bu) + |silu(g)| bu, plus f32 rounding of the
+          // result.
+          const double bound =
+              1.1 * bg * (std::fabs(eu) + bu) + std::fabs(sg) * bu + 1e-5 * std::fabs(e) + 1e-6;
           const float v = out[size_t(t * N + o)];
           ASSERT_TRUE(std::isfinite(v)) << "out[" << o << ", " << t << "] not written";
           ASSERT_LE(std::fabs(v - e), bound) << "out[" << o << ", " << t << "]";
@@ -147,7 +155,8 @@ TEST_F(GpuFusedGemv, AddMatchesExactProductAndCpu) {
   uint32_t seed = 600;
   for (const Shape& sh : shapes()) {
     for (int64_t T : {1, 5, 8, 9}) {
-      SCOPED_TRACE(std::string(dtype_name(sh.type)) + " K=" + std::to_string(sh.K) + " T=" + std::to_string(T));
+      SCOPED_TRACE(std::string(dtype_name(sh.type)) + " K=" + std::to_string(sh.K) +
+                   " T=" + std::to_string(T));
       std::mt19937 rng(seed++);
       const int64_t N = 29;
       Mat m = make_mat(sh.type, sh.K, N, rng);
@@ -179,7 +188,8 @@ TEST_F(GpuFusedGemv, RowsAreBatchInvariant) {
   uint32_t seed = 900;
   for (const Shape& sh : shapes()) {
     for (int64_t M : {2, 5, 8}) {
-      SCOPED_TRACE(std::string(dtype_name(sh.type)) + " K=" + std::to_string(sh.K) + " M=" + std::to_string(M));
+      SCOPED_TRACE(std::string(dtype_name(sh.type)) + " K=" + std::to_string(sh.K) +
+                   " M=" + std::to_string(M));
       std::mt19937 rng(seed++);
       const int64_t N = 23;
       Mat a = make_mat(sh.type, sh.K, N, rng), b = make_mat(sh.type, sh.K, N, rng);
@@ -187,7 +197,8 @@ TEST_F(GpuFusedGemv, RowsAreBatchInvariant) {
       const std::vector<float> rv = random_floats(size_t(N * M), rng, -3.0f, 3.0f);
       Pair X = make_f32({sh.K, M}, xv);
       Pair Ym = make_out(DType::F32, {N, M}), Ym2 = make_out(DType::F32, {N, M});
-      Pair Gs = make_out(DType::F32, {N, M}), Us = make_out(DType::F32, {N, M}), Om = make_out(DType::F32, {N, M});
+      Pair Gs = make_out(DType::F32, {N, M}), Us = make_out(DType::F32, {N, M}),
+           Om = make_out(DType::F32, {N, M});
       Pair Rm = make_f32({N, M}, rv), Tm = make_out(DType::F32, {N, M});
       gops().matmul(gs(), a.p.dev, X.dev, Ym.dev);
       const Tensor Wd[2] = {a.p.dev, b.p.dev};
@@ -196,12 +207,14 @@ TEST_F(GpuFusedGemv, RowsAreBatchInvariant) {
       gops().matmul_swiglu(gs(), a.p.dev, b.p.dev, X.dev, Gs.dev, Us.dev, Om.dev);
       gops().matmul_add(gs(), a.p.dev, X.dev, Tm.dev, Rm.dev);
       gs().synchronize();
-      const auto mm = download_f32(Ym), mmulti = download_f32(Ym2), msw = download_f32(Om), madd = download_f32(Rm);
+      const auto mm = download_f32(Ym), mmulti = download_f32(Ym2), msw = download_f32(Om),
+                 madd = download_f32(Rm);
       for (int64_t t = 0; t < M; ++t) {
         const std::vector<float> xc(xv.begin() + t * sh.K, xv.begin() + (t + 1) * sh.K);
         const std::vector<float> rc(rv.begin() + t * N, rv.begin() + (t + 1) * N);
         Pair X1 = make_f32({sh.K, 1}, xc);
-        Pair Y1 = make_out(DType::F32, {N, 1}), Y2 = make_out(DType::F32, {N, 1}), U1 = make_out(DType::F32, {N, 1});
+        Pair Y1 = make_out(DType::F32, {N, 1}), Y2 = make_out(DType::F32, {N, 1}),
+             U1 = make_out(DType::F32, {N, 1});
         Pair G1 = make_out(DType::F32, {N, 1}), O1 = make_out(DType::F32, {N, 1});
         Pair R1 = make_f32({N, 1}, rc), T1 = make_out(DType::F32, {N, 1});
         gops().matmul(gs(), a.p.dev, X1.dev, Y1.dev);
@@ -214,7 +227,8 @@ TEST_F(GpuFusedGemv, RowsAreBatchInvariant) {
         for (int64_t o = 0; o < N; ++o) {
           const size_t i = size_t(t * N + o);
           ASSERT_EQ(std::memcmp(&mm[i], &s1[size_t(o)], 4), 0) << "matmul row " << t << " out " << o;
-          ASSERT_EQ(std::memcmp(&mmulti[i], &s2[size_t(o)], 4), 0) << "matmul_multi row " << t << " out " << o;
+          ASSERT_EQ(std::memcmp(&mmulti[i], &s2[size_t(o)], 4), 0)
+              << "matmul_multi row " << t << " out " << o;
           ASSERT_EQ(std::memcmp(&msw[i], &s3[size_t(o)], 4), 0) << "matmul_swiglu row " << t << " out " << o;
           ASSERT_EQ(std::memcmp(&madd[i], &s4[size_t(o)], 4), 0) << "matmul_add row " << t << " out " << o;
         }
@@ -257,7 +271,8 @@ TEST_F(GpuFusedGemv, ManyUnitsPerBlock) {
       Mat g = make_mat(t, K, N, rng), u = make_mat(t, K, N, rng);
       const std::vector<float> xv = random_floats(size_t(K * T), rng, -2.0f, 2.0f);
       Pair X = make_f32({K, T}, xv);
-      Pair G = make_out(DType::F32, {N, T}), U = make_out(DType::F32, {N, T}), O = make_out(DType::F32, {N, T});
+      Pair G = make_out(DType::F32, {N, T}), U = make_out(DType::F32, {N, T}),
+           O = make_out(DType::F32, {N, T});
       const Tensor Wd[2] = {g.p.dev, u.p.dev};
       const Tensor Yd[2] = {G.dev, U.dev};
       gops().matmul_multi(gs(), Wd, X.dev, Yd);
@@ -307,8 +322,8 @@ TEST_F(GpuFusedGemv, LongQuantizedRowsUseOneBuffer) {
   }
 }
 
-// Weights that do not start on a 16-byte boundary (a GGUF tensor at an odd offset): the staging copies head and
-// tail bytes one by one and K-type rows take the unaligned decoding. Same bounds as above.
+// Weights that do not start on a 16-byte boundary (a GGUF tensor at an odd offset): the staging copies head
+// and tail bytes one by one and K-type rows take the unaligned decoding. Same bounds as above.
 TEST_F(GpuFusedGemv, MisalignedQuantizedRows) {
   uint32_t seed = 1900;
   for (DType t : {DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {

@@ -96,10 +96,11 @@ bool gemv_dense_fusable(const GemvArgs& a);
 void launch_gemv_dense_fused(const GemvArgs& a, cudaStream_t stream);
 // Quantized weights, against the activations launch_quantize_q8 wrote into scratch (all segments one dtype).
 void launch_gemv_quant_fused(const GemvArgs& a, const void* scratch, cudaStream_t stream);
-// Q4_K / Q5_K with 16-byte aligned rows, read straight into registers (gemv_kquant_direct.cu); the fused
-// launch above takes this path when it applies (TANDEM_NO_KQUANT_DIRECT=1 turns it off).
-bool gemv_kquant_direct_supports(const GemvArgs& a);
-void launch_gemv_kquant_direct(const GemvArgs& a, const void* scratch, cudaStream_t stream);
+// Q8_0 / Q4_K / Q5_K with 16-byte aligned rows of K % 256 == 0 values, read straight into registers
+// (gemv_quant_direct.cu); the fused launch above takes this path when it applies (TANDEM_NO_QUANT_DIRECT=1
+// turns it off).
+bool gemv_quant_direct_supports(const GemvArgs& a);
+void launch_gemv_quant_direct(const GemvArgs& a, const void* scratch, cudaStream_t stream);
 
 // ---- dequantization and conversion for the tensor-core path (dequant.cu) ----------------------------------
 // n_rows rows of K values of W (any weight dtype, row stride w_ld bytes) -> bf16 (or f16 when to_f16), dense

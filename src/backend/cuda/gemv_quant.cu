@@ -328,7 +328,7 @@ void launch_gemv_quant_fused(const GemvArgs& a, const void* scratch, cudaStream_
             (a.epi != GemvEpilogue::SwiGlu || (a.n_seg == 2 && a.seg[0].N == a.seg[1].N)),
         "launch_gemv_quant_fused: bad segments");
   if (a.T == 0) return;
-  if (gemv_kquant_direct_supports(a)) return launch_gemv_kquant_direct(a, scratch, stream);
+  if (gemv_quant_direct_supports(a)) return launch_gemv_quant_direct(a, scratch, stream);
   switch (a.wt) {
     case DType::Q8_0:
       return launch_epi<DType::Q8_0>(a, scratch, stream);
