@@ -9,7 +9,7 @@
 set -uo pipefail
 BIN=${BIN:-build-gpu/bin}; OUT=${OUT:-/tmp/cpu_compare}; mkdir -p "$OUT"
 M=${MODEL:-models/tandem-small-q8_0.gguf}
-THREADS=${THREADS:-"4 16"}
+THREADS=${THREADS:-"4 8 16"}
 echo "model $M ($(stat -c %s "$M") bytes); CPU:$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2), $(nproc) cores"
 
 lbench=""

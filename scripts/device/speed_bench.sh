@@ -7,7 +7,7 @@
 #   3. tg at depth 8192 and 32768 (goal: within 15% of the short context), bf16, tandem and llama-bench -d;
 #   4. the per-kernel time of real decode steps (nsys, when the machine has it; else, or with SPEED_KERNELS=1,
 #      each kernel alone: `tandem bench --kernels`, GB/s against the copy bandwidth);
-#   5. SPEED_PDL=1: tg again with programmatic dependent launch on (TANDEM_PDL=1).
+#   5. tg again with programmatic dependent launch on (TANDEM_PDL=1; SPEED_PDL=0 skips it), last.
 set -uo pipefail
 BIN=${BIN:-build-gpu/bin}; OUT=${OUT:-/tmp/speed_bench}; mkdir -p "$OUT"
 export MODEL_DIR=${MODEL_DIR:-/dev/shm/tandem-models}
@@ -73,7 +73,7 @@ if [ -z "$NSYS" ] || [ "${SPEED_KERNELS:-0}" = 1 ]; then
   echo "exit $?"; grep -E "^\| (matmul|fused|attention|swiglu)|GB/s|rror" "$OUT/kernels.md" | grep -vE "T=(32|512)" | head -50
 fi
 
-if [ "${SPEED_PDL:-0}" = 1 ]; then
+if [ "${SPEED_PDL:-1}" = 1 ]; then
   echo "=== $(date +%T) programmatic dependent launch on (TANDEM_PDL=1), tg128"
   for t in bf16 q4_k; do
     TANDEM_PDL=1 timeout 60 "$BIN/tandem" bench -m "$MODEL_DIR/qwen3-8b-$t.gguf" -p 0 -n 128 -b 1 -r 1 -o md \
