@@ -3,7 +3,8 @@
 #   1. the whole GPU test binary (fused decode products against the CPU reference on random inputs, every model
 #      against the CPU: GpuModel, GpuSplit, GpuStepApi, SpecGpu, Gpu MoE / DFlash / diffusion / gemma4);
 #   2. the whole-model tests again with programmatic dependent launch on (TANDEM_PDL=1; off by default: reported,
-#      not judged) and, only when 1 failed, with the fused ops off (TANDEM_NO_FUSED=1): which change it is;
+#      not judged) and, only when 1 failed, with TANDEM_NO_FUSED=1, TANDEM_NO_NORM_FUSION=1, TANDEM_NO_QUANT_DIRECT=1
+#      one at a time: which change it is;
 #   3. the fused products again with the staged Q8_0 / Q4_K / Q5_K kernel (TANDEM_NO_QUANT_DIRECT=1);
 #   4. compute-sanitizer racecheck (and memcheck with SPEED_MEMCHECK=1) over the small fused-kernel cases
 #      (shared-memory races of the double-buffered quantized kernel and the attention split).
@@ -39,7 +40,7 @@ grep -E "max row error|worst relative|parity" "$OUT/gpu_tests.log" | head -12
 
 models='*GpuModel*:GpuStepApi*:GpuSplit*:SpecGpu*:GpuShippedModel*:GpuGemma4*:GpuMoe*:DflashGpu*:GpuDiffusion*'
 envs="TANDEM_PDL=1"
-[ $status -ne 0 ] && envs="TANDEM_PDL=1 TANDEM_NO_FUSED=1"  # bisect only when the defaults failed
+[ $status -ne 0 ] && envs="TANDEM_PDL=1 TANDEM_NO_FUSED=1 TANDEM_NO_NORM_FUSION=1 TANDEM_NO_QUANT_DIRECT=1"  # bisect on failure
 for env in $envs; do
   echo "=== $(date +%T) model tests with $env"
   env $env timeout 60 "$BIN/tandem_gpu_tests" --gtest_brief=1 --gtest_filter="$models" >"$OUT/models_$env.log" 2>&1

@@ -50,17 +50,16 @@ void attention_block(const BlockRun& run, const AttentionWeights& w, const Layer
                attn2 = mat(sc.attn, d.n_head * d.head_dim_v, T);
   const Tensor q = heads(q2, d.head_dim_k), k = heads(k2, d.head_dim_k), v = heads(v2, d.head_dim_v);
   const Tensor attn = heads(attn2, d.head_dim_v);
-  ops.rms_norm(st, x, &w.norm, run.eps, h);
-  // One launch for Q, K and V where the backend can (h read once; three small launches become one).
+  // The norm and Q, K, V in one launch where the backend can (h read once; four small launches become one).
   const Tensor w_qkv[3] = {w.wq, w.wk, w.wv};
   const Tensor y_qkv[3] = {q2, k2, v2};
-  ops.matmul_multi(st, w_qkv, h, y_qkv);
+  ops.norm_matmul_multi(st, x, w.norm, run.eps, h, w_qkv, y_qkv);
   if (w.bq) ops.add(st, q2, *w.bq, q2);
   if (w.bk) ops.add(st, k2, *w.bk, k2);
   if (w.bv) ops.add(st, v2, *w.bv, v2);
   // Q/K norms, rope and the K/V store: one launch where the backend can.
-  ops.qk_norm_rope_store(st, q, k, v, w.q_norm ? &*w.q_norm : nullptr, w.k_norm ? &*w.k_norm : nullptr, run.eps,
-                         positions, d.rope, kv, group.slot_mapping);
+  ops.qk_norm_rope_store(st, q, k, v, w.q_norm ? &*w.q_norm : nullptr, w.k_norm ? &*w.k_norm : nullptr,
+                         run.eps, positions, d.rope, kv, group.slot_mapping);
   ops.attention(st, q, kv, group.attention, d.attn_scale, attn);
   if (run.comm == nullptr && !w.bo) {  // residual add in the product's epilogue: x += wo attn
     ops.matmul_add(st, w.wo, attn2, proj, x);
@@ -79,10 +78,10 @@ void dense_ffn_block(const BlockRun& run, const DenseFfnWeights& w, int64_t n_ff
   const int64_t T = x.ne[1];
   const Tensor h = mat(sc.h, x.ne[0], T), proj = mat(sc.proj, x.ne[0], T);
   const Tensor gate = mat(sc.gate, n_ff, T), up = mat(sc.up, n_ff, T), act = mat(sc.act, n_ff, T);
-  ops.rms_norm(st, x, &w.norm, run.eps, h);
-  if (!w.b_gate && !w.b_up) {  // gate and up in one launch, SwiGLU in its epilogue
-    ops.matmul_swiglu(st, w.gate, w.up, h, gate, up, act);
+  if (!w.b_gate && !w.b_up) {  // the norm, gate and up in one launch, SwiGLU in its epilogue
+    ops.norm_matmul_swiglu(st, x, w.norm, run.eps, h, w.gate, w.up, gate, up, act);
   } else {
+    ops.rms_norm(st, x, &w.norm, run.eps, h);
     ops.matmul(st, w.gate, h, gate);
     ops.matmul(st, w.up, h, up);
     if (w.b_gate) ops.add(st, gate, *w.b_gate, gate);

@@ -183,6 +183,77 @@ TEST_F(GpuFusedGemv, AddMatchesExactProductAndCpu) {
   }
 }
 
+// rms_norm fused into the products (Ops::norm_matmul_multi / norm_matmul_swiglu): the dense kernels norm x on
+// the way, the quantized path norms it in the activation quantization. Against the exact product of the
+// normed x (double norm, the bounds above) and against the CPU composition; T = 9 runs the composition on
+// CUDA.
+TEST_F(GpuFusedGemv, NormFusedMatchesExactProductAndCpu) {
+  uint32_t seed = 2100;
+  const float eps = 1e-5f;
+  for (const Shape& sh : shapes()) {
+    for (int64_t T : {1, 3, 8, 9}) {
+      SCOPED_TRACE(std::string(dtype_name(sh.type)) + " K=" + std::to_string(sh.K) +
+                   " T=" + std::to_string(T));
+      std::mt19937 rng(seed++);
+      const int64_t Ns[3] = {37, 13, 5};
+      Mat m[3] = {make_mat(sh.type, sh.K, Ns[0], rng), make_mat(sh.type, sh.K, Ns[1], rng),
+                  make_mat(sh.type, sh.K, Ns[2], rng)};
+      const std::vector<float> xv = random_floats(size_t(sh.K * T), rng, -2.0f, 2.0f);
+      const std::vector<float> nw = random_floats(size_t(sh.K), rng, 0.5f, 1.5f);
+      std::vector<float> hv(xv.size());  // the normed x, as rms_norm computes it
+      for (int64_t t = 0; t < T; ++t) {
+        double ss = 0;
+        for (int64_t i = 0; i < sh.K; ++i) ss += double(xv[size_t(t * sh.K + i)]) * xv[size_t(t * sh.K + i)];
+        const float inv = float(1.0 / std::sqrt(ss / double(sh.K) + eps));
+        for (int64_t i = 0; i < sh.K; ++i)
+          hv[size_t(t * sh.K + i)] = xv[size_t(t * sh.K + i)] * inv * nw[size_t(i)];
+      }
+      Pair X = make_f32({sh.K, T}, xv), NW = make_f32({sh.K}, nw), H = make_out(DType::F32, {sh.K, T});
+      Pair Y[3] = {make_out(DType::F32, {Ns[0], T}), make_out(DType::F32, {Ns[1], T}),
+                   make_out(DType::F32, {Ns[2], T})};
+      const Tensor Wd[3] = {m[0].p.dev, m[1].p.dev, m[2].p.dev};
+      const Tensor Yd[3] = {Y[0].dev, Y[1].dev, Y[2].dev};
+      gops().norm_matmul_multi(gs(), X.dev, NW.dev, eps, H.dev, Wd, Yd);
+      // gate/up/out of the SwiGLU form over the first two matrices' rows (equal N: the first 13 of m[0]).
+      Mat g = make_mat(sh.type, sh.K, 13, rng);
+      Pair G = make_out(DType::F32, {13, T}), U = make_out(DType::F32, {13, T}),
+           O = make_out(DType::F32, {13, T});
+      gops().norm_matmul_swiglu(gs(), X.dev, NW.dev, eps, H.dev, g.p.dev, m[1].p.dev, G.dev, U.dev, O.dev);
+      gs().synchronize();
+      const Tensor Wc[3] = {m[0].p.cpu, m[1].p.cpu, m[2].p.cpu};
+      const Tensor Yc[3] = {Y[0].cpu, Y[1].cpu, Y[2].cpu};
+      cops().norm_matmul_multi(cs(), X.cpu, NW.cpu, eps, H.cpu, Wc, Yc);
+      cops().norm_matmul_swiglu(cs(), X.cpu, NW.cpu, eps, H.cpu, g.p.cpu, m[1].p.cpu, G.cpu, U.cpu, O.cpu);
+      for (int s = 0; s < 3; ++s) {
+        const std::vector<float> y = download_f32(Y[s]);
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t o = 0; o < Ns[s]; ++o) {
+            double bound;
+            const double e = exact(m[s], hv.data() + t * sh.K, o, T, bound);
+            const float v = y[size_t(t * Ns[s] + o)];
+            ASSERT_TRUE(std::isfinite(v)) << "segment " << s << " y[" << o << ", " << t << "] not written";
+            ASSERT_LE(std::fabs(v - e), bound + 1e-5 * std::fabs(e))
+                << "segment " << s << " y[" << o << ", " << t << "]";
+          }
+        EXPECT_LT(rel_l2(y, host_f32(Y[s])), dtype_traits(sh.type).quantized ? 3e-2 : 1e-2)
+            << "segment " << s;
+      }
+      const std::vector<float> out = download_f32(O);
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t o = 0; o < 13; ++o) {
+          double bg, bu;
+          const double eg = exact(g, hv.data() + t * sh.K, o, T, bg);
+          const double eu = exact(m[1], hv.data() + t * sh.K, o, T, bu);
+          const double sg = eg / (1.0 + std::exp(-eg)), e = sg * eu;
+          const double bound =
+              1.1 * bg * (std::fabs(eu) + bu) + std::fabs(sg) * bu + 2e-5 * std::fabs(e) + 1e-6;
+          ASSERT_LE(std::fabs(out[size_t(t * 13 + o)] - e), bound) << "swiglu out[" << o << ", " << t << "]";
+        }
+      EXPECT_LT(rel_l2(out, host_f32(O)), dtype_traits(sh.type).quantized ? 3e-2 : 1e-2) << "swiglu";
+    }
+  }
+}
+
 // Column t of an M-column call == the 1-column call on column t, bitwise, M = 2..8.
 TEST_F(GpuFusedGemv, RowsAreBatchInvariant) {
   uint32_t seed = 900;

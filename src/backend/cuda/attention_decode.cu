@@ -1,9 +1,9 @@
 // Paged flash-decoding: attention for any number of query rows, split over the cache length.
 //
 // Grid: (split, kv head, row). A block takes the cache positions [split * L, +L) of one row that the row may
-// see (L = split_len_for(max_seq_len): 64 positions up to 2k, about 1/32 of the length up to 8k, 256 beyond,
-// so that a short context still spreads over enough blocks — 512 positions and 8 KV heads were 16 blocks
-// with L = 256 on 132 SMs, each walking 256 positions one after another in its P.V loop), for all query heads that share the KV head (GQA: K/V are read once per group,
+// see (L = split_len_for(max_seq_len): 64 positions up to 4k, 128 up to 16k, 256 beyond, so that a short
+// context still spreads over enough blocks — 512 positions and 8 KV heads were 16 blocks with L = 256 on 132
+// SMs), for all query heads that share the KV head (GQA: K/V are read once per group,
 // never repeated in memory), and writes an unnormalised partial output with its running max and sum. A second
 // kernel combines the splits of each (row, head). Scores are f32 (plus the Explicit mask's bias); softmax is
 // the usual max-subtracted exp. Block-table entries are read only for the positions [lo, hi) a row sees.
@@ -33,9 +33,9 @@ struct DecodeShape {
 
 template <class KTag, class VTag, int G>
 __global__ void __launch_bounds__(kThreads)
-    attention_split_kernel(RowView q, const char* kc, size_t k_nb1, size_t k_slot, const char* vc, size_t v_nb1,
-                           size_t v_slot, AttnMeta meta, DecodeShape sh, int gqa, bool k_vec, bool v_pair,
-                           float* part_o, float2* part_ml) {
+    attention_split_kernel(RowView q, const char* kc, size_t k_nb1, size_t k_slot, const char* vc,
+                           size_t v_nb1, size_t v_slot, AttnMeta meta, DecodeShape sh, int gqa, bool k_vec,
+                           bool v_pair, float* part_o, float2* part_ml) {
   // (No __restrict__ on the cache and the partials: the previous kernel writes them while a PDL grid runs, so
   // they must not go through the non-coherent read-only path.)
   extern __shared__ int64_t smem_i64[];
@@ -78,17 +78,28 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int h = 0; h < G; ++h) acc[h] = 0.0f;
     constexpr bool k16 = sizeof(typename KTag::storage) == 2;
-    if (k16 && k_vec) {  // 16-byte loads of the K row: 8 values each
+    if (k16 && k_vec) {  // 16-byte loads of the K row: 8 values each, kKChunk loads in flight (one at a time,
+                         // a 256-byte row was 16 round trips to memory per position)
+      constexpr int kKChunk = 8;
       const uint4* k4 = reinterpret_cast<const uint4*>(kp);
-      for (int64_t c = 0; c < sh.hd_k / 8; ++c) {
-        float kf[8];
-        unpack8(k4[c], kf, std::is_same_v<KTag, F16Tag>);
+      const int64_t n8 = sh.hd_k / 8;
+      for (int64_t c0 = 0; c0 < n8; c0 += kKChunk) {
+        uint4 kv4[kKChunk];
 #pragma unroll
-        for (int h = 0; h < G; ++h) {
-          if (h < gqa) {
-            const float* qh = q_s + h * sh.hd_k + c * 8;
+        for (int u = 0; u < kKChunk; ++u)
+          if (c0 + u < n8) kv4[u] = k4[c0 + u];
 #pragma unroll
-            for (int e = 0; e < 8; ++e) acc[h] += qh[e] * kf[e];
+        for (int u = 0; u < kKChunk; ++u) {
+          if (c0 + u >= n8) break;
+          float kf[8];
+          unpack8(kv4[u], kf, std::is_same_v<KTag, F16Tag>);
+#pragma unroll
+          for (int h = 0; h < G; ++h) {
+            if (h < gqa) {
+              const float* qh = q_s + h * sh.hd_k + (c0 + u) * 8;
+#pragma unroll
+              for (int e = 0; e < 8; ++e) acc[h] += qh[e] * kf[e];
+            }
           }
         }
       }
@@ -137,10 +148,9 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int h = 0; h < G; ++h) acc0[h] = acc1[h] = 0.0f;
     if (pg < n_pg) {
-#pragma unroll 4
+#pragma unroll 8
       for (int jj = pg; jj < n; jj += n_pg) {
-        const uint32_t w =
-            reinterpret_cast<const uint32_t*>(vc + slot_s[jj] * v_slot + g * v_nb1)[dp];
+        const uint32_t w = reinterpret_cast<const uint32_t*>(vc + slot_s[jj] * v_slot + g * v_nb1)[dp];
         float v0, v1;
         if constexpr (std::is_same_v<VTag, BF16Tag>) {
           v0 = __uint_as_float(w << 16);
@@ -189,9 +199,13 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-__global__ void attention_combine_kernel(const float* part_o, const float2* part_ml,
-                                         AttnMeta meta, int64_t n_head, int64_t hd_v, int n_splits,
-                                         RowView out) {
+// One block per (head, row): the splits' weights exp(m_s - M) once into shared memory (threads over the
+// splits, block reductions for M and the denominator; a thread per output dim walked every split twice,
+// serially), then each output dim sums its splits' partial outputs.
+__global__ void attention_combine_kernel(const float* part_o, const float2* part_ml, AttnMeta meta,
+                                         int64_t n_head, int64_t hd_v, int n_splits, RowView out) {
+  extern __shared__ float wts[];  // [n_splits]
+  __shared__ float red[32];
   pdl_trigger();
   pdl_wait();  // the partial results of the split kernel
   const int64_t h = blockIdx.x, r = blockIdx.y;
@@ -200,47 +214,51 @@ __global__ void attention_combine_kernel(const float* part_o, const float2* part
   const int64_t base = (r * n_head + h) * n_splits;
   float M = -INFINITY;
   if (seq >= 0) {
-    for (int s = 0; s < n_splits; ++s) {
+    for (int s = threadIdx.x; s < n_splits; s += blockDim.x) {
       const float2 ml = part_ml[base + s];
       if (ml.y > 0.0f) M = fmaxf(M, ml.x);
     }
   }
+  M = block_max(M, red);
   if (M == -INFINITY) {  // padding row, a row that sees no position, or whose every score is -inf
     for (int64_t d = threadIdx.x; d < hd_v; d += blockDim.x) o[d] = 0.0f;
     return;
   }
   float den = 0.0f;
-  for (int s = 0; s < n_splits; ++s) {
+  for (int s = threadIdx.x; s < n_splits; s += blockDim.x) {
     const float2 ml = part_ml[base + s];
-    if (ml.y > 0.0f) den += expf(ml.x - M) * ml.y;
+    const float w = ml.y > 0.0f ? expf(ml.x - M) : 0.0f;
+    wts[s] = w;
+    den += w * ml.y;
   }
+  den = block_sum(den, red);  // (its barrier also publishes wts)
   const float inv = 1.0f / den;
   for (int64_t d = threadIdx.x; d < hd_v; d += blockDim.x) {
     float num = 0.0f;
-    for (int s = 0; s < n_splits; ++s) {
-      const float2 ml = part_ml[base + s];
-      if (ml.y > 0.0f) num += expf(ml.x - M) * part_o[(base + s) * hd_v + d];
-    }
+    for (int s = 0; s < n_splits; ++s)
+      if (wts[s] > 0.0f) num += wts[s] * part_o[(base + s) * hd_v + d];
     o[d] = num * inv;
   }
 }
 
-// Positions per split for a launch over up to max_seq_len positions: 64 up to 2048 positions (<= 32 splits), then
-// about max_seq_len / 32 rounded up to 64, at most kDecodeSplit (256) from 8192 on.
+// Positions per split for a launch over up to max_seq_len positions: 64 up to 4096 positions, 128 up to
+// 16384, 256 beyond (kDecodeSplit). Short splits keep the GPU busy at short and middle contexts (8 KV heads x
+// 33 splits of 256 were 264 blocks at 8k, each walking its positions mostly one memory round trip after
+// another); the partials grow with the number of splits, hence 256 at long contexts (128+ splits already).
 int split_len_for(int64_t max_seq_len) {
-  const int64_t per = (max_seq_len + 31) / 32;
-  return int(std::clamp<int64_t>((per + 63) / 64 * 64, 64, kDecodeSplit));
+  return max_seq_len <= 4096 ? 64 : max_seq_len <= 16384 ? 128 : kDecodeSplit;
 }
 int n_splits_for(int64_t max_seq_len) {
   const int64_t L = split_len_for(max_seq_len);
   return int(std::max<int64_t>(1, (max_seq_len + L - 1) / L));
 }
-// The most splits any launch over <= max_seq_len positions uses (n_splits_for is not monotonic: 32 splits of
-// 128 at 4096, 22 of 192 at 4097): what the scratch is sized for.
+// The most splits any launch over <= max_seq_len positions uses (n_splits_for is not monotonic: 64 splits of
+// 64 at 4096, 33 of 128 at 4097): what the scratch is sized for.
 int n_splits_bound(int64_t max_seq_len) {
-  const int64_t long_splits = (max_seq_len + kDecodeSplit - 1) / kDecodeSplit;
-  const int64_t short_splits = std::min<int64_t>(32, (max_seq_len + 63) / 64);
-  return int(std::max<int64_t>({1, long_splits, short_splits}));
+  const int64_t s64 = std::min<int64_t>(64, (max_seq_len + 63) / 64);
+  const int64_t s128 = std::min<int64_t>(128, (max_seq_len + 127) / 128);
+  const int64_t s256 = (max_seq_len + kDecodeSplit - 1) / kDecodeSplit;
+  return int(std::max<int64_t>({1, s64, s128, s256}));
 }
 
 size_t align256(size_t n) {
@@ -344,8 +362,8 @@ void launch_attention_decode(const AttentionArgs& a, void* partials, size_t part
   }
   const dim3 grid(unsigned(sh.n_head), unsigned(T));
   const int threads = int(std::min<int64_t>(256, (sh.hd_v + 31) / 32 * 32));
-  launch_pdl(attention_combine_kernel, grid, dim3(threads), 0, stream, part_o, part_ml, make_meta(a), sh.n_head,
-             sh.hd_v, sh.n_splits, row_view(a.out));
+  launch_pdl(attention_combine_kernel, grid, dim3(threads), size_t(sh.n_splits) * sizeof(float), stream,
+             part_o, part_ml, make_meta(a), sh.n_head, sh.hd_v, sh.n_splits, row_view(a.out));
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 

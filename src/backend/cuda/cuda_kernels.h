@@ -54,6 +54,11 @@ void launch_gemv_dense(DType wt, const void* W, size_t w_ld, int64_t K, int64_t 
 size_t q8_activation_bytes(int64_t K, int64_t T);  // bytes of xq + xds (each part 256-byte aligned)
 void launch_quantize_q8(const float* x, int64_t x_ld, int64_t K, int64_t T, void* scratch,
                         cudaStream_t stream);
+// The same after an rms_norm of each column with weights norm (F32 {K}): one block per column (T <= 8 at
+// decode), x * inv * norm as rms_norm computes it, then quantized as above (Ops::norm_matmul_*: one launch
+// for two).
+void launch_quantize_q8_norm(const float* x, int64_t x_ld, int64_t K, int64_t T, const float* norm, float eps,
+                             void* scratch, cudaStream_t stream);
 // y = W x for a block-quantized W (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) against the activations quantize_q8 wrote
 // into scratch. Throws Error if a row of W is too large for the shared-memory staging (K > ~40000 for Q8_0).
 void launch_gemv_quant(DType wt, const void* W, size_t w_ld, int64_t K, int64_t N, const void* scratch,
@@ -89,6 +94,10 @@ struct GemvArgs {
   int n_seg = 0;
   GemvSeg seg[kGemvMaxSegs];
   GemvEpilogue epi = GemvEpilogue::Store;
+  // Dense only: x is first rms-normed with these weights (F32 {K}): y = (W (x * norm)) / sqrt(mean(x^2) +
+  // eps), the mean taken by each warp over the whole column of x it reads anyway (Ops::norm_matmul_multi).
+  const float* norm = nullptr;
+  float eps = 0.0f;
 };
 // Dense weights: whether the 16-byte path applies to every segment (alignment of W, rows, x; K a multiple of
 // the elements per 16 bytes). The fused ops fall back to one op at a time when it does not.

@@ -62,6 +62,15 @@ bool fused_disabled() {
   return off;
 }
 
+// TANDEM_NO_NORM_FUSION=1: the norm as its own launch before the fused product (to compare or to bisect).
+bool norm_fusion_disabled() {
+  static const bool off = [] {
+    const char* e = std::getenv("TANDEM_NO_NORM_FUSION");
+    return e && *e && *e != '0';
+  }();
+  return off;
+}
+
 Tensor rows_view(const Tensor& t, int dim, int64_t first, int64_t count) {
   Tensor v = t;
   v.data = static_cast<char*>(t.data) + first * int64_t(t.nb[dim]);
@@ -216,7 +225,7 @@ void CudaOps::matmul(Stream& s, const Tensor& W, const Tensor& x, const Tensor& 
 }
 
 bool CudaOps::fused_gemv(Stream& s, std::span<const Tensor> W, const Tensor& x, std::span<const Tensor> y,
-                         int epi_int) {
+                         int epi_int, const Tensor* norm, float eps) {
   const auto epi = GemvEpilogue(epi_int);
   check(!W.empty() && W.size() <= size_t(kGemvMaxSegs) && W.size() == y.size(),
         "matmul_multi: needs 1 to 3 weights and as many outputs");
@@ -231,6 +240,14 @@ bool CudaOps::fused_gemv(Stream& s, std::span<const Tensor> W, const Tensor& x, 
   a.T = T;
   a.n_seg = int(W.size());
   a.epi = epi;
+  if (norm != nullptr) {
+    check_f32("norm_matmul", "norm", *norm, index_);
+    check(norm->ne[0] == K && norm->nrows() == 1 && norm->is_contiguous(),
+          "norm_matmul: the norm weights must be {" + std::to_string(K) + "}, got " + norm->shape_string());
+    check(eps >= 0.0f && std::isfinite(eps), "norm_matmul: eps must be a finite value >= 0");
+    a.norm = static_cast<const float*>(norm->data);
+    a.eps = eps;
+  }
   for (size_t i = 0; i < W.size(); ++i) {
     if (W[i].type != a.wt || W[i].ne[0] != K) return false;
     GemvSeg& g = a.seg[i];
@@ -254,7 +271,12 @@ bool CudaOps::fused_gemv(Stream& s, std::span<const Tensor> W, const Tensor& x, 
   if (!gemv_quant_supports(a.wt, K) || T > plan_.max_rows || K > plan_.max_matmul_in) return false;
   if (regions_.act_bytes < q8_activation_bytes(K, T)) return false;
   void* act = region(regions_.act);
-  launch_quantize_q8(a.x, a.x_ld, K, T, act, st);  // once for every segment
+  if (a.norm != nullptr) {  // the norm in the activation quantization; the product reads the q8 values only
+    launch_quantize_q8_norm(a.x, a.x_ld, K, T, a.norm, a.eps, act, st);
+    a.norm = nullptr;
+  } else {
+    launch_quantize_q8(a.x, a.x_ld, K, T, act, st);  // once for every segment
+  }
   launch_gemv_quant_fused(a, act, st);
   return true;
 }
@@ -273,6 +295,26 @@ void CudaOps::matmul_swiglu(Stream& s, const Tensor& W_gate, const Tensor& W_up,
   const Tensor y[2] = {out, up};
   if (fused_disabled() || !fused_gemv(s, W, x, y, int(GemvEpilogue::SwiGlu)))
     Ops::matmul_swiglu(s, W_gate, W_up, x, gate, up, out);
+}
+
+void CudaOps::norm_matmul_multi(Stream& s, const Tensor& x, const Tensor& norm, float eps, const Tensor& h,
+                                std::span<const Tensor> W, std::span<const Tensor> y) {
+  if (fused_disabled() || norm_fusion_disabled() ||
+      !fused_gemv(s, W, x, y, int(GemvEpilogue::Store), &norm, eps))
+    Ops::norm_matmul_multi(s, x, norm, eps, h, W, y);
+}
+
+void CudaOps::norm_matmul_swiglu(Stream& s, const Tensor& x, const Tensor& norm, float eps, const Tensor& h,
+                                 const Tensor& W_gate, const Tensor& W_up, const Tensor& gate,
+                                 const Tensor& up, const Tensor& out) {
+  check_f32("norm_matmul_swiglu", "out", out, index_);
+  check_same_shape("norm_matmul_swiglu", "gate", gate, "out", out);
+  check(W_gate.ne[1] == W_up.ne[1], "norm_matmul_swiglu: W_gate and W_up must have the same number of rows");
+  const Tensor W[2] = {W_gate, W_up};
+  const Tensor y[2] = {out, up};
+  if (fused_disabled() || norm_fusion_disabled() ||
+      !fused_gemv(s, W, x, y, int(GemvEpilogue::SwiGlu), &norm, eps))
+    Ops::norm_matmul_swiglu(s, x, norm, eps, h, W_gate, W_up, gate, up, out);
 }
 
 void CudaOps::matmul_add(Stream& s, const Tensor& W, const Tensor& x, const Tensor& tmp, const Tensor& y) {
@@ -383,8 +425,9 @@ void CudaOps::kv_store(Stream& s, const KvLayerView& kv, const Tensor& k, const 
 }
 
 void CudaOps::qk_norm_rope_store(Stream& s, const Tensor& q, const Tensor& k, const Tensor& v,
-                                 const Tensor* q_norm, const Tensor* k_norm, float eps, const Tensor& positions,
-                                 const RopeParams& p, const KvLayerView& kv, const Tensor& slot_mapping) {
+                                 const Tensor* q_norm, const Tensor* k_norm, float eps,
+                                 const Tensor& positions, const RopeParams& p, const KvLayerView& kv,
+                                 const Tensor& slot_mapping) {
   const char* op = "qk_norm_rope_store";
   check_cache(op, kv, index_);
   check_f32(op, "q", q, index_);
@@ -405,8 +448,8 @@ void CudaOps::qk_norm_rope_store(Stream& s, const Tensor& q, const Tensor& k, co
   for (const Tensor* w : {q_norm, k_norm})
     if (w) {
       check_f32(op, "norm weight", *w, index_);
-      check(w->ne[0] == hd && w->nrows() == 1,
-            "qk_norm_rope_store: norm weights must be {" + std::to_string(hd) + "}, got " + w->shape_string());
+      check(w->ne[0] == hd && w->nrows() == 1, "qk_norm_rope_store: norm weights must be {" +
+                                                   std::to_string(hd) + "}, got " + w->shape_string());
     }
   const float* ff = nullptr;
   if (p.freq_factors) {

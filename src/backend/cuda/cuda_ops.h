@@ -53,10 +53,16 @@ class CudaOps final : public Ops {
   void matmul_multi(Stream&, std::span<const Tensor> W, const Tensor& x, std::span<const Tensor> y) override;
   void matmul_swiglu(Stream&, const Tensor& W_gate, const Tensor& W_up, const Tensor& x, const Tensor& gate,
                      const Tensor& up, const Tensor& out) override;
+  void norm_matmul_multi(Stream&, const Tensor& x, const Tensor& norm, float eps, const Tensor& h,
+                         std::span<const Tensor> W, std::span<const Tensor> y) override;
+  void norm_matmul_swiglu(Stream&, const Tensor& x, const Tensor& norm, float eps, const Tensor& h,
+                          const Tensor& W_gate, const Tensor& W_up, const Tensor& gate, const Tensor& up,
+                          const Tensor& out) override;
   void matmul_add(Stream&, const Tensor& W, const Tensor& x, const Tensor& tmp, const Tensor& y) override;
   void qk_norm_rope_store(Stream&, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* q_norm,
-                          const Tensor* k_norm, float eps, const Tensor& positions, const RopeParams& rope_params,
-                          const KvLayerView& kv, const Tensor& slot_mapping) override;
+                          const Tensor* k_norm, float eps, const Tensor& positions,
+                          const RopeParams& rope_params, const KvLayerView& kv,
+                          const Tensor& slot_mapping) override;
   void get_rows(Stream&, const Tensor& table, const Tensor& ids, const Tensor& out) override;
   void embed_rows(Stream&, const Tensor& table, const Tensor& ids, float scale, const Tensor* added,
                   const Tensor* added_ids, const Tensor& out) override;
@@ -95,7 +101,10 @@ class CudaOps final : public Ops {
   void check_matmul(const Tensor& W, const Tensor& x, const Tensor& y) const;
   // The fused matrix-vector path of matmul_multi / _swiglu / _add: false (nothing enqueued) when it does not
   // apply (T > 8, mixed dtypes, unaligned dense rows), and the caller composes the ops instead.
-  bool fused_gemv(Stream& s, std::span<const Tensor> W, const Tensor& x, std::span<const Tensor> y, int epi);
+  // norm (F32 {K} on this device, or null): x is rms-normed first (eps), inside the product or its activation
+  // quantization.
+  bool fused_gemv(Stream& s, std::span<const Tensor> W, const Tensor& x, std::span<const Tensor> y, int epi,
+                  const Tensor* norm = nullptr, float eps = 0.0f);
   char* region(size_t offset) const { return static_cast<char*>(ws_) + offset; }
   void need(size_t have, size_t want, const char* what) const;
 

@@ -59,13 +59,27 @@ __device__ __forceinline__ bool find_unit(const GemvArgs& a, int64_t u, int& seg
 // x is read with plain loads, never __ldg / const __restrict__: under programmatic dependent launch the
 // previous kernel writes x while this grid is already running, so x is not read-only for the kernel's
 // lifetime (the non-coherent path's contract), and an invariant load could be hoisted above pdl_wait.
-template <DType WT, int NC, int R>
+// NORM: x is rms-normed on the way (GemvArgs::norm): each x value is squared into ss (the warp reads the
+// whole column) and multiplied by its norm weight; the kernel scales the sums by 1 / rms at the end.
+template <DType WT, int NC, int R, bool NORM>
 __device__ __forceinline__ void fused_step(const uint4 (&wv)[R], int64_t e, const float* x, int64_t x_ld,
-                                           float (&acc)[R][NC]) {
+                                           const float* norm, float (&acc)[R][NC], float (&ss)[NC]) {
   constexpr int kE = Vec16<WT>::kElems;
   float w[R][kE];
 #pragma unroll
   for (int r = 0; r < R; ++r) Vec16<WT>::unpack(wv[r], w[r]);
+  float nv[kE];
+  if constexpr (NORM) {
+    const float4* np = reinterpret_cast<const float4*>(norm + e);
+#pragma unroll
+    for (int k = 0; k < kE / 4; ++k) {
+      const float4 f = np[k];
+      nv[4 * k] = f.x;
+      nv[4 * k + 1] = f.y;
+      nv[4 * k + 2] = f.z;
+      nv[4 * k + 3] = f.w;
+    }
+  }
 #pragma unroll
   for (int c = 0; c < NC; ++c) {
     float xv[kE];
@@ -78,6 +92,13 @@ __device__ __forceinline__ void fused_step(const uint4 (&wv)[R], int64_t e, cons
       xv[4 * k + 2] = f.z;
       xv[4 * k + 3] = f.w;
     }
+    if constexpr (NORM) {
+#pragma unroll
+      for (int k = 0; k < kE; ++k) {
+        ss[c] = fmaf(xv[k], xv[k], ss[c]);
+        xv[k] *= nv[k];
+      }
+    }
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
@@ -85,7 +106,7 @@ __device__ __forceinline__ void fused_step(const uint4 (&wv)[R], int64_t e, cons
   }
 }
 
-template <DType WT, int NC, GemvEpilogue EPI, int R, int U>
+template <DType WT, int NC, GemvEpilogue EPI, int R, int U, bool NORM>
 __global__ void __launch_bounds__(kFusedWarps* kWarpSize) gemv_dense_fused_kernel(const GemvArgs a) {
   constexpr int kE = Vec16<WT>::kElems;
   constexpr int per = rows_per_unit<EPI, R>();
@@ -105,11 +126,13 @@ __global__ void __launch_bounds__(kFusedWarps* kWarpSize) gemv_dense_fused_kerne
     wr[r] = reinterpret_cast<const uint4*>(static_cast<const char*>(sg.W) + (o < N ? o : row0) * sg.w_ld);
   }
   const int64_t n_vec = a.K / kE;
-  float acc[R][NC];
+  float acc[R][NC], ss[NC];
 #pragma unroll
-  for (int r = 0; r < R; ++r)
+  for (int c = 0; c < NC; ++c) {
+    ss[c] = 0.0f;
 #pragma unroll
-    for (int c = 0; c < NC; ++c) acc[r][c] = 0.0f;
+    for (int r = 0; r < R; ++r) acc[r][c] = 0.0f;
+  }
 
   // The first weight loads are issued before pdl_wait (weights are never written during a step); x, y and r
   // are touched only after it.
@@ -126,7 +149,8 @@ __global__ void __launch_bounds__(kFusedWarps* kWarpSize) gemv_dense_fused_kerne
       waited = true;
     }
 #pragma unroll
-    for (int u = 0; u < U; ++u) fused_step<WT, NC, R>(wv[u], (v + u * kWarpSize) * kE, a.x, a.x_ld, acc);
+    for (int u = 0; u < U; ++u)
+      fused_step<WT, NC, R, NORM>(wv[u], (v + u * kWarpSize) * kE, a.x, a.x_ld, a.norm, acc, ss);
   }
   for (; v < n_vec; v += kWarpSize) {
     uint4 wv[R];
@@ -136,7 +160,7 @@ __global__ void __launch_bounds__(kFusedWarps* kWarpSize) gemv_dense_fused_kerne
       pdl_wait();
       waited = true;
     }
-    fused_step<WT, NC, R>(wv, v * kE, a.x, a.x_ld, acc);
+    fused_step<WT, NC, R, NORM>(wv, v * kE, a.x, a.x_ld, a.norm, acc, ss);
   }
   if (!waited) pdl_wait();
 
@@ -144,6 +168,14 @@ __global__ void __launch_bounds__(kFusedWarps* kWarpSize) gemv_dense_fused_kerne
   for (int r = 0; r < R; ++r)
 #pragma unroll
     for (int c = 0; c < NC; ++c) acc[r][c] = warp_sum(acc[r][c]);
+  if constexpr (NORM) {  // rms_norm's 1 / sqrt(mean(x^2) + eps), applied to the sums instead of to x
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+      const float inv = 1.0f / sqrtf(warp_sum(ss[c]) / float(a.K) + a.eps);
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[r][c] *= inv;
+    }
+  }
   if (lane != 0) return;
   const GemvSeg& out = seg_at(a, seg);
 #pragma unroll
@@ -180,7 +212,7 @@ __global__ void gemv_dense_scalar_kernel(const char* __restrict__ W, size_t w_ld
   if (lane == 0) y[c * y_ld + row] = acc;
 }
 
-template <DType WT, GemvEpilogue EPI, int R, int U>
+template <DType WT, GemvEpilogue EPI, int R, int U, bool NORM>
 void launch_fused_ru(const GemvArgs& a, cudaStream_t stream) {
   constexpr int per = rows_per_unit<EPI, R>();
   int64_t units = 0;
@@ -197,10 +229,10 @@ void launch_fused_ru(const GemvArgs& a, cudaStream_t stream) {
       c.seg[s].r = a.seg[s].r ? a.seg[s].r + t0 * a.seg[s].r_ld : nullptr;
     }
     switch (nc) {
-#define TANDEM_GEMV_CASE(n)                                                                            \
-  case n:                                                                                              \
-    launch_pdl(gemv_dense_fused_kernel<WT, n, EPI, R, U>, dim3(grid), dim3(kFusedWarps* kWarpSize), 0, \
-               stream, c);                                                                             \
+#define TANDEM_GEMV_CASE(n)                                                                                  \
+  case n:                                                                                                    \
+    launch_pdl(gemv_dense_fused_kernel<WT, n, EPI, R, U, NORM>, dim3(grid), dim3(kFusedWarps* kWarpSize), 0, \
+               stream, c);                                                                                   \
     break;
       TANDEM_GEMV_CASE(1)
       TANDEM_GEMV_CASE(2)
@@ -223,8 +255,14 @@ template <DType WT, GemvEpilogue EPI>
 void launch_fused(const GemvArgs& a, cudaStream_t stream) {
   int64_t rows = 0;
   for (int s = 0; s < a.n_seg; ++s) rows += a.seg[s].N;
-  if (rows <= 8192 && a.T <= 4) return launch_fused_ru<WT, EPI, 2, 8>(a, stream);
-  launch_fused_ru<WT, EPI, 4, 4>(a, stream);
+  if constexpr (EPI != GemvEpilogue::AddResidual) {  // a norm comes before Q/K/V and gate/up only
+    if (a.norm != nullptr) {
+      if (rows <= 8192 && a.T <= 4) return launch_fused_ru<WT, EPI, 2, 8, true>(a, stream);
+      return launch_fused_ru<WT, EPI, 4, 4, true>(a, stream);
+    }
+  }
+  if (rows <= 8192 && a.T <= 4) return launch_fused_ru<WT, EPI, 2, 8, false>(a, stream);
+  launch_fused_ru<WT, EPI, 4, 4, false>(a, stream);
 }
 
 template <DType WT>
@@ -265,6 +303,7 @@ bool gemv_dense_fusable(const GemvArgs& a) {
   if (a.K % per_vec != 0 || !aligned16(a.x) || (a.T > 1 && (a.x_ld * 4) % 16 != 0)) return false;
   for (int s = 0; s < a.n_seg; ++s)
     if (!aligned16(a.seg[s].W) || a.seg[s].w_ld % 16 != 0) return false;
+  if (a.norm != nullptr && (!aligned16(a.norm) || a.epi == GemvEpilogue::AddResidual)) return false;
   return a.epi != GemvEpilogue::SwiGlu || (a.n_seg == 2 && a.seg[0].N == a.seg[1].N);
 }
 

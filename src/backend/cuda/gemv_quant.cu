@@ -52,6 +52,37 @@ __global__ void quantize_q8_kernel(const float* x, int64_t x_ld, int64_t K, int6
   if (lane == 0) xds[bi] = make_float2(d, d * float(sum));
 }
 
+// rms_norm of column t = blockIdx.x (x * inv * norm, rms_norm_kernel's expression), then quantized per 32
+// values as quantize_q8_kernel does: the norm before the Q/K/V and gate/up products and their activation
+// quantization in one launch. A block per column: the sum of squares is a block reduction over the whole
+// column.
+constexpr int kNormQuantThreads = 256;
+__global__ void __launch_bounds__(kNormQuantThreads)
+    quantize_q8_norm_kernel(const float* x, int64_t x_ld, int64_t K, const float* norm, float eps,
+                            int8_t* __restrict__ xq, float2* __restrict__ xds) {
+  __shared__ float red[32];
+  pdl_trigger();  // pdl.cuh
+  pdl_wait();     // x is the previous kernel's output
+  const int64_t t = blockIdx.x;
+  const float* xc = x + t * x_ld;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < K; i += blockDim.x) ss += xc[i] * xc[i];
+  ss = block_sum(ss, red);
+  const float inv = 1.0f / sqrtf(ss / float(K) + eps);
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int64_t per_col = K / 32;
+  for (int64_t b = warp; b < per_col; b += blockDim.x / kWarpSize) {
+    const int64_t i = b * 32 + lane;
+    const float v = xc[i] * inv * norm[i];
+    const float amax = warp_max(fabsf(v));
+    const float d = amax / 127.0f;
+    const int q = amax > 0.0f ? __float2int_rn(v / d) : 0;
+    xq[t * K + i] = int8_t(q);
+    const int sum = __reduce_add_sync(0xffffffffu, q);
+    if (lane == 0) xds[t * per_col + b] = make_float2(d, d * float(sum));
+  }
+}
+
 __device__ __forceinline__ const GemvSeg& seg_at(const GemvArgs& a, int s) {
   return s == 0 ? a.seg[0] : s == 1 ? a.seg[1] : a.seg[2];
 }
@@ -302,6 +333,16 @@ void launch_quantize_q8(const float* x, int64_t x_ld, int64_t K, int64_t T, void
   constexpr int kWarps = 8;
   launch_pdl(quantize_q8_kernel, dim3(unsigned((n_blocks + kWarps - 1) / kWarps)), dim3(kWarps * kWarpSize),
              0, stream, x, x_ld, K, n_blocks, xq, xds);
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+void launch_quantize_q8_norm(const float* x, int64_t x_ld, int64_t K, int64_t T, const float* norm, float eps,
+                             void* scratch, cudaStream_t stream) {
+  if (T == 0 || K == 0) return;
+  int8_t* xq = static_cast<int8_t*>(scratch);
+  float2* xds = reinterpret_cast<float2*>(static_cast<char*>(scratch) + align256(size_t(K * T)));
+  launch_pdl(quantize_q8_norm_kernel, dim3(unsigned(T)), dim3(kNormQuantThreads), 0, stream, x, x_ld, K, norm,
+             eps, xq, xds);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
