@@ -173,7 +173,7 @@ TEST(GpuShippedModel, TandemSmallQ8GreedyMatchesCpu) {
 // The shipped tandem-small requantized to Q4_K (every matrix but the embeddings' fallbacks: the direct Q4_K
 // kernel, its activation quantization with the rms_norm fused in, the Q6_K / staged paths where the plan
 // keeps them) against the CPU, teacher-forced: both sessions get the CPU's greedy token, so a near-tie (the
-// call-B sanity check saw one at 0.023 of ~10: CPU 849, CUDA 68) cannot derail the rest. Bound 5e-2 relative
+// call-B sanity check saw one at 0.023 of ~10: CPU 849, CUDA 68) cannot derail the rest. Bound 8e-2 relative
 // on every step's logits (Q4_K weights are the same on both; the activations are quantized per 32 on CUDA and
 // per 256 on the CPU); a wrong kernel gives ~0.3 and more. Greedy flips only where the CPU's top two are
 // within 1% of the spread.
@@ -210,7 +210,7 @@ TEST(GpuShippedModel, TandemSmallQ4kTeacherForcedMatchesCpu) {
     const auto lc = cs.logits(0), lg = gs.logits(0);
     const double e = rel(lg, lc);
     worst = std::max(worst, e);
-    EXPECT_LT(e, 5e-2) << "step " << step;
+    EXPECT_LT(e, 8e-2) << "step " << step;
     tc = argmax(lc);
     if (argmax(lg) != tc) {
       std::vector<float> s(lc.begin(), lc.end());
