@@ -246,6 +246,35 @@ class Ops {
   // data about 0.3-1% of the rms of y. F32/F16/BF16 weights are multiplied in f32 with f32 accumulation.
   virtual void matmul(Stream& s, const Tensor& W, const Tensor& x, const Tensor& y) = 0;
 
+  // ---- fused products for decode (defaults in fused_ops.cpp are compositions of the ops here, and are the
+  // reference a backend's fused kernel is tested against). A backend overrides them to do the work in one
+  // launch; ForwardingOps does not forward them, so a wrapper that changes matmul (RowSplitOps) gets the
+  // composition over its own matmul.
+  // y[i] = W[i] x for 1..3 weights of one input x (Q/K/V): shapes as matmul, all W of one dtype.
+  virtual void matmul_multi(Stream& s, std::span<const Tensor> W, const Tensor& x, std::span<const Tensor> y);
+  // out = silu(W_gate x) * (W_up x), out F32 {n_ff, T}. gate and up are F32 {n_ff, T} scratch the composition
+  // writes (a fused backend need not).
+  virtual void matmul_swiglu(Stream& s, const Tensor& W_gate, const Tensor& W_up, const Tensor& x,
+                             const Tensor& gate, const Tensor& up, const Tensor& out);
+  // h = rms_norm(x, norm, eps), then matmul_multi(W, h, y) / matmul_swiglu(W_gate, W_up, h, gate, up, out):
+  // the norm before Q/K/V and before gate/up. h is F32 scratch shaped as x that the composition writes (a
+  // fused backend computes the norm inside the products and need not).
+  virtual void norm_matmul_multi(Stream& s, const Tensor& x, const Tensor& norm, float eps, const Tensor& h,
+                                 std::span<const Tensor> W, std::span<const Tensor> y);
+  virtual void norm_matmul_swiglu(Stream& s, const Tensor& x, const Tensor& norm, float eps, const Tensor& h,
+                                  const Tensor& W_gate, const Tensor& W_up, const Tensor& gate,
+                                  const Tensor& up, const Tensor& out);
+  // y = y + W x (the residual stream updated in place: add(y, W x, y)). tmp: F32 {out, T} scratch the
+  // composition writes the product to (a fused backend need not). x must not overlap y.
+  virtual void matmul_add(Stream& s, const Tensor& W, const Tensor& x, const Tensor& tmp, const Tensor& y);
+  // The attention inputs of a layer: q and k normed per head (rms_norm with q_norm / k_norm, each skipped
+  // when null), both roped (rope), then k and v stored at slot_mapping (kv_store). q {hd_k, n_head, T}, k
+  // {hd_k, n_kv, T}, v {hd_v, n_kv, T}; q and k are updated in place, as the ops one at a time do.
+  virtual void qk_norm_rope_store(Stream& s, const Tensor& q, const Tensor& k, const Tensor& v,
+                                  const Tensor* q_norm, const Tensor* k_norm, float eps,
+                                  const Tensor& positions, const RopeParams& rope_params,
+                                  const KvLayerView& kv, const Tensor& slot_mapping);
+
   // out[:, t] = table[:, ids[t]] as F32. table {n_embd, n_vocab} of any weight dtype; ids I32 {T} contiguous;
   // out F32 {n_embd, T}. ids out of [0, n_vocab) throw Error on CPU.
   virtual void get_rows(Stream& s, const Tensor& table, const Tensor& ids, const Tensor& out) = 0;

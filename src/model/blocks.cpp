@@ -50,19 +50,21 @@ void attention_block(const BlockRun& run, const AttentionWeights& w, const Layer
                attn2 = mat(sc.attn, d.n_head * d.head_dim_v, T);
   const Tensor q = heads(q2, d.head_dim_k), k = heads(k2, d.head_dim_k), v = heads(v2, d.head_dim_v);
   const Tensor attn = heads(attn2, d.head_dim_v);
-  ops.rms_norm(st, x, &w.norm, run.eps, h);
-  ops.matmul(st, w.wq, h, q2);
-  ops.matmul(st, w.wk, h, k2);
-  ops.matmul(st, w.wv, h, v2);
+  // The norm and Q, K, V in one launch where the backend can (h read once; four small launches become one).
+  const Tensor w_qkv[3] = {w.wq, w.wk, w.wv};
+  const Tensor y_qkv[3] = {q2, k2, v2};
+  ops.norm_matmul_multi(st, x, w.norm, run.eps, h, w_qkv, y_qkv);
   if (w.bq) ops.add(st, q2, *w.bq, q2);
   if (w.bk) ops.add(st, k2, *w.bk, k2);
   if (w.bv) ops.add(st, v2, *w.bv, v2);
-  if (w.q_norm) ops.rms_norm(st, q, &*w.q_norm, run.eps, q);
-  if (w.k_norm) ops.rms_norm(st, k, &*w.k_norm, run.eps, k);
-  ops.rope(st, q, positions, d.rope);
-  ops.rope(st, k, positions, d.rope);
-  ops.kv_store(st, kv, k, v, group.slot_mapping);
+  // Q/K norms, rope and the K/V store: one launch where the backend can.
+  ops.qk_norm_rope_store(st, q, k, v, w.q_norm ? &*w.q_norm : nullptr, w.k_norm ? &*w.k_norm : nullptr,
+                         run.eps, positions, d.rope, kv, group.slot_mapping);
   ops.attention(st, q, kv, group.attention, d.attn_scale, attn);
+  if (run.comm == nullptr && !w.bo) {  // residual add in the product's epilogue: x += wo attn
+    ops.matmul_add(st, w.wo, attn2, proj, x);
+    return;
+  }
   ops.matmul(st, w.wo, attn2, proj);
   run.reduce(proj);  // tensor split: partial sums over this rank's heads; the (mirrored) bias once, after
   if (w.bo) ops.add(st, proj, *w.bo, proj);
@@ -76,12 +78,20 @@ void dense_ffn_block(const BlockRun& run, const DenseFfnWeights& w, int64_t n_ff
   const int64_t T = x.ne[1];
   const Tensor h = mat(sc.h, x.ne[0], T), proj = mat(sc.proj, x.ne[0], T);
   const Tensor gate = mat(sc.gate, n_ff, T), up = mat(sc.up, n_ff, T), act = mat(sc.act, n_ff, T);
-  ops.rms_norm(st, x, &w.norm, run.eps, h);
-  ops.matmul(st, w.gate, h, gate);
-  ops.matmul(st, w.up, h, up);
-  if (w.b_gate) ops.add(st, gate, *w.b_gate, gate);
-  if (w.b_up) ops.add(st, up, *w.b_up, up);
-  ops.silu_mul(st, gate, up, act);
+  if (!w.b_gate && !w.b_up) {  // the norm, gate and up in one launch, SwiGLU in its epilogue
+    ops.norm_matmul_swiglu(st, x, w.norm, run.eps, h, w.gate, w.up, gate, up, act);
+  } else {
+    ops.rms_norm(st, x, &w.norm, run.eps, h);
+    ops.matmul(st, w.gate, h, gate);
+    ops.matmul(st, w.up, h, up);
+    if (w.b_gate) ops.add(st, gate, *w.b_gate, gate);
+    if (w.b_up) ops.add(st, up, *w.b_up, up);
+    ops.silu_mul(st, gate, up, act);
+  }
+  if (run.comm == nullptr && !w.b_down) {
+    ops.matmul_add(st, w.down, act, proj, x);
+    return;
+  }
   ops.matmul(st, w.down, act, proj);
   run.reduce(proj);
   if (w.b_down) ops.add(st, proj, *w.b_down, proj);

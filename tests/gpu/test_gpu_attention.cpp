@@ -219,6 +219,23 @@ TEST_F(GpuAttention, DecodeKernelEveryMaskAndCache) {
   run(b, seed++);
 }
 
+// Longer contexts: every split length of the decode kernel (64 up to 4096 positions, 128 up to 16384, 256
+// beyond) with many splits per row, rows of different lengths in one launch, and the combine over up to 67
+// splits.
+TEST_F(GpuAttention, DecodeLongContextsEverySplitLength) {
+  uint32_t seed = 77;
+  const std::vector<std::vector<Seq>> batches = {
+      {{4000, 1}, {63, 1}},              // max 4001: 63 splits of 64
+      {{4095, 1}, {9000, 2}, {130, 1}},  // max 9002: 71 splits of 128
+      {{17000, 1}, {16383, 1}}};         // max 17001: 67 splits of 256
+  for (const auto& seqs : batches)
+    for (DType cache : {DType::BF16, DType::F32}) {
+      Case c{MaskKind::Causal, 8, 2, 128, 128, cache, seqs};
+      c.tol = 1e-4;  // sums over up to 17k positions in another order than the CPU's
+      run(c, seed++);
+    }
+}
+
 TEST_F(GpuAttention, PrefillKernelTensorCores) {
   uint32_t seed = 100;
   const std::vector<Seq> seqs = {{0, 100}, {30, 70}, {5, 1}};  // 171 rows: tiles shared by two sequences

@@ -17,7 +17,7 @@ class GpuOps : public GpuTest {};
 
 TEST_F(GpuOps, RmsNormWithAndWithoutWeight) {
   std::mt19937 rng(1);
-  for (auto [n, rows] : {std::pair<int64_t, int64_t>{4096, 3}, {100, 17}, {1, 5}, {128, 40}}) {
+  for (auto [n, rows] : {std::pair<int64_t, int64_t>{4096, 3}, {1031, 2}, {100, 17}, {1, 5}, {128, 40}}) {
     Pair x = make_f32({n, rows}, random_floats(size_t(n * rows), rng, -3, 3));
     Pair w = make_f32({n}, random_floats(size_t(n), rng));
     for (bool with_w : {true, false}) {

@@ -74,6 +74,7 @@ struct Result {
 struct ModelRuns {
   int n_prompt = 0;          // pp: prompt tokens (0 = skip)
   int n_gen = 0;             // tg: generated tokens per sequence (0 = skip)
+  int depth = 0;             // tg: cached positions per sequence before the timed steps (llama-bench -d)
   std::vector<int> batches;  // tg: parallel sequences of each test
   int reps = 1;              // timed repetitions of each test
 };

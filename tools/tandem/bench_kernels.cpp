@@ -115,6 +115,29 @@ std::vector<KernelResult> bench_kernels(Device& dev, const ModelShape& shape) {
     }
   }
 
+  // Fused gate + up with SwiGLU in the epilogue (Ops::matmul_swiglu), T = 1 and 8: the first half of a decode
+  // step's FFN in one launch (issue 19).
+  for (DType t : {DType::BF16, DType::Q8_0, DType::Q4_K}) {
+    DeviceMatrix g = make_matrix(dev, t, E, F, copies, src), u = make_matrix(dev, t, E, F, copies, src);
+    Buffer tmp = dev.allocate(size_t(F) * 4 * 3 * 8);
+    char* base = static_cast<char*>(tmp.data());
+    for (int64_t T : {int64_t(1), int64_t(8)}) {
+      const Tensor x = Tensor::contiguous(DType::F32, {E, T}, xb.data(), dev.id());
+      const Tensor gate = Tensor::contiguous(DType::F32, {F, T}, base, dev.id());
+      const Tensor up = Tensor::contiguous(DType::F32, {F, T}, base + F * T * 4, dev.id());
+      const Tensor act = Tensor::contiguous(DType::F32, {F, T}, base + 2 * F * T * 4, dev.id());
+      KernelResult r;
+      r.seconds = time_calls(dev, gpu ? 40 : 2, [&](int i) {
+        ops.matmul_swiglu(s, g.copies[size_t(i % copies)], u.copies[size_t(i % copies)], x, gate, up, act);
+      });
+      r.name = std::string("matmul_swiglu ") + dtype_name(t) + " 2 x {" + std::to_string(E) + ", " +
+               std::to_string(F) + "} T=" + std::to_string(T);
+      r.bytes = 2.0 * double(g.copies[0].nbytes()) + double(E * T * 4 + F * T * 4);
+      r.flops = 4.0 * double(E) * double(F) * double(T);
+      out.push_back(r);
+    }
+  }
+
   // Attention: decode over a 4096-position cache (1 and 32 sequences), and a 512-row causal prefill.
   const int64_t hd = shape.head_dim, nh = shape.n_head, nkv = shape.n_head_kv, bs = 16;
   for (auto [n_seq, ctx, rows_per_seq] :

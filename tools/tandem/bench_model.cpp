@@ -41,9 +41,17 @@ double run_pp(Session& session, int p, std::mt19937& rng, int64_t n_vocab) {
   return seconds_since(t0);
 }
 
-double run_tg(Session& session, int n, int n_seq, std::mt19937& rng, int64_t n_vocab) {
+double run_tg(Session& session, int n, int n_seq, int depth, std::mt19937& rng, int64_t n_vocab) {
   session.clear();
   Batch b;
+  if (depth > 0) {  // untimed: fill each sequence's cache with `depth` positions (the session chunks it)
+    for (int s = 0; s < n_seq; ++s) {
+      const auto toks = random_tokens(rng, n_vocab, size_t(depth));
+      for (int j = 0; j < depth; ++j) b.add(toks[size_t(j)], j, s, j + 1 == depth);
+    }
+    session.decode(b);
+    session.synchronize();
+  }
   // A whole generation step: the forward, then each sequence's next token picked on the device (greedy; only
   // the ids come back), as `tandem generate --device-sampling` does. (The tokens fed are random, not the
   // picks, so that every run decodes the same work.)
@@ -60,7 +68,7 @@ double run_tg(Session& session, int n, int n_seq, std::mt19937& rng, int64_t n_v
   for (int step = 0; step < n; ++step) {
     b.clear();
     const auto toks = random_tokens(rng, n_vocab, size_t(n_seq));
-    for (int s = 0; s < n_seq; ++s) b.add(toks[size_t(s)], step, s, true);
+    for (int s = 0; s < n_seq; ++s) b.add(toks[size_t(s)], depth + step, s, true);
     session.decode(b);
     (void)session.sample(rows, ptrs);
   }
@@ -148,8 +156,8 @@ std::vector<Result> bench_model(const std::shared_ptr<Model>& model, const Model
   const int max_b = *std::max_element(batches.begin(), batches.end());
   SessionParams sp;
   sp.n_seq_max = std::max(1, max_b);
-  sp.n_batch = std::max({runs.n_prompt, max_b, 1});
-  sp.n_ctx = std::max(runs.n_prompt + 16, (runs.n_gen + 16) * max_b) + 64;
+  sp.n_batch = std::max({runs.n_prompt, max_b, std::min(runs.depth, 512), 1});
+  sp.n_ctx = std::max(runs.n_prompt + 16, (runs.depth + runs.n_gen + 16) * max_b) + 64;
   sp.n_logits_max = std::max(1, max_b);
   Session session(model, sp);
   std::mt19937 rng(1234);
@@ -171,14 +179,15 @@ std::vector<Result> bench_model(const std::shared_ptr<Model>& model, const Model
   if (runs.n_gen > 0) {
     for (int b : batches) {
       Result r;
-      r.test = "tg" + std::to_string(runs.n_gen);
+      r.test = "tg" + std::to_string(runs.n_gen) + (runs.depth > 0 ? " @ d" + std::to_string(runs.depth) : "");
       r.batch = b;
       r.limit = "bw";
-      run_tg(session, std::min(runs.n_gen, 8), b, rng, shape.n_vocab);  // warm-up
+      run_tg(session, std::min(runs.n_gen, 8), b, runs.depth, rng, shape.n_vocab);  // warm-up
       for (int i = 0; i < runs.reps; ++i)
-        r.tps.push_back(double(b) * runs.n_gen / run_tg(session, runs.n_gen, b, rng, shape.n_vocab));
+        r.tps.push_back(double(b) * runs.n_gen /
+                        run_tg(session, runs.n_gen, b, runs.depth, rng, shape.n_vocab));
       const double step_time = double(b) / stats(r.tps).mean;
-      const double avg_ctx = (runs.n_gen + 1) / 2.0;
+      const double avg_ctx = runs.depth + (runs.n_gen + 1) / 2.0;
       const double kv_bytes =
           double(b) * double(shape.n_layer * shape.n_head_kv * shape.head_dim * 2) * kv_elem * avg_ctx;
       r.fraction = (double(shape.bytes_per_step) + kv_bytes) / step_time / limits.bw;

@@ -36,6 +36,7 @@ struct BenchArgs {
   std::string model;
   int n_prompt = 512;
   int n_gen = 128;
+  int depth = 0;
   std::string batches = "1,8,32";
   int reps = 5;
   std::string output = "md";
@@ -81,6 +82,7 @@ void run_bench(const BenchArgs& a) {
   check_int_flag("-r", a.reps, 1, 1000000, "timed repetitions");
   check_int_flag("-p", a.n_prompt, 0, 1 << 24, "prompt tokens; 0 = skip pp");
   check_int_flag("-n", a.n_gen, 0, 1 << 24, "generated tokens; 0 = skip tg");
+  check_int_flag("-d", a.depth, 0, 1 << 24, "context depth of the tg tests");
   check_real_flag("--bw", a.bw_gbs, 0, "GB/s; 0 = measure");
   check_real_flag("--tflops", a.tflops, 0, "TFLOP/s; 0 = default");
   check_threads_flag(a.threads, "-t");
@@ -133,6 +135,7 @@ void run_bench(const BenchArgs& a) {
     bench::ModelRuns runs;
     runs.n_prompt = a.n_prompt;
     runs.n_gen = a.n_gen;
+    runs.depth = a.depth;
     runs.batches = batches;
     runs.reps = a.reps;
     report.results = bench::bench_model(model, report.shape, runs, report.limits);
@@ -156,6 +159,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("-m,--model", args->model, "GGUF model file");
   cmd->add_option("-p,--n-prompt", args->n_prompt, "prompt tokens of the pp test (0 = skip)");
   cmd->add_option("-n,--n-gen", args->n_gen, "generated tokens per sequence of the tg tests (0 = skip)");
+  cmd->add_option("-d,--depth", args->depth,
+                  "tg: positions already in each sequence's cache before the timed steps (as llama-bench -d)");
   cmd->add_option("-b,--batch", args->batches, "comma-separated numbers of parallel sequences for tg");
   cmd->add_option("-r,--repetitions", args->reps, "timed repetitions of each test");
   cmd->add_option("-o,--output", args->output, "output format: md or json");

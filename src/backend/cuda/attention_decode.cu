@@ -1,7 +1,9 @@
 // Paged flash-decoding: attention for any number of query rows, split over the cache length.
 //
-// Grid: (split, kv head, row). A block takes the cache positions [split * kDecodeSplit, +kDecodeSplit) of one
-// row that the row may see, for all query heads that share the KV head (GQA: K/V are read once per group,
+// Grid: (split, kv head, row). A block takes the cache positions [split * L, +L) of one row that the row may
+// see (L = split_len_for(max_seq_len): 64 positions up to 4k, 128 up to 16k, 256 beyond, so that a short
+// context still spreads over enough blocks — 512 positions and 8 KV heads were 16 blocks with L = 256 on 132
+// SMs), for all query heads that share the KV head (GQA: K/V are read once per group,
 // never repeated in memory), and writes an unnormalised partial output with its running max and sum. A second
 // kernel combines the splits of each (row, head). Scores are f32 (plus the Explicit mask's bias); softmax is
 // the usual max-subtracted exp. Block-table entries are read only for the positions [lo, hi) a row sees.
@@ -15,6 +17,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/pdl.cuh"
 
 namespace tandem::cuda {
 namespace {
@@ -24,20 +27,25 @@ constexpr int kThreads = 128;
 struct DecodeShape {
   int64_t n_head, n_kv_head, hd_k, hd_v;
   int n_splits;
+  int split_len;  // cache positions per split, <= kDecodeSplit
   float scale;
 };
 
 template <class KTag, class VTag, int G>
 __global__ void __launch_bounds__(kThreads)
-    attention_split_kernel(RowView q, const char* __restrict__ kc, size_t k_nb1, size_t k_slot,
-                           const char* __restrict__ vc, size_t v_nb1, size_t v_slot, AttnMeta meta,
-                           DecodeShape sh, int gqa, bool k_vec, float* __restrict__ part_o,
-                           float2* __restrict__ part_ml) {
+    attention_split_kernel(RowView q, const char* kc, size_t k_nb1, size_t k_slot, const char* vc,
+                           size_t v_nb1, size_t v_slot, AttnMeta meta, DecodeShape sh, int gqa, bool k_vec,
+                           bool v_pair, float* part_o, float2* part_ml) {
+  // (No __restrict__ on the cache and the partials: the previous kernel writes them while a PDL grid runs, so
+  // they must not go through the non-coherent read-only path.)
   extern __shared__ int64_t smem_i64[];
-  int64_t* slot_s = smem_i64;                                    // [kDecodeSplit]
-  float* q_s = reinterpret_cast<float*>(slot_s + kDecodeSplit);  // [gqa][hd_k]
-  float* p_s = q_s + gqa * sh.hd_k;                              // [gqa][kDecodeSplit]
+  const int L = sh.split_len;
+  int64_t* slot_s = smem_i64;                         // [L]
+  float* q_s = reinterpret_cast<float*>(slot_s + L);  // [gqa][hd_k]
+  float* p_s = q_s + gqa * sh.hd_k;                   // [gqa][L]
   __shared__ float red[32];
+  pdl_trigger();  // pdl.cuh
+  pdl_wait();     // q and the cache rows of this step come from the previous kernel
 
   const int split = blockIdx.x;
   const int g = blockIdx.y;
@@ -45,8 +53,8 @@ __global__ void __launch_bounds__(kThreads)
   const int tid = threadIdx.x;
   const RowRange rr = row_range(meta, r);
   if (rr.seq < 0) return;  // padding row: the combine kernel writes zeros
-  const int j0 = max(rr.lo, split * kDecodeSplit);
-  const int j1 = min(rr.hi, (split + 1) * kDecodeSplit);
+  const int j0 = max(rr.lo, split * L);
+  const int j1 = min(rr.hi, (split + 1) * L);
   const int64_t part_base =
       (r * sh.n_head + int64_t(g) * gqa) * sh.n_splits + split;  // head h adds h*n_splits
   if (j0 >= j1) {
@@ -70,17 +78,28 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int h = 0; h < G; ++h) acc[h] = 0.0f;
     constexpr bool k16 = sizeof(typename KTag::storage) == 2;
-    if (k16 && k_vec) {  // 16-byte loads of the K row: 8 values each
+    if (k16 && k_vec) {  // 16-byte loads of the K row: 8 values each, kKChunk loads in flight (one at a time,
+                         // a 256-byte row was 16 round trips to memory per position)
+      constexpr int kKChunk = 8;
       const uint4* k4 = reinterpret_cast<const uint4*>(kp);
-      for (int64_t c = 0; c < sh.hd_k / 8; ++c) {
-        float kf[8];
-        unpack8(k4[c], kf, std::is_same_v<KTag, F16Tag>);
+      const int64_t n8 = sh.hd_k / 8;
+      for (int64_t c0 = 0; c0 < n8; c0 += kKChunk) {
+        uint4 kv4[kKChunk];
 #pragma unroll
-        for (int h = 0; h < G; ++h) {
-          if (h < gqa) {
-            const float* qh = q_s + h * sh.hd_k + c * 8;
+        for (int u = 0; u < kKChunk; ++u)
+          if (c0 + u < n8) kv4[u] = k4[c0 + u];
 #pragma unroll
-            for (int e = 0; e < 8; ++e) acc[h] += qh[e] * kf[e];
+        for (int u = 0; u < kKChunk; ++u) {
+          if (c0 + u >= n8) break;
+          float kf[8];
+          unpack8(kv4[u], kf, std::is_same_v<KTag, F16Tag>);
+#pragma unroll
+          for (int h = 0; h < G; ++h) {
+            if (h < gqa) {
+              const float* qh = q_s + h * sh.hd_k + (c0 + u) * 8;
+#pragma unroll
+              for (int e = 0; e < 8; ++e) acc[h] += qh[e] * kf[e];
+            }
           }
         }
       }
@@ -95,7 +114,7 @@ __global__ void __launch_bounds__(kThreads)
     const float bias = mask_bias(meta, r, j0 + jj);  // Explicit mask (0 otherwise); -inf hides
 #pragma unroll
     for (int h = 0; h < G; ++h)
-      if (h < gqa) p_s[h * kDecodeSplit + jj] = acc[h] + bias;
+      if (h < gqa) p_s[h * L + jj] = acc[h] + bias;
   }
   __syncthreads();
 
@@ -103,12 +122,12 @@ __global__ void __launch_bounds__(kThreads)
   // and l = 0, which the combine kernel skips (no exp(-inf - -inf)).
   for (int h = 0; h < gqa; ++h) {
     float m = -INFINITY;
-    for (int jj = tid; jj < n; jj += blockDim.x) m = fmaxf(m, p_s[h * kDecodeSplit + jj]);
+    for (int jj = tid; jj < n; jj += blockDim.x) m = fmaxf(m, p_s[h * L + jj]);
     m = block_max(m, red);
     float l = 0.0f;
     for (int jj = tid; jj < n; jj += blockDim.x) {
-      const float e = m == -INFINITY ? 0.0f : expf(p_s[h * kDecodeSplit + jj] - m);
-      p_s[h * kDecodeSplit + jj] = e;
+      const float e = m == -INFINITY ? 0.0f : expf(p_s[h * L + jj] - m);
+      p_s[h * L + jj] = e;
       l += e;
     }
     l = block_sum(l, red);
@@ -116,10 +135,61 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
 
-  // Unnormalised output: one thread per (head, dim), coalesced along the V row.
+  // Unnormalised output. Paired path (16-bit V, even head dim dividing 2 x kThreads, 4-byte aligned rows): a
+  // thread owns a pair of dims and every n_pg-th position, loads the pair once for all gqa heads of the group
+  // (a warp reads 128 contiguous bytes of a V row per position), and the position groups are summed through
+  // shared memory. The one-thread-per-(head, dim) loop below walked all n positions serially and read each V
+  // row once per head: decode attention ran at 7% of bandwidth at 4096 positions (H200, 2026-12-04).
+  constexpr bool v16 = sizeof(typename VTag::storage) == 2;
+  if (v16 && v_pair) {
+    const int n_dp = int(sh.hd_v / 2), n_pg = kThreads / n_dp;
+    const int dp = tid % n_dp, pg = tid / n_dp;
+    float acc0[G], acc1[G];
+#pragma unroll
+    for (int h = 0; h < G; ++h) acc0[h] = acc1[h] = 0.0f;
+    if (pg < n_pg) {
+#pragma unroll 8
+      for (int jj = pg; jj < n; jj += n_pg) {
+        const uint32_t w = reinterpret_cast<const uint32_t*>(vc + slot_s[jj] * v_slot + g * v_nb1)[dp];
+        float v0, v1;
+        if constexpr (std::is_same_v<VTag, BF16Tag>) {
+          v0 = __uint_as_float(w << 16);
+          v1 = __uint_as_float(w & 0xffff0000u);
+        } else {
+          const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&w));
+          v0 = f.x;
+          v1 = f.y;
+        }
+#pragma unroll
+        for (int h = 0; h < G; ++h)
+          if (h < gqa) {
+            const float pw = p_s[h * L + jj];
+            acc0[h] += pw * v0;
+            acc1[h] += pw * v1;
+          }
+      }
+    }
+    float* red_v = p_s + gqa * L;  // [n_pg][gqa][hd_v], after the scores (launch_split sizes it)
+    if (pg < n_pg)
+#pragma unroll
+      for (int h = 0; h < G; ++h)
+        if (h < gqa) {
+          red_v[(int64_t(pg) * gqa + h) * sh.hd_v + 2 * dp] = acc0[h];
+          red_v[(int64_t(pg) * gqa + h) * sh.hd_v + 2 * dp + 1] = acc1[h];
+        }
+    __syncthreads();
+    for (int64_t idx = tid; idx < gqa * sh.hd_v; idx += blockDim.x) {
+      float sum = 0.0f;
+      for (int q = 0; q < n_pg; ++q) sum += red_v[int64_t(q) * gqa * sh.hd_v + idx];
+      const int64_t h = idx / sh.hd_v, d = idx % sh.hd_v;
+      part_o[(part_base + h * sh.n_splits) * sh.hd_v + d] = sum;
+    }
+    return;
+  }
+  // One thread per (head, dim), coalesced along the V row.
   for (int64_t idx = tid; idx < gqa * sh.hd_v; idx += blockDim.x) {
     const int64_t h = idx / sh.hd_v, d = idx % sh.hd_v;
-    const float* ph = p_s + h * kDecodeSplit;
+    const float* ph = p_s + h * L;
     float acc = 0.0f;
     for (int jj = 0; jj < n; ++jj) {
       const auto* vp = reinterpret_cast<const typename VTag::storage*>(vc + slot_s[jj] * v_slot + g * v_nb1);
@@ -129,42 +199,66 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-__global__ void attention_combine_kernel(const float* __restrict__ part_o, const float2* __restrict__ part_ml,
-                                         AttnMeta meta, int64_t n_head, int64_t hd_v, int n_splits,
-                                         RowView out) {
+// One block per (head, row): the splits' weights exp(m_s - M) once into shared memory (threads over the
+// splits, block reductions for M and the denominator; a thread per output dim walked every split twice,
+// serially), then each output dim sums its splits' partial outputs.
+__global__ void attention_combine_kernel(const float* part_o, const float2* part_ml, AttnMeta meta,
+                                         int64_t n_head, int64_t hd_v, int n_splits, RowView out) {
+  extern __shared__ float wts[];  // [n_splits]
+  __shared__ float red[32];
+  pdl_trigger();
+  pdl_wait();  // the partial results of the split kernel
   const int64_t h = blockIdx.x, r = blockIdx.y;
   float* o = out.row_as<float>(r * n_head + h);
   const int seq = meta.seq_slot[r];
   const int64_t base = (r * n_head + h) * n_splits;
   float M = -INFINITY;
   if (seq >= 0) {
-    for (int s = 0; s < n_splits; ++s) {
+    for (int s = threadIdx.x; s < n_splits; s += blockDim.x) {
       const float2 ml = part_ml[base + s];
       if (ml.y > 0.0f) M = fmaxf(M, ml.x);
     }
   }
+  M = block_max(M, red);
   if (M == -INFINITY) {  // padding row, a row that sees no position, or whose every score is -inf
     for (int64_t d = threadIdx.x; d < hd_v; d += blockDim.x) o[d] = 0.0f;
     return;
   }
   float den = 0.0f;
-  for (int s = 0; s < n_splits; ++s) {
+  for (int s = threadIdx.x; s < n_splits; s += blockDim.x) {
     const float2 ml = part_ml[base + s];
-    if (ml.y > 0.0f) den += expf(ml.x - M) * ml.y;
+    const float w = ml.y > 0.0f ? expf(ml.x - M) : 0.0f;
+    wts[s] = w;
+    den += w * ml.y;
   }
+  den = block_sum(den, red);  // (its barrier also publishes wts)
   const float inv = 1.0f / den;
   for (int64_t d = threadIdx.x; d < hd_v; d += blockDim.x) {
     float num = 0.0f;
-    for (int s = 0; s < n_splits; ++s) {
-      const float2 ml = part_ml[base + s];
-      if (ml.y > 0.0f) num += expf(ml.x - M) * part_o[(base + s) * hd_v + d];
-    }
+    for (int s = 0; s < n_splits; ++s)
+      if (wts[s] > 0.0f) num += wts[s] * part_o[(base + s) * hd_v + d];
     o[d] = num * inv;
   }
 }
 
+// Positions per split for a launch over up to max_seq_len positions: 64 up to 4096 positions, 128 up to
+// 16384, 256 beyond (kDecodeSplit). Short splits keep the GPU busy at short and middle contexts (8 KV heads x
+// 33 splits of 256 were 264 blocks at 8k, each walking its positions mostly one memory round trip after
+// another); the partials grow with the number of splits, hence 256 at long contexts (128+ splits already).
+int split_len_for(int64_t max_seq_len) {
+  return max_seq_len <= 4096 ? 64 : max_seq_len <= 16384 ? 128 : kDecodeSplit;
+}
 int n_splits_for(int64_t max_seq_len) {
-  return int(std::max<int64_t>(1, (max_seq_len + kDecodeSplit - 1) / kDecodeSplit));
+  const int64_t L = split_len_for(max_seq_len);
+  return int(std::max<int64_t>(1, (max_seq_len + L - 1) / L));
+}
+// The most splits any launch over <= max_seq_len positions uses (n_splits_for is not monotonic: 64 splits of
+// 64 at 4096, 33 of 128 at 4097): what the scratch is sized for.
+int n_splits_bound(int64_t max_seq_len) {
+  const int64_t s64 = std::min<int64_t>(64, (max_seq_len + 63) / 64);
+  const int64_t s128 = std::min<int64_t>(128, (max_seq_len + 127) / 128);
+  const int64_t s256 = (max_seq_len + kDecodeSplit - 1) / kDecodeSplit;
+  return int(std::max<int64_t>({1, s64, s128, s256}));
 }
 
 size_t align256(size_t n) {
@@ -174,7 +268,15 @@ size_t align256(size_t n) {
 template <class KTag, class VTag, int G>
 void launch_split(const AttentionArgs& a, const DecodeShape& sh, int gqa, float* part_o, float2* part_ml,
                   cudaStream_t stream) {
-  const size_t smem = size_t(gqa) * size_t(sh.hd_k) * 4 + size_t(gqa) * kDecodeSplit * 4 + kDecodeSplit * 8;
+  // The paired P.V path (see the kernel) needs [n_pg][gqa][hd_v] floats after the scores: 2 x kThreads x gqa.
+  const bool v16 = a.kv.v.type == DType::F16 || a.kv.v.type == DType::BF16;
+  const int64_t n_dp = sh.hd_v / 2;
+  const bool v_pair = v16 && sh.hd_v % 2 == 0 && n_dp > 0 && n_dp <= kThreads && kThreads % n_dp == 0 &&
+                      (reinterpret_cast<uintptr_t>(a.kv.v.data) & 3) == 0 && a.kv.v.nb[1] % 4 == 0 &&
+                      a.kv.v.nb[2] % 4 == 0;
+  const size_t red_floats = v_pair ? size_t(kThreads / n_dp) * size_t(gqa) * size_t(sh.hd_v) : 0;
+  const size_t smem = size_t(gqa) * size_t(sh.hd_k) * 4 + size_t(gqa) * size_t(sh.split_len) * 4 +
+                      red_floats * 4 + size_t(sh.split_len) * 8;
   static std::once_flag once;
   std::call_once(once, [] {
     TANDEM_CUDA_CHECK(cudaFuncSetAttribute(attention_split_kernel<KTag, VTag, G>,
@@ -184,10 +286,10 @@ void launch_split(const AttentionArgs& a, const DecodeShape& sh, int gqa, float*
   const dim3 grid(unsigned(sh.n_splits), unsigned(sh.n_kv_head), unsigned(a.q.ne[2]));
   const bool k_vec = sh.hd_k % 8 == 0 && (reinterpret_cast<uintptr_t>(a.kv.k.data) & 15) == 0 &&
                      a.kv.k.nb[1] % 16 == 0 && a.kv.k.nb[2] % 16 == 0;
-  attention_split_kernel<KTag, VTag, G>
-      <<<grid, kThreads, smem, stream>>>(row_view(a.q), static_cast<const char*>(a.kv.k.data), a.kv.k.nb[1],
-                                         a.kv.k.nb[2], static_cast<const char*>(a.kv.v.data), a.kv.v.nb[1],
-                                         a.kv.v.nb[2], make_meta(a), sh, gqa, k_vec, part_o, part_ml);
+  launch_pdl(attention_split_kernel<KTag, VTag, G>, grid, dim3(kThreads), smem, stream, row_view(a.q),
+             static_cast<const char*>(a.kv.k.data), a.kv.k.nb[1], a.kv.k.nb[2],
+             static_cast<const char*>(a.kv.v.data), a.kv.v.nb[1], a.kv.v.nb[2], make_meta(a), sh, gqa, k_vec,
+             v_pair, part_o, part_ml);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
@@ -220,7 +322,7 @@ void launch_v(const AttentionArgs& a, const DecodeShape& sh, int gqa, float* par
 }  // namespace
 
 size_t attention_decode_scratch_bytes(int64_t T, int64_t n_head, int64_t hd_v, int64_t max_seq_len) {
-  const size_t n = size_t(T) * size_t(n_head) * size_t(n_splits_for(max_seq_len));
+  const size_t n = size_t(T) * size_t(n_head) * size_t(n_splits_bound(max_seq_len));
   return align256(n * size_t(hd_v) * 4) + align256(n * sizeof(float2));
 }
 
@@ -234,6 +336,7 @@ void launch_attention_decode(const AttentionArgs& a, void* partials, size_t part
   sh.hd_k = a.q.ne[0];
   sh.hd_v = a.kv.v.ne[0];
   sh.n_splits = n_splits_for(a.max_seq_len);
+  sh.split_len = split_len_for(a.max_seq_len);
   sh.scale = a.scale;
   const int gqa = int(sh.n_head / sh.n_kv_head);
   const size_t need = attention_decode_scratch_bytes(T, sh.n_head, sh.hd_v, a.max_seq_len);
@@ -259,8 +362,8 @@ void launch_attention_decode(const AttentionArgs& a, void* partials, size_t part
   }
   const dim3 grid(unsigned(sh.n_head), unsigned(T));
   const int threads = int(std::min<int64_t>(256, (sh.hd_v + 31) / 32 * 32));
-  attention_combine_kernel<<<grid, threads, 0, stream>>>(part_o, part_ml, make_meta(a), sh.n_head, sh.hd_v,
-                                                         sh.n_splits, row_view(a.out));
+  launch_pdl(attention_combine_kernel, grid, dim3(threads), size_t(sh.n_splits) * sizeof(float), stream,
+             part_o, part_ml, make_meta(a), sh.n_head, sh.hd_v, sh.n_splits, row_view(a.out));
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 

@@ -28,6 +28,13 @@ void launch_softmax_rows(const Tensor& x, const Tensor& out, cudaStream_t stream
 void launch_copy(const Tensor& src, const Tensor& dst, cudaStream_t stream);
 void launch_kv_store(const KvLayerView& kv, const Tensor& k, const Tensor& v, const int32_t* slot_mapping,
                      cudaStream_t stream);
+// Ops::qk_norm_rope_store in one launch (attn_inputs.cu): q {hd_k, n_head, T} and k {hd_k, n_kv, T} normed
+// per head (when q_norm / k_norm are given) and roped in place, k and v {hd_v, n_kv, T} stored at
+// slot_mapping.
+void launch_attn_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const float* q_norm,
+                        const float* k_norm, float eps, const int32_t* positions, const RopeParams& p,
+                        const float* freq_factors, const KvLayerView& kv, const int32_t* slot_mapping,
+                        cudaStream_t stream);
 // out[:, t] = table row ids[t] as F32, for any table dtype.
 void launch_get_rows(const Tensor& table, const int32_t* ids, const Tensor& out, cudaStream_t stream);
 // Ops::embed_rows in one launch: out[:, t] = (ids[t] >= 0 ? table row ids[t] * scale : 0)
@@ -47,11 +54,62 @@ void launch_gemv_dense(DType wt, const void* W, size_t w_ld, int64_t K, int64_t 
 size_t q8_activation_bytes(int64_t K, int64_t T);  // bytes of xq + xds (each part 256-byte aligned)
 void launch_quantize_q8(const float* x, int64_t x_ld, int64_t K, int64_t T, void* scratch,
                         cudaStream_t stream);
+// The same after an rms_norm of each column with weights norm (F32 {K}): one block per column (T <= 8 at
+// decode), x * inv * norm as rms_norm computes it, then quantized as above (Ops::norm_matmul_*: one launch
+// for two).
+void launch_quantize_q8_norm(const float* x, int64_t x_ld, int64_t K, int64_t T, const float* norm, float eps,
+                             void* scratch, cudaStream_t stream);
 // y = W x for a block-quantized W (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K) against the activations quantize_q8 wrote
 // into scratch. Throws Error if a row of W is too large for the shared-memory staging (K > ~40000 for Q8_0).
 void launch_gemv_quant(DType wt, const void* W, size_t w_ld, int64_t K, int64_t N, const void* scratch,
                        int64_t T, float* y, int64_t y_ld, cudaStream_t stream);
 bool gemv_quant_supports(DType wt, int64_t K);
+
+// ---- fused decode products (gemv_dense.cu, gemv_quant.cu) -------------------------------------------------
+// One launch for up to kGemvMaxSegs weight matrices of one input x (Q/K/V, gate/up): their rows are laid end
+// to end over the grid, so x is read once per block and three small launches become one. Epilogues:
+//   Store:       y_s = W_s x
+//   AddResidual: y_s = r_s + W_s x  (r_s may be y_s: the residual stream updated in place)
+//   SwiGlu:      two segments of equal N (gate, up); y_0 = silu(W_0 x) * (W_1 x); y_1 is not written
+// Every column t < T (<= kGemvMaxCols per launch) is computed by the same code in the same order whatever T
+// is, so row t of a T-row call equals the 1-row call on that row bit for bit (speculative verify relies on
+// it).
+constexpr int kGemvMaxSegs = 3;
+enum class GemvEpilogue { Store, AddResidual, SwiGlu };
+struct GemvSeg {
+  const void* W = nullptr;
+  size_t w_ld = 0;  // bytes between rows of W
+  int64_t N = 0;
+  float* y = nullptr;
+  int64_t y_ld = 0;          // floats between columns of y
+  const float* r = nullptr;  // AddResidual only
+  int64_t r_ld = 0;
+};
+struct GemvArgs {
+  DType wt = DType::F32;
+  int64_t K = 0;
+  const float* x = nullptr;  // dense: F32 columns of x_ld floats (quantized: unused, the q8 scratch is read)
+  int64_t x_ld = 0;
+  int64_t T = 0;
+  int n_seg = 0;
+  GemvSeg seg[kGemvMaxSegs];
+  GemvEpilogue epi = GemvEpilogue::Store;
+  // Dense only: x is first rms-normed with these weights (F32 {K}): y = (W (x * norm)) / sqrt(mean(x^2) +
+  // eps), the mean taken by each warp over the whole column of x it reads anyway (Ops::norm_matmul_multi).
+  const float* norm = nullptr;
+  float eps = 0.0f;
+};
+// Dense weights: whether the 16-byte path applies to every segment (alignment of W, rows, x; K a multiple of
+// the elements per 16 bytes). The fused ops fall back to one op at a time when it does not.
+bool gemv_dense_fusable(const GemvArgs& a);
+void launch_gemv_dense_fused(const GemvArgs& a, cudaStream_t stream);
+// Quantized weights, against the activations launch_quantize_q8 wrote into scratch (all segments one dtype).
+void launch_gemv_quant_fused(const GemvArgs& a, const void* scratch, cudaStream_t stream);
+// Q8_0 / Q4_K / Q5_K with 16-byte aligned rows of K % 256 == 0 values, read straight into registers
+// (gemv_quant_direct.cu); the fused launch above takes this path when it applies (TANDEM_NO_QUANT_DIRECT=1
+// turns it off).
+bool gemv_quant_direct_supports(const GemvArgs& a);
+void launch_gemv_quant_direct(const GemvArgs& a, const void* scratch, cudaStream_t stream);
 
 // ---- dequantization and conversion for the tensor-core path (dequant.cu) ----------------------------------
 // n_rows rows of K values of W (any weight dtype, row stride w_ld bytes) -> bf16 (or f16 when to_f16), dense

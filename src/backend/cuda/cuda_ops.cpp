@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
@@ -50,6 +51,24 @@ void check_cache(const char* op, const KvLayerView& kv, int index) {
                                                               std::to_string(kv.block_size) +
                                                               " does not match kv.k " + kv.k.shape_string());
   check_dims(op, "kv.v", kv.v, kv.v.ne[0], kv.k.ne[1], kv.k.ne[2], kv.k.ne[3]);
+}
+
+// TANDEM_NO_FUSED=1: the fused ops run as their compositions (Ops defaults), to compare or to bisect.
+bool fused_disabled() {
+  static const bool off = [] {
+    const char* e = std::getenv("TANDEM_NO_FUSED");
+    return e && *e && *e != '0';
+  }();
+  return off;
+}
+
+// TANDEM_NO_NORM_FUSION=1: the norm as its own launch before the fused product (to compare or to bisect).
+bool norm_fusion_disabled() {
+  static const bool off = [] {
+    const char* e = std::getenv("TANDEM_NO_NORM_FUSION");
+    return e && *e && *e != '0';
+  }();
+  return off;
 }
 
 Tensor rows_view(const Tensor& t, int dim, int64_t first, int64_t count) {
@@ -130,7 +149,7 @@ void CudaOps::reserve(const WorkspacePlan& p) {
   gemm_.set_workspace(r.lt_bytes ? region(r.lt) : nullptr, r.lt_bytes);
 }
 
-void CudaOps::matmul(Stream& s, const Tensor& W, const Tensor& x, const Tensor& y) {
+void CudaOps::check_matmul(const Tensor& W, const Tensor& x, const Tensor& y) const {
   const char* op = "matmul";
   check_on_device(op, "W", W, index_);
   check(quant::is_convertible(W.type), std::string("matmul: W has unsupported dtype ") + dtype_name(W.type));
@@ -144,8 +163,13 @@ void CudaOps::matmul(Stream& s, const Tensor& W, const Tensor& x, const Tensor& 
   check_f32(op, "y", y, index_);
   check(x.ne[0] == K && x.ne[2] == 1 && x.ne[3] == 1,
         "matmul: x must be {" + std::to_string(K) + ", T}, got " + x.shape_string());
+  check_dims(op, "y", y, N, x.ne[1]);
+}
+
+void CudaOps::matmul(Stream& s, const Tensor& W, const Tensor& x, const Tensor& y) {
+  check_matmul(W, x, y);
+  const int64_t K = W.ne[0], N = W.ne[1];
   const int64_t T = x.ne[1];
-  check_dims(op, "y", y, N, T);
   if (N == 0 || T == 0) return;
   DeviceGuard g(index_);
   cudaStream_t st = stream_of(s, index_);
@@ -198,6 +222,107 @@ void CudaOps::matmul(Stream& s, const Tensor& W, const Tensor& x, const Tensor& 
                               wq, false, st);
     gemm_.matmul(GemmType::BF16, wq, K, x16, K, yp + r0, y_ld, n, T, K, st);
   }
+}
+
+bool CudaOps::fused_gemv(Stream& s, std::span<const Tensor> W, const Tensor& x, std::span<const Tensor> y,
+                         int epi_int, const Tensor* norm, float eps) {
+  const auto epi = GemvEpilogue(epi_int);
+  check(!W.empty() && W.size() <= size_t(kGemvMaxSegs) && W.size() == y.size(),
+        "matmul_multi: needs 1 to 3 weights and as many outputs");
+  for (size_t i = 0; i < W.size(); ++i) check_matmul(W[i], x, y[i]);
+  const int64_t K = W[0].ne[0], T = x.ne[1];
+  if (T == 0 || T > kGemvMaxCols) return false;
+  GemvArgs a;
+  a.wt = W[0].type;
+  a.K = K;
+  a.x = static_cast<const float*>(x.data);
+  a.x_ld = int64_t(x.nb[1] / 4);
+  a.T = T;
+  a.n_seg = int(W.size());
+  a.epi = epi;
+  if (norm != nullptr) {
+    check_f32("norm_matmul", "norm", *norm, index_);
+    check(norm->ne[0] == K && norm->nrows() == 1 && norm->is_contiguous(),
+          "norm_matmul: the norm weights must be {" + std::to_string(K) + "}, got " + norm->shape_string());
+    check(eps >= 0.0f && std::isfinite(eps), "norm_matmul: eps must be a finite value >= 0");
+    a.norm = static_cast<const float*>(norm->data);
+    a.eps = eps;
+  }
+  for (size_t i = 0; i < W.size(); ++i) {
+    if (W[i].type != a.wt || W[i].ne[0] != K) return false;
+    GemvSeg& g = a.seg[i];
+    g.W = W[i].data;
+    g.w_ld = W[i].nb[1];
+    g.N = W[i].ne[1];
+    g.y = static_cast<float*>(y[i].data);
+    g.y_ld = int64_t(y[i].nb[1] / 4);
+    if (epi == GemvEpilogue::AddResidual) {
+      g.r = g.y;
+      g.r_ld = g.y_ld;
+    }
+  }
+  DeviceGuard guard(index_);
+  cudaStream_t st = stream_of(s, index_);
+  if (is_float_type(a.wt)) {
+    if (!gemv_dense_fusable(a)) return false;
+    launch_gemv_dense_fused(a, st);
+    return true;
+  }
+  if (!gemv_quant_supports(a.wt, K) || T > plan_.max_rows || K > plan_.max_matmul_in) return false;
+  if (regions_.act_bytes < q8_activation_bytes(K, T)) return false;
+  void* act = region(regions_.act);
+  if (a.norm != nullptr) {  // the norm in the activation quantization; the product reads the q8 values only
+    launch_quantize_q8_norm(a.x, a.x_ld, K, T, a.norm, a.eps, act, st);
+    a.norm = nullptr;
+  } else {
+    launch_quantize_q8(a.x, a.x_ld, K, T, act, st);  // once for every segment
+  }
+  launch_gemv_quant_fused(a, act, st);
+  return true;
+}
+
+void CudaOps::matmul_multi(Stream& s, std::span<const Tensor> W, const Tensor& x, std::span<const Tensor> y) {
+  if (fused_disabled() || !fused_gemv(s, W, x, y, int(GemvEpilogue::Store))) Ops::matmul_multi(s, W, x, y);
+}
+
+void CudaOps::matmul_swiglu(Stream& s, const Tensor& W_gate, const Tensor& W_up, const Tensor& x,
+                            const Tensor& gate, const Tensor& up, const Tensor& out) {
+  // The kernel writes silu(gate) * up into the first segment's output: out, checked as gate's shape.
+  check_f32("matmul_swiglu", "out", out, index_);
+  check_same_shape("matmul_swiglu", "gate", gate, "out", out);
+  check(W_gate.ne[1] == W_up.ne[1], "matmul_swiglu: W_gate and W_up must have the same number of rows");
+  const Tensor W[2] = {W_gate, W_up};
+  const Tensor y[2] = {out, up};
+  if (fused_disabled() || !fused_gemv(s, W, x, y, int(GemvEpilogue::SwiGlu)))
+    Ops::matmul_swiglu(s, W_gate, W_up, x, gate, up, out);
+}
+
+void CudaOps::norm_matmul_multi(Stream& s, const Tensor& x, const Tensor& norm, float eps, const Tensor& h,
+                                std::span<const Tensor> W, std::span<const Tensor> y) {
+  if (fused_disabled() || norm_fusion_disabled() ||
+      !fused_gemv(s, W, x, y, int(GemvEpilogue::Store), &norm, eps))
+    Ops::norm_matmul_multi(s, x, norm, eps, h, W, y);
+}
+
+void CudaOps::norm_matmul_swiglu(Stream& s, const Tensor& x, const Tensor& norm, float eps, const Tensor& h,
+                                 const Tensor& W_gate, const Tensor& W_up, const Tensor& gate,
+                                 const Tensor& up, const Tensor& out) {
+  check_f32("norm_matmul_swiglu", "out", out, index_);
+  check_same_shape("norm_matmul_swiglu", "gate", gate, "out", out);
+  check(W_gate.ne[1] == W_up.ne[1], "norm_matmul_swiglu: W_gate and W_up must have the same number of rows");
+  const Tensor W[2] = {W_gate, W_up};
+  const Tensor y[2] = {out, up};
+  if (fused_disabled() || norm_fusion_disabled() ||
+      !fused_gemv(s, W, x, y, int(GemvEpilogue::SwiGlu), &norm, eps))
+    Ops::norm_matmul_swiglu(s, x, norm, eps, h, W_gate, W_up, gate, up, out);
+}
+
+void CudaOps::matmul_add(Stream& s, const Tensor& W, const Tensor& x, const Tensor& tmp, const Tensor& y) {
+  check(x.data != y.data, "matmul_add: x and y must not overlap");
+  const Tensor Ws[1] = {W};
+  const Tensor ys[1] = {y};
+  if (fused_disabled() || !fused_gemv(s, Ws, x, ys, int(GemvEpilogue::AddResidual)))
+    Ops::matmul_add(s, W, x, tmp, y);
 }
 
 void CudaOps::get_rows(Stream& s, const Tensor& table, const Tensor& ids, const Tensor& out) {
@@ -297,6 +422,51 @@ void CudaOps::kv_store(Stream& s, const KvLayerView& kv, const Tensor& k, const 
   check_i32_vector(op, "slot_mapping", slot_mapping, T, index_);
   DeviceGuard g(index_);
   launch_kv_store(kv, k, v, static_cast<const int32_t*>(slot_mapping.data), stream_of(s, index_));
+}
+
+void CudaOps::qk_norm_rope_store(Stream& s, const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const Tensor* q_norm, const Tensor* k_norm, float eps,
+                                 const Tensor& positions, const RopeParams& p, const KvLayerView& kv,
+                                 const Tensor& slot_mapping) {
+  const char* op = "qk_norm_rope_store";
+  check_cache(op, kv, index_);
+  check_f32(op, "q", q, index_);
+  check_f32(op, "k", k, index_);
+  check_f32(op, "v", v, index_);
+  const int64_t hd = q.ne[0], T = q.ne[2], n_kv = kv.k.ne[1];
+  check(q.ne[3] == 1, "qk_norm_rope_store: q must be {head_dim, n_head, T}, got " + q.shape_string());
+  check_dims(op, "k", k, kv.k.ne[0], n_kv, T);
+  check_dims(op, "v", v, kv.v.ne[0], n_kv, T);
+  check(k.ne[0] == hd, "qk_norm_rope_store: q and k must have the same head dim");
+  check_i32_vector(op, "positions", positions, T, index_);
+  check_i32_vector(op, "slot_mapping", slot_mapping, T, index_);
+  check(p.n_rot >= 2 && p.n_rot % 2 == 0 && p.n_rot <= hd,
+        "qk_norm_rope_store: n_rot must be even and in [2, head_dim = " + std::to_string(hd) + "], got " +
+            std::to_string(p.n_rot));
+  check(p.freq_base > 0.0f && std::isfinite(p.freq_base), "qk_norm_rope_store: freq_base must be > 0");
+  check(eps >= 0.0f && std::isfinite(eps), "qk_norm_rope_store: eps must be a finite value >= 0");
+  for (const Tensor* w : {q_norm, k_norm})
+    if (w) {
+      check_f32(op, "norm weight", *w, index_);
+      check(w->ne[0] == hd && w->nrows() == 1, "qk_norm_rope_store: norm weights must be {" +
+                                                   std::to_string(hd) + "}, got " + w->shape_string());
+    }
+  const float* ff = nullptr;
+  if (p.freq_factors) {
+    check_f32(op, "freq_factors", *p.freq_factors, index_);
+    check(p.freq_factors->ne[0] == p.n_rot / 2 && p.freq_factors->nrows() == 1,
+          "qk_norm_rope_store: freq_factors must be {" + std::to_string(p.n_rot / 2) + "}, got " +
+              p.freq_factors->shape_string());
+    ff = static_cast<const float*>(p.freq_factors->data);
+  }
+  // One warp's row lives in shared memory: 4 warps x hd floats must fit the default 48 KB.
+  if (hd > 2048 || fused_disabled())
+    return Ops::qk_norm_rope_store(s, q, k, v, q_norm, k_norm, eps, positions, p, kv, slot_mapping);
+  DeviceGuard g(index_);
+  launch_attn_inputs(q, k, v, q_norm ? static_cast<const float*>(q_norm->data) : nullptr,
+                     k_norm ? static_cast<const float*>(k_norm->data) : nullptr, eps,
+                     static_cast<const int32_t*>(positions.data), p, ff, kv,
+                     static_cast<const int32_t*>(slot_mapping.data), stream_of(s, index_));
 }
 
 void CudaOps::attention(Stream& s, const Tensor& q, const KvLayerView& kv, const AttentionBatch& batch,

@@ -19,13 +19,16 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "backend/backend.h"
 #include "backend/cuda/gemm_lt.h"
 
 namespace tandem::cuda {
 
-constexpr int64_t kDenseGemvMaxRows = 1;
+// Dense T <= 8 stays on the matrix-vector kernel (it was 1: cuBLASLt from T = 2) so that a row's result does
+// not depend on how many rows came with it: speculative verify compares its rows with plain decode.
+constexpr int64_t kDenseGemvMaxRows = 8;
 constexpr int64_t kQuantGemvMaxRows = 8;
 constexpr int64_t kPrefillMinRows = 64;
 constexpr int64_t kDecodeRowChunk = 64;   // rows per split-K attention launch
@@ -47,6 +50,19 @@ class CudaOps final : public Ops {
   uint64_t workspace_generation() const { return ws_generation_; }
 
   void matmul(Stream&, const Tensor& W, const Tensor& x, const Tensor& y) override;
+  void matmul_multi(Stream&, std::span<const Tensor> W, const Tensor& x, std::span<const Tensor> y) override;
+  void matmul_swiglu(Stream&, const Tensor& W_gate, const Tensor& W_up, const Tensor& x, const Tensor& gate,
+                     const Tensor& up, const Tensor& out) override;
+  void norm_matmul_multi(Stream&, const Tensor& x, const Tensor& norm, float eps, const Tensor& h,
+                         std::span<const Tensor> W, std::span<const Tensor> y) override;
+  void norm_matmul_swiglu(Stream&, const Tensor& x, const Tensor& norm, float eps, const Tensor& h,
+                          const Tensor& W_gate, const Tensor& W_up, const Tensor& gate, const Tensor& up,
+                          const Tensor& out) override;
+  void matmul_add(Stream&, const Tensor& W, const Tensor& x, const Tensor& tmp, const Tensor& y) override;
+  void qk_norm_rope_store(Stream&, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* q_norm,
+                          const Tensor* k_norm, float eps, const Tensor& positions,
+                          const RopeParams& rope_params, const KvLayerView& kv,
+                          const Tensor& slot_mapping) override;
   void get_rows(Stream&, const Tensor& table, const Tensor& ids, const Tensor& out) override;
   void embed_rows(Stream&, const Tensor& table, const Tensor& ids, float scale, const Tensor* added,
                   const Tensor* added_ids, const Tensor& out) override;
@@ -82,6 +98,13 @@ class CudaOps final : public Ops {
     size_t lt = 0, lt_bytes = 0;
     size_t attn = 0, attn_bytes = 0;
   };
+  void check_matmul(const Tensor& W, const Tensor& x, const Tensor& y) const;
+  // The fused matrix-vector path of matmul_multi / _swiglu / _add: false (nothing enqueued) when it does not
+  // apply (T > 8, mixed dtypes, unaligned dense rows), and the caller composes the ops instead.
+  // norm (F32 {K} on this device, or null): x is rms-normed first (eps), inside the product or its activation
+  // quantization.
+  bool fused_gemv(Stream& s, std::span<const Tensor> W, const Tensor& x, std::span<const Tensor> y, int epi,
+                  const Tensor* norm = nullptr, float eps = 0.0f);
   char* region(size_t offset) const { return static_cast<char*>(ws_) + offset; }
   void need(size_t have, size_t want, const char* what) const;
 

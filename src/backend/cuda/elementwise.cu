@@ -9,6 +9,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/pdl.cuh"
 #include "backend/cuda/quant_device.cuh"
 #include "backend/cuda/tensor_rows.h"
 
@@ -23,6 +24,8 @@ int threads_for_row(int64_t ne0) {
 
 // ---- rms_norm: one warp per row --------------------------------------------------------------------------
 __global__ void rms_norm_kernel(RowView x, const float* __restrict__ weight, float eps, RowView out) {
+  pdl_trigger();  // pdl.cuh: the matrix product after it may launch and start loading its weights
+  pdl_wait();
   const int64_t r = int64_t(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
   if (r >= x.n_rows()) return;
   const int lane = threadIdx.x % kWarpSize;
@@ -33,6 +36,27 @@ __global__ void rms_norm_kernel(RowView x, const float* __restrict__ weight, flo
   ss = warp_sum(ss);
   const float inv = 1.0f / sqrtf(ss / float(x.ne0) + eps);
   for (int64_t i = lane; i < x.ne0; i += kWarpSize) yr[i] = weight ? xr[i] * inv * weight[i] : xr[i] * inv;
+}
+
+// ---- rms_norm of long rows (the hidden state, ne0 >= kBlockNormMin): one block per row. At decode there is one
+// row: a single warp walking 4096 values took several microseconds on one SM, twice a layer on the critical
+// path; 256 threads take 16 values each. Chosen by the row length only, so a row's result does not depend on
+// how many rows come with it.
+constexpr int64_t kBlockNormMin = 1024;
+constexpr int kBlockNormThreads = 256;
+__global__ void __launch_bounds__(kBlockNormThreads)
+    rms_norm_block_kernel(RowView x, const float* __restrict__ weight, float eps, RowView out) {
+  __shared__ float red[32];
+  pdl_trigger();  // pdl.cuh
+  pdl_wait();
+  const int64_t r = blockIdx.x;
+  const float* xr = x.row_as<const float>(r);
+  float* yr = out.row_as<float>(r);
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < x.ne0; i += blockDim.x) ss += xr[i] * xr[i];
+  ss = block_sum(ss, red);
+  const float inv = 1.0f / sqrtf(ss / float(x.ne0) + eps);
+  for (int64_t i = threadIdx.x; i < x.ne0; i += blockDim.x) yr[i] = weight ? xr[i] * inv * weight[i] : xr[i] * inv;
 }
 
 // ---- rope: one thread per rotated pair --------------------------------------------------------------------
@@ -282,8 +306,12 @@ void launch_rms_norm(const Tensor& x, const float* weight, float eps, const Tens
   const int64_t rows = xv.n_rows();
   if (rows == 0) return;
   constexpr int kWarps = 8;
-  rms_norm_kernel<<<unsigned((rows + kWarps - 1) / kWarps), kWarps * kWarpSize, 0, stream>>>(xv, weight, eps,
-                                                                                             ov);
+  if (xv.ne0 >= kBlockNormMin) {
+    launch_pdl(rms_norm_block_kernel, dim3(unsigned(rows)), dim3(kBlockNormThreads), 0, stream, xv, weight, eps, ov);
+    return;
+  }
+  launch_pdl(rms_norm_kernel, dim3(unsigned((rows + kWarps - 1) / kWarps)), dim3(kWarps * kWarpSize), 0, stream,
+             xv, weight, eps, ov);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 

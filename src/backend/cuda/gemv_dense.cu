@@ -1,7 +1,8 @@
 // Matrix-vector products for decode with F32/F16/BF16 weights: y[o, t] = sum_i W[i, o] x[i, t] for a few
-// columns t. Decode is bound by reading W once, so each warp streams one row of W with 16-byte loads, several
-// in flight per lane (kUnroll), evict-first so that x stays in L1; x is read through the read-only cache and
+// columns t. Decode is bound by reading W once, so each warp streams R rows of W with 16-byte loads, several
+// in flight per lane (U), evict-first so that x stays in L1; x is read with plain loads and
 // shared by all rows. Columns are a template parameter (1..8) so that the accumulators stay in registers.
+// The same kernel runs fused products (GemvArgs: Q/K/V in one launch, gate/up with SwiGLU, residual add).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -9,93 +10,188 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/gemv_dense_vec.cuh"
+#include "backend/cuda/pdl.cuh"
 
 namespace tandem::cuda {
 namespace {
 
-constexpr int kWarpsPerBlock = 8;
+constexpr int kWarpsPerBlock = 8;  // scalar path
 
-// Eight (16-bit types) or four (F32) weights of one 16-byte load, as floats.
-template <DType WT>
-struct Vec16 {
-  static constexpr int kElems = WT == DType::F32 ? 4 : 8;
-  static __device__ __forceinline__ void unpack(const uint4& v, float* w) {
-    if constexpr (WT == DType::F32) {
-      w[0] = __uint_as_float(v.x);
-      w[1] = __uint_as_float(v.y);
-      w[2] = __uint_as_float(v.z);
-      w[3] = __uint_as_float(v.w);
-    } else {
-      const uint32_t u[4] = {v.x, v.y, v.z, v.w};
+// Vector path (W rows and x columns 16-byte aligned, K a multiple of the elements per load), fused over up to
+// three matrices (GemvArgs). A warp owns R weight rows: every x value a lane loads serves R rows, so
+// at T = 8 the L1 traffic for x is 8 cols x 32 B / R = 64 B per 16 B of weights (it was 256 B with one row
+// per warp, which kept T = 8 at 30% of bandwidth). Bytes in flight: R x U x 16 B = 256 B per lane,
+// 8 KB per warp; H200 wants >= ~40 KB per SM, i.e. >= 5 warps resident, and ~110 registers at T = 1 allow 16.
+// Each (row, column) sum is one fmaf chain over i in a fixed order, whatever NC is: batch invariant.
+// Rows per warp R and loads in flight per row U: R = 4, U = 4 by default; R = 2, U = 8 (the same 64 registers
+// of weights in flight, twice the warps) for products with few rows and few columns, where R = 4 left ~8
+// warps per SM: the {12288 -> 4096} down projection ran at 75% of bandwidth against 99% for {4096 -> 12288}
+// (H200, 2026-12-04 15:50). R and U change only which warp computes a row, never the order of its sums.
+constexpr int kFusedWarps = 4;
+
+template <GemvEpilogue EPI, int R>
+constexpr int rows_per_unit() {
+  return EPI == GemvEpilogue::SwiGlu ? R / 2 : R;  // SwiGlu: R/2 gate rows + the same up rows
+}
+
+__device__ __forceinline__ const GemvSeg& seg_at(const GemvArgs& a, int s) {
+  return s == 0 ? a.seg[0] : s == 1 ? a.seg[1] : a.seg[2];
+}
+
+// The segment and first row of work unit u (units are laid segment after segment); false past the end.
+template <GemvEpilogue EPI, int R>
+__device__ __forceinline__ bool find_unit(const GemvArgs& a, int64_t u, int& seg, int64_t& row0) {
+  constexpr int per = rows_per_unit<EPI, R>();
+  const int n = EPI == GemvEpilogue::SwiGlu ? 1 : a.n_seg;
+  for (int s = 0; s < n; ++s) {
+    const int64_t nu = (seg_at(a, s).N + per - 1) / per;
+    if (u < nu) {
+      seg = s;
+      row0 = u * per;
+      return true;
+    }
+    u -= nu;
+  }
+  return false;
+}
+
+// x is read with plain loads, never __ldg / const __restrict__: under programmatic dependent launch the
+// previous kernel writes x while this grid is already running, so x is not read-only for the kernel's
+// lifetime (the non-coherent path's contract), and an invariant load could be hoisted above pdl_wait.
+// NORM: x is rms-normed on the way (GemvArgs::norm): each x value is squared into ss (the warp reads the
+// whole column) and multiplied by its norm weight; the kernel scales the sums by 1 / rms at the end.
+template <DType WT, int NC, int R, bool NORM>
+__device__ __forceinline__ void fused_step(const uint4 (&wv)[R], int64_t e, const float* x, int64_t x_ld,
+                                           const float* norm, float (&acc)[R][NC], float (&ss)[NC]) {
+  constexpr int kE = Vec16<WT>::kElems;
+  float w[R][kE];
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        if constexpr (WT == DType::BF16) {
-          w[2 * k] = __uint_as_float(u[k] << 16);
-          w[2 * k + 1] = __uint_as_float(u[k] & 0xffff0000u);
-        } else {
-          const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&u[k]));
-          w[2 * k] = f.x;
-          w[2 * k + 1] = f.y;
-        }
-      }
+  for (int r = 0; r < R; ++r) Vec16<WT>::unpack(wv[r], w[r]);
+  float nv[kE];
+  if constexpr (NORM) {
+    const float4* np = reinterpret_cast<const float4*>(norm + e);
+#pragma unroll
+    for (int k = 0; k < kE / 4; ++k) {
+      const float4 f = np[k];
+      nv[4 * k] = f.x;
+      nv[4 * k + 1] = f.y;
+      nv[4 * k + 2] = f.z;
+      nv[4 * k + 3] = f.w;
     }
   }
-};
-
-template <DType WT, int NC>
-__device__ __forceinline__ void accumulate(const uint4& wv, int64_t e, const float* __restrict__ x,
-                                           int64_t x_ld, float* acc) {
-  constexpr int kE = Vec16<WT>::kElems;
-  float w[kE];
-  Vec16<WT>::unpack(wv, w);
 #pragma unroll
   for (int c = 0; c < NC; ++c) {
+    float xv[kE];
     const float4* xp = reinterpret_cast<const float4*>(x + c * x_ld + e);
 #pragma unroll
     for (int k = 0; k < kE / 4; ++k) {
-      const float4 xv = __ldg(xp + k);
-      acc[c] += w[4 * k] * xv.x + w[4 * k + 1] * xv.y + w[4 * k + 2] * xv.z + w[4 * k + 3] * xv.w;
+      const float4 f = xp[k];
+      xv[4 * k] = f.x;
+      xv[4 * k + 1] = f.y;
+      xv[4 * k + 2] = f.z;
+      xv[4 * k + 3] = f.w;
     }
+    if constexpr (NORM) {
+#pragma unroll
+      for (int k = 0; k < kE; ++k) {
+        ss[c] = fmaf(xv[k], xv[k], ss[c]);
+        xv[k] *= nv[k];
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+      for (int k = 0; k < kE; ++k) acc[r][c] = fmaf(w[r][k], xv[k], acc[r][c]);
   }
 }
 
-// Vector path: W rows and x columns 16-byte aligned, K a multiple of the elements per load.
-template <DType WT, int NC>
-__global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
-    gemv_dense_vec_kernel(const char* __restrict__ W, size_t w_ld, int64_t K, int64_t N,
-                          const float* __restrict__ x, int64_t x_ld, float* __restrict__ y, int64_t y_ld,
-                          const int32_t* __restrict__ ids = nullptr, size_t w_es = 0, int k = 1, int kx = 1) {
+template <DType WT, int NC, GemvEpilogue EPI, int R, int U, bool NORM>
+__global__ void __launch_bounds__(kFusedWarps* kWarpSize) gemv_dense_fused_kernel(const GemvArgs a) {
   constexpr int kE = Vec16<WT>::kElems;
-  if (ids) {  // matmul_id: routed row s = blockIdx.y reads its expert's rows and its input column (NC == 1)
-    const int64_t s = blockIdx.y;
-    W += size_t(ids[s]) * w_es;
-    x += ((s / k) * kx + (kx == 1 ? 0 : s % k)) * x_ld;
-    y += s * y_ld;
-  }
-  constexpr int kUnroll = NC <= 2 ? 8 : 4;
-  const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
-  if (row >= N) return;
+  constexpr int per = rows_per_unit<EPI, R>();
+  pdl_trigger();  // pdl.cuh: the next kernel may launch once every block has started
+  const int64_t unit = int64_t(blockIdx.x) * kFusedWarps + threadIdx.x / kWarpSize;
+  int seg = 0;
+  int64_t row0 = 0;
+  if (!find_unit<EPI, R>(a, unit, seg, row0)) return;
   const int lane = threadIdx.x % kWarpSize;
-  const uint4* wrow = reinterpret_cast<const uint4*>(W + row * w_ld);
-  const int64_t n_vec = K / kE;
-  float acc[NC];
+  const int64_t N = seg_at(a, seg).N;
+  const uint4* wr[R];
 #pragma unroll
-  for (int c = 0; c < NC; ++c) acc[c] = 0.0f;
-
-  int64_t v = lane;
-  for (; v + (kUnroll - 1) * kWarpSize < n_vec; v += kUnroll * kWarpSize) {
-    uint4 wv[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) wv[u] = __ldcs(wrow + v + u * kWarpSize);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) accumulate<WT, NC>(wv[u], (v + u * kWarpSize) * kE, x, x_ld, acc);
+  for (int r = 0; r < R; ++r) {
+    const GemvSeg& sg = EPI == GemvEpilogue::SwiGlu ? seg_at(a, r < per ? 0 : 1) : seg_at(a, seg);
+    const int64_t o = row0 + r % per;
+    // A row past N (the last unit of a segment) reads row0 again and is never written.
+    wr[r] = reinterpret_cast<const uint4*>(static_cast<const char*>(sg.W) + (o < N ? o : row0) * sg.w_ld);
   }
-  for (; v < n_vec; v += kWarpSize) accumulate<WT, NC>(__ldcs(wrow + v), v * kE, x, x_ld, acc);
-
+  const int64_t n_vec = a.K / kE;
+  float acc[R][NC], ss[NC];
 #pragma unroll
   for (int c = 0; c < NC; ++c) {
-    const float s = warp_sum(acc[c]);
-    if (lane == 0) y[c * y_ld + row] = s;
+    ss[c] = 0.0f;
+#pragma unroll
+    for (int r = 0; r < R; ++r) acc[r][c] = 0.0f;
+  }
+
+  // The first weight loads are issued before pdl_wait (weights are never written during a step); x, y and r
+  // are touched only after it.
+  bool waited = false;
+  int64_t v = lane;
+  for (; v + (U - 1) * kWarpSize < n_vec; v += U * kWarpSize) {
+    uint4 wv[U][R];
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+#pragma unroll
+      for (int r = 0; r < R; ++r) wv[u][r] = __ldcs(wr[r] + v + u * kWarpSize);
+    if (!waited) {
+      pdl_wait();
+      waited = true;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u)
+      fused_step<WT, NC, R, NORM>(wv[u], (v + u * kWarpSize) * kE, a.x, a.x_ld, a.norm, acc, ss);
+  }
+  for (; v < n_vec; v += kWarpSize) {
+    uint4 wv[R];
+#pragma unroll
+    for (int r = 0; r < R; ++r) wv[r] = __ldcs(wr[r] + v);
+    if (!waited) {
+      pdl_wait();
+      waited = true;
+    }
+    fused_step<WT, NC, R, NORM>(wv, v * kE, a.x, a.x_ld, a.norm, acc, ss);
+  }
+  if (!waited) pdl_wait();
+
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int c = 0; c < NC; ++c) acc[r][c] = warp_sum(acc[r][c]);
+  if constexpr (NORM) {  // rms_norm's 1 / sqrt(mean(x^2) + eps), applied to the sums instead of to x
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+      const float inv = 1.0f / sqrtf(warp_sum(ss[c]) / float(a.K) + a.eps);
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[r][c] *= inv;
+    }
+  }
+  if (lane != 0) return;
+  const GemvSeg& out = seg_at(a, seg);
+#pragma unroll
+  for (int r = 0; r < per; ++r) {
+    const int64_t o = row0 + r;
+    if (o >= N) break;
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+      float val = acc[r][c];
+      if constexpr (EPI == GemvEpilogue::SwiGlu) {
+        val = val / (1.0f + expf(-val)) * acc[r + per][c];  // the CUDA silu_mul's expression
+      } else if constexpr (EPI == GemvEpilogue::AddResidual) {
+        val = out.r[c * out.r_ld + o] + val;  // add(x, proj)'s order
+      }
+      out.y[c * out.y_ld + o] = val;
+    }
   }
 }
 
@@ -103,17 +199,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
 template <class Tag>
 __global__ void gemv_dense_scalar_kernel(const char* __restrict__ W, size_t w_ld, int64_t K, int64_t N,
                                          const float* __restrict__ x, int64_t x_ld, float* __restrict__ y,
-                                         int64_t y_ld, const int32_t* __restrict__ ids = nullptr,
-                                         size_t w_es = 0, int k = 1, int kx = 1) {
+                                         int64_t y_ld) {
   const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
-  int64_t c = blockIdx.y;
-  if (ids) {  // matmul_id: routed row s = blockIdx.y
-    const int64_t s = blockIdx.y;
-    W += size_t(ids[s]) * w_es;
-    x += ((s / k) * kx + (kx == 1 ? 0 : s % k)) * x_ld;
-    y += s * y_ld;
-    c = 0;
-  }
+  const int64_t c = blockIdx.y;
   if (row >= N) return;
   const int lane = threadIdx.x % kWarpSize;
   const auto* wrow = reinterpret_cast<const typename Tag::storage*>(W + row * w_ld);
@@ -124,19 +212,27 @@ __global__ void gemv_dense_scalar_kernel(const char* __restrict__ W, size_t w_ld
   if (lane == 0) y[c * y_ld + row] = acc;
 }
 
-template <DType WT>
-void launch_vec(const char* W, size_t w_ld, int64_t K, int64_t N, const float* x, int64_t x_ld, int64_t T,
-                float* y, int64_t y_ld, cudaStream_t stream) {
-  const unsigned grid = unsigned((N + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  const int threads = kWarpsPerBlock * kWarpSize;
-  for (int64_t t0 = 0; t0 < T; t0 += kGemvMaxCols) {
-    const int nc = int(std::min<int64_t>(kGemvMaxCols, T - t0));
-    const float* xs = x + t0 * x_ld;
-    float* ys = y + t0 * y_ld;
+template <DType WT, GemvEpilogue EPI, int R, int U, bool NORM>
+void launch_fused_ru(const GemvArgs& a, cudaStream_t stream) {
+  constexpr int per = rows_per_unit<EPI, R>();
+  int64_t units = 0;
+  const int n = EPI == GemvEpilogue::SwiGlu ? 1 : a.n_seg;
+  for (int s = 0; s < n; ++s) units += (a.seg[s].N + per - 1) / per;
+  if (units == 0) return;
+  const unsigned grid = unsigned((units + kFusedWarps - 1) / kFusedWarps);
+  for (int64_t t0 = 0; t0 < a.T; t0 += kGemvMaxCols) {
+    const int nc = int(std::min<int64_t>(kGemvMaxCols, a.T - t0));
+    GemvArgs c = a;  // columns t0 .. t0 + nc of x, y and r
+    c.x = a.x + t0 * a.x_ld;
+    for (int s = 0; s < a.n_seg; ++s) {
+      c.seg[s].y = a.seg[s].y ? a.seg[s].y + t0 * a.seg[s].y_ld : nullptr;
+      c.seg[s].r = a.seg[s].r ? a.seg[s].r + t0 * a.seg[s].r_ld : nullptr;
+    }
     switch (nc) {
-#define TANDEM_GEMV_CASE(n)                                                                        \
-  case n:                                                                                          \
-    gemv_dense_vec_kernel<WT, n><<<grid, threads, 0, stream>>>(W, w_ld, K, N, xs, x_ld, ys, y_ld); \
+#define TANDEM_GEMV_CASE(n)                                                                                  \
+  case n:                                                                                                    \
+    launch_pdl(gemv_dense_fused_kernel<WT, n, EPI, R, U, NORM>, dim3(grid), dim3(kFusedWarps* kWarpSize), 0, \
+               stream, c);                                                                                   \
     break;
       TANDEM_GEMV_CASE(1)
       TANDEM_GEMV_CASE(2)
@@ -152,6 +248,35 @@ void launch_vec(const char* W, size_t w_ld, int64_t K, int64_t N, const float* x
   }
 }
 
+// R = 2 when the rows are few (<= 8192 in all: ~16 warps per SM instead of ~8 on 132 SMs) and T <= 4 (x is
+// loaded once per R rows: at T = 8, R = 4 keeps the L1 traffic for x below the weights'). Only speed depends
+// on it.
+template <DType WT, GemvEpilogue EPI>
+void launch_fused(const GemvArgs& a, cudaStream_t stream) {
+  int64_t rows = 0;
+  for (int s = 0; s < a.n_seg; ++s) rows += a.seg[s].N;
+  if constexpr (EPI != GemvEpilogue::AddResidual) {  // a norm comes before Q/K/V and gate/up only
+    if (a.norm != nullptr) {
+      if (rows <= 8192 && a.T <= 4) return launch_fused_ru<WT, EPI, 2, 8, true>(a, stream);
+      return launch_fused_ru<WT, EPI, 4, 4, true>(a, stream);
+    }
+  }
+  if (rows <= 8192 && a.T <= 4) return launch_fused_ru<WT, EPI, 2, 8, false>(a, stream);
+  launch_fused_ru<WT, EPI, 4, 4, false>(a, stream);
+}
+
+template <DType WT>
+void launch_fused_type(const GemvArgs& a, cudaStream_t stream) {
+  switch (a.epi) {
+    case GemvEpilogue::Store:
+      return launch_fused<WT, GemvEpilogue::Store>(a, stream);
+    case GemvEpilogue::AddResidual:
+      return launch_fused<WT, GemvEpilogue::AddResidual>(a, stream);
+    case GemvEpilogue::SwiGlu:
+      return launch_fused<WT, GemvEpilogue::SwiGlu>(a, stream);
+  }
+}
+
 template <class Tag>
 void launch_scalar(const char* W, size_t w_ld, int64_t K, int64_t N, const float* x, int64_t x_ld, int64_t T,
                    float* y, int64_t y_ld, cudaStream_t stream) {
@@ -161,64 +286,69 @@ void launch_scalar(const char* W, size_t w_ld, int64_t K, int64_t N, const float
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
+bool is_dense_type(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16;
+}
+
 bool aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
 }
 
 }  // namespace
 
-void launch_gemv_dense(DType wt, const void* W, size_t w_ld, int64_t K, int64_t N, const float* x,
-                       int64_t x_ld, int64_t T, float* y, int64_t y_ld, cudaStream_t stream) {
-  if (N == 0 || T == 0) return;
-  const char* w = static_cast<const char*>(W);
-  const size_t elem = wt == DType::F32 ? 4 : 2;
+bool gemv_dense_fusable(const GemvArgs& a) {
+  if (!is_dense_type(a.wt) || a.n_seg < 1 || a.n_seg > kGemvMaxSegs) return false;
+  const size_t elem = a.wt == DType::F32 ? 4 : 2;
   const int64_t per_vec = int64_t(16 / elem);
-  const bool vec =
-      aligned16(W) && w_ld % 16 == 0 && K % per_vec == 0 && aligned16(x) && (T == 1 || (x_ld * 4) % 16 == 0);
-  switch (wt) {
+  if (a.K % per_vec != 0 || !aligned16(a.x) || (a.T > 1 && (a.x_ld * 4) % 16 != 0)) return false;
+  for (int s = 0; s < a.n_seg; ++s)
+    if (!aligned16(a.seg[s].W) || a.seg[s].w_ld % 16 != 0) return false;
+  if (a.norm != nullptr && (!aligned16(a.norm) || a.epi == GemvEpilogue::AddResidual)) return false;
+  return a.epi != GemvEpilogue::SwiGlu || (a.n_seg == 2 && a.seg[0].N == a.seg[1].N);
+}
+
+void launch_gemv_dense_fused(const GemvArgs& a, cudaStream_t stream) {
+  check(gemv_dense_fusable(a), "launch_gemv_dense_fused: arguments the 16-byte path cannot take");
+  if (a.T == 0) return;
+  switch (a.wt) {
     case DType::F32:
-      return vec ? launch_vec<DType::F32>(w, w_ld, K, N, x, x_ld, T, y, y_ld, stream)
-                 : launch_scalar<F32Tag>(w, w_ld, K, N, x, x_ld, T, y, y_ld, stream);
+      return launch_fused_type<DType::F32>(a, stream);
     case DType::F16:
-      return vec ? launch_vec<DType::F16>(w, w_ld, K, N, x, x_ld, T, y, y_ld, stream)
-                 : launch_scalar<F16Tag>(w, w_ld, K, N, x, x_ld, T, y, y_ld, stream);
+      return launch_fused_type<DType::F16>(a, stream);
     case DType::BF16:
-      return vec ? launch_vec<DType::BF16>(w, w_ld, K, N, x, x_ld, T, y, y_ld, stream)
-                 : launch_scalar<BF16Tag>(w, w_ld, K, N, x, x_ld, T, y, y_ld, stream);
+      return launch_fused_type<DType::BF16>(a, stream);
     default:
-      throw Error(std::string("launch_gemv_dense: not a dense dtype: ") + dtype_name(wt));
+      break;
   }
 }
 
-void launch_gemv_dense_id(DType wt, const void* W, size_t w_ld, size_t w_es, int64_t K, int64_t N,
-                          const float* x, int64_t x_ld, const int32_t* ids, int64_t n_slots, int k, int kx,
-                          float* y, int64_t y_ld, cudaStream_t stream) {
-  if (N == 0 || n_slots == 0) return;
+void launch_gemv_dense(DType wt, const void* W, size_t w_ld, int64_t K, int64_t N, const float* x,
+                       int64_t x_ld, int64_t T, float* y, int64_t y_ld, cudaStream_t stream) {
+  if (N == 0 || T == 0) return;
+  GemvArgs a;
+  a.wt = wt;
+  a.K = K;
+  a.x = x;
+  a.x_ld = x_ld;
+  a.T = T;
+  a.n_seg = 1;
+  a.seg[0].W = W;
+  a.seg[0].w_ld = w_ld;
+  a.seg[0].N = N;
+  a.seg[0].y = y;
+  a.seg[0].y_ld = y_ld;
+  if (is_dense_type(wt) && gemv_dense_fusable(a)) return launch_gemv_dense_fused(a, stream);
   const char* w = static_cast<const char*>(W);
-  const size_t elem = wt == DType::F32 ? 4 : 2;
-  const int64_t per_vec = int64_t(16 / elem);
-  const bool vec = aligned16(W) && w_ld % 16 == 0 && w_es % 16 == 0 && K % per_vec == 0 && aligned16(x) &&
-                   (x_ld * 4) % 16 == 0;
-  const dim3 grid(unsigned((N + kWarpsPerBlock - 1) / kWarpsPerBlock), unsigned(n_slots));
-  const int threads = kWarpsPerBlock * kWarpSize;
   switch (wt) {
-#define TANDEM_GEMV_ID(T, TAG)                                                               \
-  case DType::T:                                                                             \
-    if (vec)                                                                                 \
-      gemv_dense_vec_kernel<DType::T, 1>                                                     \
-          <<<grid, threads, 0, stream>>>(w, w_ld, K, N, x, x_ld, y, y_ld, ids, w_es, k, kx); \
-    else                                                                                     \
-      gemv_dense_scalar_kernel<TAG>                                                          \
-          <<<grid, threads, 0, stream>>>(w, w_ld, K, N, x, x_ld, y, y_ld, ids, w_es, k, kx); \
-    break;
-    TANDEM_GEMV_ID(F32, F32Tag)
-    TANDEM_GEMV_ID(F16, F16Tag)
-    TANDEM_GEMV_ID(BF16, BF16Tag)
-#undef TANDEM_GEMV_ID
+    case DType::F32:
+      return launch_scalar<F32Tag>(w, w_ld, K, N, x, x_ld, T, y, y_ld, stream);
+    case DType::F16:
+      return launch_scalar<F16Tag>(w, w_ld, K, N, x, x_ld, T, y, y_ld, stream);
+    case DType::BF16:
+      return launch_scalar<BF16Tag>(w, w_ld, K, N, x, x_ld, T, y, y_ld, stream);
     default:
-      throw Error(std::string("launch_gemv_dense_id: not a dense dtype: ") + dtype_name(wt));
+      throw Error(std::string("launch_gemv_dense: not a dense dtype: ") + dtype_name(wt));
   }
-  TANDEM_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace tandem::cuda

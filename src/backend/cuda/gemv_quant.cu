@@ -1,5 +1,8 @@
 // Matrix-vector products for decode with block-quantized weights (Q8_0, Q4_0, Q4_K, Q5_K, Q6_K).
 //
+// The kernel also runs the fused products (GemvArgs, cuda_kernels.h): Q/K/V as one launch, gate/up with
+// SwiGLU in the epilogue, the residual add in the epilogue.
+//
 // x is first quantized to 8 bits per 32 values (launch_quantize_q8: int8 q, scale d and d * sum q per 32), so
 // that every 32 weights become eight 4-byte integer dot products (dp4a). GGUF blocks are 18, 34, 144, 176 or
 // 210 bytes, so most blocks are not 16-byte aligned; instead of narrow loads from global memory, each block
@@ -15,6 +18,8 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/gemv_quant_decode.cuh"
+#include "backend/cuda/pdl.cuh"
 #include "quant/blocks.h"
 
 namespace tandem::cuda {
@@ -28,9 +33,11 @@ size_t align256(size_t n) {
 }
 
 // ---- activation quantization: one warp per 32 values ------------------------------------------------------
-__global__ void quantize_q8_kernel(const float* __restrict__ x, int64_t x_ld, int64_t K,
-                                   int64_t n_blocks_total, int8_t* __restrict__ xq,
-                                   float2* __restrict__ xds) {
+// (x, xq, xds: plain loads, no __restrict__ / __ldg: the previous kernel writes them while a PDL grid runs.)
+__global__ void quantize_q8_kernel(const float* x, int64_t x_ld, int64_t K, int64_t n_blocks_total,
+                                   int8_t* __restrict__ xq, float2* __restrict__ xds) {
+  pdl_trigger();  // pdl.cuh
+  pdl_wait();     // x is the previous kernel's output
   const int64_t bi = int64_t(blockIdx.x) * (blockDim.x / kWarpSize) + threadIdx.x / kWarpSize;
   if (bi >= n_blocks_total) return;
   const int lane = threadIdx.x % kWarpSize;
@@ -45,97 +52,104 @@ __global__ void quantize_q8_kernel(const float* __restrict__ x, int64_t x_ld, in
   if (lane == 0) xds[bi] = make_float2(d, d * float(sum));
 }
 
-// ---- per-type decoding of one 32-value sub-block i of a row held in shared memory -------------------------
-// Produces 8 packed int8x4 weights w (values in the order of the 32 activations), and a0, a1, bias such that
-// sum_j W_j x_j ~= d_x * (a0 * dot(w[0..3], xq[0..15]) + a1 * dot(w[4..7], xq[16..31])) + bias * (d_x sum
-// xq).
-struct SubBlock {
-  int w[8];
-  float a0, a1, bias;
-};
-
-template <DType QT>
-__device__ __forceinline__ SubBlock decode_sub_block(const uint8_t* row, int64_t i) {
-  SubBlock r;
-  if constexpr (QT == DType::Q8_0) {
-    const uint8_t* b = row + i * 34;
-    const float d = fp16_bits_to_float(load_u16_unaligned(b));
-#pragma unroll
-    for (int k = 0; k < 8; ++k) r.w[k] = int(load_u32_unaligned(b + 2 + 4 * k));
-    r.a0 = r.a1 = d;
-    r.bias = 0.0f;
-  } else if constexpr (QT == DType::Q4_0) {
-    const uint8_t* b = row + i * 18;
-    const float d = fp16_bits_to_float(load_u16_unaligned(b));
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const uint32_t q = load_u32_unaligned(b + 2 + 4 * k);
-      r.w[k] = int(q & 0x0F0F0F0Fu);             // values 4k .. 4k+3
-      r.w[4 + k] = int((q >> 4) & 0x0F0F0F0Fu);  // values 16 + 4k ..
-    }
-    r.a0 = r.a1 = d;
-    r.bias = -8.0f * d;
-  } else if constexpr (QT == DType::Q4_K || QT == DType::Q5_K) {
-    constexpr int kBytes = QT == DType::Q4_K ? 144 : 176;
-    constexpr int kQs = QT == DType::Q4_K ? 16 : 48;
-    const uint8_t* b = row + (i / 8) * kBytes;
-    const int s = int(i % 8), c = s / 2, shift = 4 * (s & 1);
-    const float d = fp16_bits_to_float(load_u16_unaligned(b));
-    const float dmin = fp16_bits_to_float(load_u16_unaligned(b + 2));
-    uint8_t sc, m;
-    quant::unpack_scale_min_k4(b + 4, s, sc, m);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      uint32_t q = (load_u32_unaligned(b + kQs + 32 * c + 4 * k) >> shift) & 0x0F0F0F0Fu;
-      if constexpr (QT == DType::Q5_K) q |= ((load_u32_unaligned(b + 16 + 4 * k) >> s) & 0x01010101u) << 4;
-      r.w[k] = int(q);
-    }
-    r.a0 = r.a1 = d * float(sc);
-    r.bias = -dmin * float(m);
-  } else if constexpr (QT == DType::Q6_K) {
-    const uint8_t* b = row + (i / 8) * 210;
-    const int s = int(i % 8), h = s / 4, kq = s % 4;
-    const float d = fp16_bits_to_float(load_u16_unaligned(b + 208));
-    const uint8_t* ql = b + 64 * h + 32 * (kq & 1);
-    const uint8_t* qh = b + 128 + 32 * h;
-    const int lo_shift = 4 * (kq >> 1), hi_shift = 2 * kq;
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      const uint32_t lo = (load_u32_unaligned(ql + 4 * k) >> lo_shift) & 0x0F0F0F0Fu;
-      const uint32_t hi = ((load_u32_unaligned(qh + 4 * k) >> hi_shift) & 0x03030303u) << 4;
-      r.w[k] = int(__vsubss4(lo | hi, 0x20202020u));  // level - 32, in -32 .. 31
-    }
-    const int8_t* scales = reinterpret_cast<const int8_t*>(b + 192);
-    r.a0 = d * float(scales[8 * h + 2 * kq]);
-    r.a1 = d * float(scales[8 * h + 2 * kq + 1]);
-    r.bias = 0.0f;
+// rms_norm of column t = blockIdx.x (x * inv * norm, rms_norm_kernel's expression), then quantized per 32
+// values as quantize_q8_kernel does: the norm before the Q/K/V and gate/up products and their activation
+// quantization in one launch. A block per column: the sum of squares is a block reduction over the whole
+// column.
+constexpr int kNormQuantThreads = 256;
+__global__ void __launch_bounds__(kNormQuantThreads)
+    quantize_q8_norm_kernel(const float* x, int64_t x_ld, int64_t K, const float* norm, float eps,
+                            int8_t* __restrict__ xq, float2* __restrict__ xds) {
+  __shared__ float red[32];
+  pdl_trigger();  // pdl.cuh
+  pdl_wait();     // x is the previous kernel's output
+  const int64_t t = blockIdx.x;
+  const float* xc = x + t * x_ld;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < K; i += blockDim.x) ss += xc[i] * xc[i];
+  ss = block_sum(ss, red);
+  const float inv = 1.0f / sqrtf(ss / float(K) + eps);
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int64_t per_col = K / 32;
+  for (int64_t b = warp; b < per_col; b += blockDim.x / kWarpSize) {
+    const int64_t i = b * 32 + lane;
+    const float v = xc[i] * inv * norm[i];
+    const float amax = warp_max(fabsf(v));
+    const float d = amax / 127.0f;
+    const int q = amax > 0.0f ? __float2int_rn(v / d) : 0;
+    xq[t * K + i] = int8_t(q);
+    const int sum = __reduce_add_sync(0xffffffffu, q);
+    if (lane == 0) xds[t * per_col + b] = make_float2(d, d * float(sum));
   }
-  return r;
 }
 
-template <DType QT, int NC>
-__global__ void __launch_bounds__(kRowsPerBlock* kWarpSize)
-    gemv_quant_kernel(const char* __restrict__ W, size_t w_ld, int64_t K, int64_t N, size_t row_bytes,
-                      size_t pitch, const int8_t* __restrict__ xq, const float2* __restrict__ xds,
-                      float* __restrict__ y, int64_t y_ld, const int32_t* __restrict__ ids, size_t w_es,
-                      int k, int kx) {
-  extern __shared__ __align__(16) uint8_t smem[];
-  if (ids) {  // matmul_id: routed row s = blockIdx.y reads its expert's rows and its input column (NC == 1)
-    const int64_t s = blockIdx.y;
-    const int64_t c = (s / k) * kx + (kx == 1 ? 0 : s % k);
-    W += size_t(ids[s]) * w_es;
-    xq += c * K;
-    xds += c * (K / 32);
-    y += s * y_ld;
-  }
-  const int64_t row0 = int64_t(blockIdx.x) * kRowsPerBlock;
-  const int tid = threadIdx.x;
+__device__ __forceinline__ const GemvSeg& seg_at(const GemvArgs& a, int s) {
+  return s == 0 ? a.seg[0] : s == 1 ? a.seg[1] : a.seg[2];
+}
 
-  // Stage the rows in shared memory, each at the same offset mod 16 as in global memory.
-  for (int r = 0; r < kRowsPerBlock && row0 + r < N; ++r) {
-    const uint8_t* g = reinterpret_cast<const uint8_t*>(W + (row0 + r) * w_ld);
+// Rows of W a block owns: kRowsPerBlock rows of one segment, or for SwiGlu kRowsPerBlock/2 gate rows (warps
+// 0, 1) and the same up rows (warps 2, 3), combined through shared memory at the end.
+template <GemvEpilogue EPI>
+constexpr int outs_per_block() {
+  return EPI == GemvEpilogue::SwiGlu ? kRowsPerBlock / 2 : kRowsPerBlock;
+}
+
+// One row's dot products with the NC activation columns: lane takes sub-blocks lane, lane + 32, ... (the same
+// order for every NC and both decodings, so results are batch invariant).
+template <DType QT, int NC, bool A16>
+__device__ __forceinline__ void row_dot(const uint8_t* rowp, int64_t n_sub, int64_t K, int lane,
+                                        const int8_t* xq, const float2* xds, float (&acc)[NC]) {
+  for (int64_t i = lane; i < n_sub; i += kWarpSize) {
+    const SubBlock sb = decode_sub_block<QT, A16>(rowp, i);
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+      const int4* xv = reinterpret_cast<const int4*>(xq + c * K + 32 * i);
+      const int4 x0 = xv[0], x1 = xv[1];
+      const int lo = dot4(sb.w[3], x0.w, dot4(sb.w[2], x0.z, dot4(sb.w[1], x0.y, dot4(sb.w[0], x0.x, 0))));
+      const int hi = dot4(sb.w[7], x1.w, dot4(sb.w[6], x1.z, dot4(sb.w[5], x1.y, dot4(sb.w[4], x1.x, 0))));
+      const float2 ds = xds[c * n_sub + i];
+      acc[c] += ds.x * (sb.a0 * float(lo) + sb.a1 * float(hi)) + sb.bias * ds.y;
+    }
+  }
+}
+
+// The segment and first output row of work unit u (units laid segment after segment); false past the end.
+template <GemvEpilogue EPI>
+__device__ __forceinline__ bool find_unit(const GemvArgs& a, int64_t u, int& seg, int64_t& row0) {
+  constexpr int per = outs_per_block<EPI>();
+  const int n_seg = EPI == GemvEpilogue::SwiGlu ? 1 : a.n_seg;
+  for (int s = 0; s < n_seg; ++s) {
+    const int64_t nu = (seg_at(a, s).N + per - 1) / per;
+    if (u < nu) {
+      seg = s;
+      row0 = u * per;
+      return true;
+    }
+    u -= nu;
+  }
+  return false;
+}
+
+// Global address of row r (0..kRowsPerBlock-1) of a unit, or null for a row past N.
+template <GemvEpilogue EPI>
+__device__ __forceinline__ const uint8_t* unit_row(const GemvArgs& a, int seg, int64_t row0, int r) {
+  constexpr int per = outs_per_block<EPI>();
+  const GemvSeg& sg = EPI == GemvEpilogue::SwiGlu ? seg_at(a, r < per ? 0 : 1) : seg_at(a, seg);
+  const int64_t o = row0 + r % per;
+  return o < seg_at(a, seg).N ? static_cast<const uint8_t*>(sg.W) + o * sg.w_ld : nullptr;
+}
+
+// Copies the rows of a unit into one shared-memory buffer, each at the same offset mod 16 as in global
+// memory: 16-byte asynchronous copies for the aligned interior, a few head and tail bytes one by one.
+template <GemvEpilogue EPI>
+__device__ __forceinline__ void stage_unit(const GemvArgs& a, int seg, int64_t row0, size_t row_bytes,
+                                           size_t pitch, uint8_t* buf) {
+  const int tid = threadIdx.x;
+  for (int r = 0; r < kRowsPerBlock; ++r) {
+    const uint8_t* g = unit_row<EPI>(a, seg, row0, r);
+    if (g == nullptr) continue;
     const uintptr_t gb = reinterpret_cast<uintptr_t>(g), ge = gb + row_bytes;
-    uint8_t* s = smem + r * pitch + (gb & 15);
+    uint8_t* s = buf + r * pitch + (gb & 15);
     const uintptr_t a0 = (gb + 15) & ~uintptr_t(15), a1 = ge & ~uintptr_t(15);
     if (a0 <= a1) {
       const int64_t n16 = int64_t(a1 - a0) / 16;
@@ -147,34 +161,82 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarpSize)
       for (int64_t k = tid; k < int64_t(row_bytes); k += blockDim.x) s[k] = g[k];
     }
   }
-  __pipeline_commit();
-  __pipeline_wait_prior(0);
-  __syncthreads();
+}
 
-  const int warp = tid / kWarpSize, lane = tid % kWarpSize;
-  const int64_t row = row0 + warp;
-  if (row >= N) return;
-  const uint8_t* rowp = smem + warp * pitch + (reinterpret_cast<uintptr_t>(W + row * w_ld) & 15);
-  const int64_t n_sub = K / 32;
-  float acc[NC];
+// A persistent grid (about as many blocks as fit on the device at once) walks the units; while the warps
+// decode unit i from one shared-memory buffer, the copy engine fills the other with unit i + gridDim.x. The
+// old kernel staged one unit, waited, decoded and exited: loads and decoding never overlapped within a block
+// and a wave of blocks all waited, then all computed (35-58% of bandwidth, BENCHMARKS run 1).
+template <DType QT, int NC, GemvEpilogue EPI>
+__global__ void __launch_bounds__(kRowsPerBlock* kWarpSize)
+    gemv_quant_kernel(const GemvArgs a, int64_t n_units, size_t row_bytes, size_t pitch, int n_buf,
+                      const int8_t* xq, const float2* xds) {
+  extern __shared__ __align__(16) uint8_t smem[];  // [n_buf][kRowsPerBlock][pitch]
+  __shared__ float up_part[kRowsPerBlock / 2][NC];
+  constexpr int per = outs_per_block<EPI>();
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const int64_t K = a.K, n_sub = K / 32;
+  const size_t buf_bytes = size_t(kRowsPerBlock) * pitch;
+
+  int64_t u = blockIdx.x;
+  int seg = 0, next_seg = 0;
+  int64_t row0 = 0, next_row0 = 0;
+  pdl_trigger();                                                 // pdl.cuh
+  if (u >= n_units || !find_unit<EPI>(a, u, seg, row0)) return;  // whole block
+  stage_unit<EPI>(a, seg, row0, row_bytes, pitch, smem);
+  __pipeline_commit();
+  pdl_wait();  // the first rows of weights are on their way; xq, xds, y and r belong to earlier kernels
+  for (int it = 0; u < n_units; u += gridDim.x, ++it) {
+    const int64_t nu = u + gridDim.x;
+    const bool has_next = nu < n_units && find_unit<EPI>(a, nu, next_seg, next_row0);
+    if (has_next && n_buf == 2)
+      stage_unit<EPI>(a, next_seg, next_row0, row_bytes, pitch, smem + ((it + 1) & 1) * buf_bytes);
+    __pipeline_commit();  // every thread commits every iteration: wait_prior(1) then means "unit u landed"
+    __pipeline_wait_prior(1);
+    __syncthreads();
+
+    const uint8_t* g = unit_row<EPI>(a, seg, row0, warp);
+    float acc[NC];
 #pragma unroll
-  for (int c = 0; c < NC; ++c) acc[c] = 0.0f;
-  for (int64_t i = lane; i < n_sub; i += kWarpSize) {
-    const SubBlock sb = decode_sub_block<QT>(rowp, i);
-#pragma unroll
-    for (int c = 0; c < NC; ++c) {
-      const int4* xv = reinterpret_cast<const int4*>(xq + c * K + 32 * i);
-      const int4 x0 = __ldg(xv), x1 = __ldg(xv + 1);
-      const int lo = dot4(sb.w[3], x0.w, dot4(sb.w[2], x0.z, dot4(sb.w[1], x0.y, dot4(sb.w[0], x0.x, 0))));
-      const int hi = dot4(sb.w[7], x1.w, dot4(sb.w[6], x1.z, dot4(sb.w[5], x1.y, dot4(sb.w[4], x1.x, 0))));
-      const float2 ds = __ldg(xds + c * n_sub + i);
-      acc[c] += ds.x * (sb.a0 * float(lo) + sb.a1 * float(hi)) + sb.bias * ds.y;
+    for (int c = 0; c < NC; ++c) acc[c] = 0.0f;
+    if (g != nullptr) {
+      const uint8_t* rowp = smem + (n_buf == 2 ? (it & 1) : 0) * buf_bytes + warp * pitch +
+                            (reinterpret_cast<uintptr_t>(g) & 15);
+      constexpr bool kHasA16 = QT == DType::Q4_K || QT == DType::Q5_K;
+      if (kHasA16 && (reinterpret_cast<uintptr_t>(rowp) & 15) == 0)
+        row_dot<QT, NC, true>(rowp, n_sub, K, lane, xq, xds, acc);  // same integers, fewer shared loads
+      else
+        row_dot<QT, NC, false>(rowp, n_sub, K, lane, xq, xds, acc);
     }
-  }
 #pragma unroll
-  for (int c = 0; c < NC; ++c) {
-    const float s = warp_sum(acc[c]);
-    if (lane == 0) y[c * y_ld + row] = s;
+    for (int c = 0; c < NC; ++c) acc[c] = warp_sum(acc[c]);
+    if constexpr (EPI == GemvEpilogue::SwiGlu) {
+      if (warp >= per && lane == 0)
+#pragma unroll
+        for (int c = 0; c < NC; ++c) up_part[warp - per][c] = acc[c];
+      __syncthreads();
+    }
+    const GemvSeg& out = seg_at(a, seg);
+    const int64_t o = row0 + warp;
+    if (lane == 0 && warp < per && o < out.N) {
+#pragma unroll
+      for (int c = 0; c < NC; ++c) {
+        float val = acc[c];
+        if constexpr (EPI == GemvEpilogue::SwiGlu) {
+          val = val / (1.0f + expf(-val)) * up_part[warp][c];  // the CUDA silu_mul's expression
+        } else if constexpr (EPI == GemvEpilogue::AddResidual) {
+          val = out.r[c * out.r_ld + o] + val;  // add(x, proj)'s order
+        }
+        out.y[c * out.y_ld + o] = val;
+      }
+    }
+    __syncthreads();               // this buffer (and up_part) are refilled next iteration
+    if (has_next && n_buf == 1) {  // rows too long for two buffers: stage after decoding, no overlap
+      stage_unit<EPI>(a, next_seg, next_row0, row_bytes, pitch, smem);
+      __pipeline_commit();  // its own group: the next iteration's (empty) commit keeps wait_prior(1) exact
+    }
+    seg = next_seg;
+    row0 = next_row0;
   }
 }
 
@@ -182,45 +244,37 @@ size_t row_pitch(size_t row_bytes) {
   return (row_bytes + 16 + 16 + 15) & ~size_t(15);
 }
 
-template <DType QT, int NC>
-void launch_one(const char* W, size_t w_ld, int64_t K, int64_t N, size_t row_bytes, const int8_t* xq,
-                const float2* xds, float* y, int64_t y_ld, cudaStream_t stream) {
+template <DType QT, int NC, GemvEpilogue EPI>
+void launch_one(const GemvArgs& a, size_t row_bytes, const int8_t* xq, const float2* xds,
+                cudaStream_t stream) {
   static std::once_flag once;
   std::call_once(once, [] {
-    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(gemv_quant_kernel<QT, NC>,
+    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(gemv_quant_kernel<QT, NC, EPI>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
   });
+  constexpr int per = outs_per_block<EPI>();
+  int64_t units = 0;
+  const int n = EPI == GemvEpilogue::SwiGlu ? 1 : a.n_seg;
+  for (int s = 0; s < n; ++s) units += (a.seg[s].N + per - 1) / per;
+  if (units == 0) return;
   const size_t pitch = row_pitch(row_bytes);
-  const unsigned grid = unsigned((N + kRowsPerBlock - 1) / kRowsPerBlock);
-  gemv_quant_kernel<QT, NC><<<grid, kRowsPerBlock * kWarpSize, kRowsPerBlock * pitch, stream>>>(
-      W, w_ld, K, N, row_bytes, pitch, xq, xds, y, y_ld, nullptr, 0, 1, 1);
+  const int n_buf = 2 * kRowsPerBlock * pitch <= size_t(kMaxSmem) ? 2 : 1;
+  const size_t smem = size_t(n_buf) * kRowsPerBlock * pitch;
+  // As many blocks as are resident at once (occupancy for this smem size), at most one per unit.
+  int dev = 0, n_sm = 0, per_sm = 0;
+  TANDEM_CUDA_CHECK(cudaGetDevice(&dev));
+  TANDEM_CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
+  TANDEM_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_quant_kernel<QT, NC, EPI>,
+                                                                  kRowsPerBlock * kWarpSize, smem));
+  const int64_t grid = std::min<int64_t>(units, int64_t(std::max(per_sm, 1)) * n_sm);
+  launch_pdl(gemv_quant_kernel<QT, NC, EPI>, dim3(unsigned(grid)), dim3(kRowsPerBlock * kWarpSize), smem,
+             stream, a, units, row_bytes, pitch, n_buf, xq, xds);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
-template <DType QT>
-void launch_id(const char* W, size_t w_ld, size_t w_es, int64_t K, int64_t N, const void* scratch,
-               const int32_t* ids, int64_t n_slots, int k, int kx, float* y, int64_t y_ld,
-               cudaStream_t stream) {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(gemv_quant_kernel<QT, 1>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
-  });
-  const size_t row_bytes = dtype_row_bytes(QT, K);
-  const size_t pitch = row_pitch(row_bytes);
-  const int64_t n_x = (n_slots / k) * kx;  // input columns quantized in scratch
-  const int8_t* xq = static_cast<const int8_t*>(scratch);
-  const float2* xds =
-      reinterpret_cast<const float2*>(static_cast<const char*>(scratch) + align256(size_t(K * n_x)));
-  const dim3 grid(unsigned((N + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(n_slots));
-  gemv_quant_kernel<QT, 1><<<grid, kRowsPerBlock * kWarpSize, kRowsPerBlock * pitch, stream>>>(
-      W, w_ld, K, N, row_bytes, pitch, xq, xds, y, y_ld, ids, w_es, k, kx);
-  TANDEM_CUDA_CHECK_LAUNCH();
-}
-
-template <DType QT>
-void launch_type(const char* W, size_t w_ld, int64_t K, int64_t N, const void* scratch, int64_t T, float* y,
-                 int64_t y_ld, cudaStream_t stream) {
+template <DType QT, GemvEpilogue EPI>
+void launch_type(const GemvArgs& a, const void* scratch, cudaStream_t stream) {
+  const int64_t K = a.K, T = a.T;
   const size_t row_bytes = dtype_row_bytes(QT, K);
   const int8_t* xq = static_cast<const int8_t*>(scratch);
   const float2* xds =
@@ -229,11 +283,15 @@ void launch_type(const char* W, size_t w_ld, int64_t K, int64_t N, const void* s
     const int nc = int(std::min<int64_t>(kGemvMaxCols, T - t0));
     const int8_t* xq_c = xq + t0 * K;
     const float2* xds_c = xds + t0 * (K / 32);
-    float* y_c = y + t0 * y_ld;
+    GemvArgs c = a;  // columns t0 .. t0 + nc of y and r
+    for (int s = 0; s < a.n_seg; ++s) {
+      c.seg[s].y = a.seg[s].y ? a.seg[s].y + t0 * a.seg[s].y_ld : nullptr;
+      c.seg[s].r = a.seg[s].r ? a.seg[s].r + t0 * a.seg[s].r_ld : nullptr;
+    }
     switch (nc) {
-#define TANDEM_GEMVQ_CASE(n)                                                     \
-  case n:                                                                        \
-    launch_one<QT, n>(W, w_ld, K, N, row_bytes, xq_c, xds_c, y_c, y_ld, stream); \
+#define TANDEM_GEMVQ_CASE(n)                                   \
+  case n:                                                      \
+    launch_one<QT, n, EPI>(c, row_bytes, xq_c, xds_c, stream); \
     break;
       TANDEM_GEMVQ_CASE(1)
       TANDEM_GEMVQ_CASE(2)
@@ -245,6 +303,18 @@ void launch_type(const char* W, size_t w_ld, int64_t K, int64_t N, const void* s
       TANDEM_GEMVQ_CASE(8)
 #undef TANDEM_GEMVQ_CASE
     }
+  }
+}
+
+template <DType QT>
+void launch_epi(const GemvArgs& a, const void* scratch, cudaStream_t stream) {
+  switch (a.epi) {
+    case GemvEpilogue::Store:
+      return launch_type<QT, GemvEpilogue::Store>(a, scratch, stream);
+    case GemvEpilogue::AddResidual:
+      return launch_type<QT, GemvEpilogue::AddResidual>(a, scratch, stream);
+    case GemvEpilogue::SwiGlu:
+      return launch_type<QT, GemvEpilogue::SwiGlu>(a, scratch, stream);
   }
 }
 
@@ -261,8 +331,18 @@ void launch_quantize_q8(const float* x, int64_t x_ld, int64_t K, int64_t T, void
   int8_t* xq = static_cast<int8_t*>(scratch);
   float2* xds = reinterpret_cast<float2*>(static_cast<char*>(scratch) + align256(size_t(K * T)));
   constexpr int kWarps = 8;
-  quantize_q8_kernel<<<unsigned((n_blocks + kWarps - 1) / kWarps), kWarps * kWarpSize, 0, stream>>>(
-      x, x_ld, K, n_blocks, xq, xds);
+  launch_pdl(quantize_q8_kernel, dim3(unsigned((n_blocks + kWarps - 1) / kWarps)), dim3(kWarps * kWarpSize),
+             0, stream, x, x_ld, K, n_blocks, xq, xds);
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+void launch_quantize_q8_norm(const float* x, int64_t x_ld, int64_t K, int64_t T, const float* norm, float eps,
+                             void* scratch, cudaStream_t stream) {
+  if (T == 0 || K == 0) return;
+  int8_t* xq = static_cast<int8_t*>(scratch);
+  float2* xds = reinterpret_cast<float2*>(static_cast<char*>(scratch) + align256(size_t(K * T)));
+  launch_pdl(quantize_q8_norm_kernel, dim3(unsigned(T)), dim3(kNormQuantThreads), 0, stream, x, x_ld, K, norm,
+             eps, xq, xds);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
@@ -278,52 +358,48 @@ bool gemv_quant_supports(DType wt, int64_t K) {
       return false;
   }
   if (K % dtype_block_size(wt) != 0) return false;
-  return kRowsPerBlock * row_pitch(dtype_row_bytes(wt, K)) <= size_t(kMaxSmem);
+  return kRowsPerBlock * row_pitch(dtype_row_bytes(wt, K)) <= size_t(kMaxSmem);  // one buffer at least
+}
+
+void launch_gemv_quant_fused(const GemvArgs& a, const void* scratch, cudaStream_t stream) {
+  check(gemv_quant_supports(a.wt, a.K), std::string("CUDA quantized matrix-vector product: ") +
+                                            dtype_name(a.wt) + " rows of " + std::to_string(a.K) +
+                                            " values are not supported");
+  check(a.n_seg >= 1 && a.n_seg <= kGemvMaxSegs &&
+            (a.epi != GemvEpilogue::SwiGlu || (a.n_seg == 2 && a.seg[0].N == a.seg[1].N)),
+        "launch_gemv_quant_fused: bad segments");
+  if (a.T == 0) return;
+  if (gemv_quant_direct_supports(a)) return launch_gemv_quant_direct(a, scratch, stream);
+  switch (a.wt) {
+    case DType::Q8_0:
+      return launch_epi<DType::Q8_0>(a, scratch, stream);
+    case DType::Q4_0:
+      return launch_epi<DType::Q4_0>(a, scratch, stream);
+    case DType::Q4_K:
+      return launch_epi<DType::Q4_K>(a, scratch, stream);
+    case DType::Q5_K:
+      return launch_epi<DType::Q5_K>(a, scratch, stream);
+    case DType::Q6_K:
+      return launch_epi<DType::Q6_K>(a, scratch, stream);
+    default:
+      break;
+  }
 }
 
 void launch_gemv_quant(DType wt, const void* W, size_t w_ld, int64_t K, int64_t N, const void* scratch,
                        int64_t T, float* y, int64_t y_ld, cudaStream_t stream) {
-  check(gemv_quant_supports(wt, K), std::string("CUDA quantized matrix-vector product: ") + dtype_name(wt) +
-                                        " rows of " + std::to_string(K) + " values are not supported");
   if (N == 0 || T == 0) return;
-  const char* w = static_cast<const char*>(W);
-  switch (wt) {
-    case DType::Q8_0:
-      return launch_type<DType::Q8_0>(w, w_ld, K, N, scratch, T, y, y_ld, stream);
-    case DType::Q4_0:
-      return launch_type<DType::Q4_0>(w, w_ld, K, N, scratch, T, y, y_ld, stream);
-    case DType::Q4_K:
-      return launch_type<DType::Q4_K>(w, w_ld, K, N, scratch, T, y, y_ld, stream);
-    case DType::Q5_K:
-      return launch_type<DType::Q5_K>(w, w_ld, K, N, scratch, T, y, y_ld, stream);
-    case DType::Q6_K:
-      return launch_type<DType::Q6_K>(w, w_ld, K, N, scratch, T, y, y_ld, stream);
-    default:
-      break;
-  }
-}
-
-void launch_gemv_quant_id(DType wt, const void* W, size_t w_ld, size_t w_es, int64_t K, int64_t N,
-                          const void* scratch, const int32_t* ids, int64_t n_slots, int k, int kx, float* y,
-                          int64_t y_ld, cudaStream_t stream) {
-  check(gemv_quant_supports(wt, K), std::string("CUDA quantized matrix-vector product: ") + dtype_name(wt) +
-                                        " rows of " + std::to_string(K) + " values are not supported");
-  if (N == 0 || n_slots == 0) return;
-  const char* w = static_cast<const char*>(W);
-  switch (wt) {
-    case DType::Q8_0:
-      return launch_id<DType::Q8_0>(w, w_ld, w_es, K, N, scratch, ids, n_slots, k, kx, y, y_ld, stream);
-    case DType::Q4_0:
-      return launch_id<DType::Q4_0>(w, w_ld, w_es, K, N, scratch, ids, n_slots, k, kx, y, y_ld, stream);
-    case DType::Q4_K:
-      return launch_id<DType::Q4_K>(w, w_ld, w_es, K, N, scratch, ids, n_slots, k, kx, y, y_ld, stream);
-    case DType::Q5_K:
-      return launch_id<DType::Q5_K>(w, w_ld, w_es, K, N, scratch, ids, n_slots, k, kx, y, y_ld, stream);
-    case DType::Q6_K:
-      return launch_id<DType::Q6_K>(w, w_ld, w_es, K, N, scratch, ids, n_slots, k, kx, y, y_ld, stream);
-    default:
-      break;
-  }
+  GemvArgs a;
+  a.wt = wt;
+  a.K = K;
+  a.T = T;
+  a.n_seg = 1;
+  a.seg[0].W = W;
+  a.seg[0].w_ld = w_ld;
+  a.seg[0].N = N;
+  a.seg[0].y = y;
+  a.seg[0].y_ld = y_ld;
+  launch_gemv_quant_fused(a, scratch, stream);
 }
 
 }  // namespace tandem::cuda

@@ -1,0 +1,163 @@
+// The attention inputs of one layer in one launch (Ops::qk_norm_rope_store): per-head RMS norm of q and k,
+// rope on both, and k / v stored into the paged cache. Unfused this is six launches a layer (two norms, two
+// ropes, two stores), each of a few microseconds for ~100 KB of data at decode: the launches, not the bytes,
+// are the cost. One warp per head row: q rows, then k rows, then v rows (store only). The arithmetic is that
+// of rms_norm_kernel, rope_kernel and kv_store_kernel (same order of operations), so the result is the same
+// bit for bit as the unfused ops.
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/pdl.cuh"
+#include "backend/cuda/tensor_rows.h"
+
+namespace tandem::cuda {
+namespace {
+
+constexpr int kWarps = 4;
+
+struct CacheDst {
+  char* base;
+  size_t nb1, nb2, nb3;
+  int block_size;
+};
+
+template <class Tag>
+__device__ __forceinline__ void store_row(const CacheDst& c, int32_t slot, int64_t g, const float* src,
+                                          int64_t n, int lane) {
+  auto* pd = reinterpret_cast<typename Tag::storage*>(c.base + size_t(slot % c.block_size) * c.nb2 +
+                                                      size_t(slot / c.block_size) * c.nb3 + size_t(g) * c.nb1);
+  for (int64_t i = lane; i < n; i += kWarpSize) Tag::store(pd + i, src[i]);
+}
+
+struct RopeArgs {
+  int n_rot;
+  bool neox;
+  float theta_scale, freq_scale, attn_factor;
+  const float* freq_factors;
+};
+
+template <class KTag, class VTag>
+__global__ void __launch_bounds__(kWarps* kWarpSize)
+    attn_inputs_kernel(RowView q, RowView k, RowView v, const float* __restrict__ q_norm,
+                       const float* __restrict__ k_norm, float eps, const int32_t* positions, RopeArgs rp,
+                       const int32_t* slots, CacheDst kc, CacheDst vc) {
+  extern __shared__ float rows_s[];  // [kWarps][head_dim_k]
+  pdl_trigger();  // pdl.cuh
+  pdl_wait();     // q, k, v come from the previous kernel
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  int64_t r = int64_t(blockIdx.x) * kWarps + warp;
+  const int64_t nq = q.n_rows(), nk = k.n_rows(), nv = v.n_rows();
+  if (r >= nq + nk + nv) return;
+  if (r >= nq + nk) {  // v row: store only
+    r -= nq + nk;
+    const int64_t t = r / v.ne1, g = r % v.ne1;
+    const int32_t slot = slots[t];
+    if (slot >= 0) store_row<VTag>(vc, slot, g, v.row_as<const float>(r), v.ne0, lane);
+    return;
+  }
+  const bool is_q = r < nq;
+  if (!is_q) r -= nq;
+  const RowView& x = is_q ? q : k;
+  const float* w = is_q ? q_norm : k_norm;
+  const int64_t t = r / x.ne1;
+  float* xr = x.row_as<float>(r);
+  float* s = rows_s + warp * x.ne0;
+  const int64_t n = x.ne0;
+  if (w) {  // rms_norm_kernel's arithmetic
+    float ss = 0.0f;
+    for (int64_t i = lane; i < n; i += kWarpSize) ss += xr[i] * xr[i];
+    ss = warp_sum(ss);
+    const float inv = 1.0f / sqrtf(ss / float(n) + eps);
+    for (int64_t i = lane; i < n; i += kWarpSize) s[i] = xr[i] * inv * w[i];
+  } else {
+    for (int64_t i = lane; i < n; i += kWarpSize) s[i] = xr[i];
+  }
+  __syncwarp();
+  // rope_kernel's arithmetic, one lane per rotated pair.
+  const int half = rp.n_rot / 2;
+  const float pos = float(positions[t]);
+  for (int i = lane; i < half; i += kWarpSize) {
+    float theta = pos;
+    for (int j = 0; j < i; ++j) theta *= rp.theta_scale;
+    const float ff = rp.freq_factors ? rp.freq_factors[i] : 1.0f;
+    theta = rp.freq_scale * (theta / ff);
+    const float c = cosf(theta) * rp.attn_factor, sn = sinf(theta) * rp.attn_factor;
+    const int i0 = rp.neox ? i : 2 * i;
+    const int i1 = rp.neox ? i + half : 2 * i + 1;
+    const float x0 = s[i0], x1 = s[i1];
+    s[i0] = x0 * c - x1 * sn;
+    s[i1] = x0 * sn + x1 * c;
+  }
+  __syncwarp();
+  for (int64_t i = lane; i < n; i += kWarpSize) xr[i] = s[i];
+  if (!is_q) {
+    const int32_t slot = slots[t];
+    if (slot >= 0) store_row<KTag>(kc, slot, r % x.ne1, s, n, lane);
+  }
+}
+
+CacheDst cache_dst(const Tensor& c, int block_size) {
+  return CacheDst{static_cast<char*>(c.data), c.nb[1], c.nb[2], c.nb[3], block_size};
+}
+
+template <class KTag, class VTag>
+void launch_tags(const RowView& q, const RowView& k, const RowView& v, const float* qn, const float* kn,
+                 float eps, const int32_t* pos, const RopeArgs& rp, const int32_t* slots, const CacheDst& kc,
+                 const CacheDst& vc, cudaStream_t stream) {
+  const int64_t rows = q.n_rows() + k.n_rows() + v.n_rows();
+  const size_t smem = size_t(kWarps) * size_t(q.ne0) * sizeof(float);
+  launch_pdl(attn_inputs_kernel<KTag, VTag>, dim3(unsigned((rows + kWarps - 1) / kWarps)), dim3(kWarps * kWarpSize),
+             smem, stream, q, k, v, qn, kn, eps, pos, rp, slots, kc, vc);
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+template <class KTag>
+void launch_v(DType vt, const RowView& q, const RowView& k, const RowView& v, const float* qn, const float* kn,
+              float eps, const int32_t* pos, const RopeArgs& rp, const int32_t* slots, const CacheDst& kc,
+              const CacheDst& vc, cudaStream_t stream) {
+  switch (vt) {
+    case DType::F32:
+      return launch_tags<KTag, F32Tag>(q, k, v, qn, kn, eps, pos, rp, slots, kc, vc, stream);
+    case DType::F16:
+      return launch_tags<KTag, F16Tag>(q, k, v, qn, kn, eps, pos, rp, slots, kc, vc, stream);
+    case DType::BF16:
+      return launch_tags<KTag, BF16Tag>(q, k, v, qn, kn, eps, pos, rp, slots, kc, vc, stream);
+    default:
+      throw Error(std::string("CUDA qk_norm_rope_store: unsupported V cache dtype ") + dtype_name(vt));
+  }
+}
+
+}  // namespace
+
+void launch_attn_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const float* q_norm,
+                        const float* k_norm, float eps, const int32_t* positions, const RopeParams& p,
+                        const float* freq_factors, const KvLayerView& kv, const int32_t* slot_mapping,
+                        cudaStream_t stream) {
+  const RowView qv = row_view(q), kv_ = row_view(k), vv = row_view(v);
+  if (qv.n_rows() + kv_.n_rows() + vv.n_rows() == 0) return;
+  RopeArgs rp;
+  rp.n_rot = p.n_rot;
+  rp.neox = p.mode == RopeMode::Neox;
+  rp.theta_scale = powf(p.freq_base, -2.0f / float(p.n_rot));  // as launch_rope
+  rp.freq_scale = p.freq_scale;
+  rp.attn_factor = p.attn_factor;
+  rp.freq_factors = freq_factors;
+  const CacheDst kc = cache_dst(kv.k, kv.block_size), vc = cache_dst(kv.v, kv.block_size);
+  switch (kv.k.type) {
+    case DType::F32:
+      return launch_v<F32Tag>(kv.v.type, qv, kv_, vv, q_norm, k_norm, eps, positions, rp, slot_mapping, kc, vc,
+                              stream);
+    case DType::F16:
+      return launch_v<F16Tag>(kv.v.type, qv, kv_, vv, q_norm, k_norm, eps, positions, rp, slot_mapping, kc, vc,
+                              stream);
+    case DType::BF16:
+      return launch_v<BF16Tag>(kv.v.type, qv, kv_, vv, q_norm, k_norm, eps, positions, rp, slot_mapping, kc,
+                               vc, stream);
+    default:
+      throw Error(std::string("CUDA qk_norm_rope_store: unsupported K cache dtype ") + dtype_name(kv.k.type));
+  }
+}
+
+}  // namespace tandem::cuda

@@ -1,0 +1,237 @@
+// Routed matrix-vector products for Ops::matmul_id at decode (MoE experts, few routed rows): routed row
+// (slot) s = blockIdx.y reads only its expert's rows, W + ids[s] * w_es, and its input column
+// (s / k) * kx + (kx == 1 ? 0 : s % k); its output is column s of y. Kept apart from the fused decode
+// products (gemv_dense.cu, gemv_quant.cu): those walk segments of one matrix set with a persistent grid and
+// programmatic dependent launch; these index the weights per slot and launch plainly, so a change to one
+// cannot break the other. The decoders are shared (gemv_dense_vec.cuh, gemv_quant_decode.cuh).
+#include <cuda_pipeline.h>
+#include <cuda_runtime.h>
+
+#include <mutex>
+#include <string>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/gemv_dense_vec.cuh"
+#include "backend/cuda/gemv_quant_decode.cuh"
+
+namespace tandem::cuda {
+namespace {
+
+constexpr int kWarpsPerBlock = 8;  // dense: one warp per row
+constexpr int kRowsPerBlock = 4;   // quantized: one warp per row, the block's rows staged in shared memory
+constexpr int kMaxSmem = 200 * 1024;
+
+size_t align256(size_t n) {
+  return (n + 255) & ~size_t(255);
+}
+
+bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
+
+__device__ __forceinline__ int64_t routed_col(int64_t s, int k, int kx) {
+  return (s / k) * kx + (kx == 1 ? 0 : s % k);
+}
+
+// Dense, 16-byte path: W rows and x columns 16-byte aligned, K a multiple of the elements per load.
+template <DType WT>
+__global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
+    gemv_dense_id_vec_kernel(const char* __restrict__ W, size_t w_ld, size_t w_es, int64_t K, int64_t N,
+                             const float* __restrict__ x, int64_t x_ld, const int32_t* __restrict__ ids,
+                             int k, int kx, float* __restrict__ y, int64_t y_ld) {
+  constexpr int kE = Vec16<WT>::kElems;
+  constexpr int kUnroll = 8;
+  const int64_t s = blockIdx.y;
+  W += size_t(ids[s]) * w_es;
+  x += routed_col(s, k, kx) * x_ld;
+  y += s * y_ld;
+  const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
+  if (row >= N) return;
+  const int lane = threadIdx.x % kWarpSize;
+  const uint4* wrow = reinterpret_cast<const uint4*>(W + row * w_ld);
+  const int64_t n_vec = K / kE;
+  float acc = 0.0f;
+  auto step = [&](const uint4& wv, int64_t e) {
+    float w[kE];
+    Vec16<WT>::unpack(wv, w);
+    const float4* xp = reinterpret_cast<const float4*>(x + e);
+#pragma unroll
+    for (int q = 0; q < kE / 4; ++q) {
+      const float4 xv = __ldg(xp + q);
+      acc += w[4 * q] * xv.x + w[4 * q + 1] * xv.y + w[4 * q + 2] * xv.z + w[4 * q + 3] * xv.w;
+    }
+  };
+  int64_t v = lane;
+  for (; v + (kUnroll - 1) * kWarpSize < n_vec; v += kUnroll * kWarpSize) {
+    uint4 wv[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) wv[u] = __ldcs(wrow + v + u * kWarpSize);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) step(wv[u], (v + u * kWarpSize) * kE);
+  }
+  for (; v < n_vec; v += kWarpSize) step(__ldcs(wrow + v), v * kE);
+  acc = warp_sum(acc);
+  if (lane == 0) y[row] = acc;
+}
+
+// Dense, any alignment and K.
+template <class Tag>
+__global__ void gemv_dense_id_scalar_kernel(const char* __restrict__ W, size_t w_ld, size_t w_es, int64_t K,
+                                            int64_t N, const float* __restrict__ x, int64_t x_ld,
+                                            const int32_t* __restrict__ ids, int k, int kx,
+                                            float* __restrict__ y, int64_t y_ld) {
+  const int64_t s = blockIdx.y;
+  W += size_t(ids[s]) * w_es;
+  x += routed_col(s, k, kx) * x_ld;
+  y += s * y_ld;
+  const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
+  if (row >= N) return;
+  const int lane = threadIdx.x % kWarpSize;
+  const auto* wrow = reinterpret_cast<const typename Tag::storage*>(W + row * w_ld);
+  float acc = 0.0f;
+  for (int64_t i = lane; i < K; i += kWarpSize) acc += Tag::load(wrow + i) * x[i];
+  acc = warp_sum(acc);
+  if (lane == 0) y[row] = acc;
+}
+
+// Quantized: the block's rows of the slot's expert are staged in shared memory (16-byte asynchronous copies
+// of the aligned interior, head and tail bytes one by one, each row at its global offset mod 16), then one
+// warp per row decodes sub-blocks against the slot's 8-bit activation column (launch_quantize_q8).
+template <DType QT>
+__global__ void __launch_bounds__(kRowsPerBlock* kWarpSize)
+    gemv_quant_id_kernel(const char* __restrict__ W, size_t w_ld, size_t w_es, int64_t K, int64_t N,
+                         size_t row_bytes, size_t pitch, const int8_t* __restrict__ xq,
+                         const float2* __restrict__ xds, const int32_t* __restrict__ ids, int k, int kx,
+                         float* __restrict__ y, int64_t y_ld) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int64_t s = blockIdx.y;
+  const int64_t c = routed_col(s, k, kx);
+  W += size_t(ids[s]) * w_es;
+  xq += c * K;
+  xds += c * (K / 32);
+  y += s * y_ld;
+  const int64_t row0 = int64_t(blockIdx.x) * kRowsPerBlock;
+  const int tid = threadIdx.x;
+  for (int r = 0; r < kRowsPerBlock && row0 + r < N; ++r) {
+    const uint8_t* g = reinterpret_cast<const uint8_t*>(W + (row0 + r) * w_ld);
+    const uintptr_t gb = reinterpret_cast<uintptr_t>(g), ge = gb + row_bytes;
+    uint8_t* sp = smem + r * pitch + (gb & 15);
+    const uintptr_t a0 = (gb + 15) & ~uintptr_t(15), a1 = ge & ~uintptr_t(15);
+    if (a0 <= a1) {
+      const int64_t n16 = int64_t(a1 - a0) / 16;
+      for (int64_t q = tid; q < n16; q += blockDim.x)
+        __pipeline_memcpy_async(sp + (a0 - gb) + 16 * q, reinterpret_cast<const void*>(a0 + 16 * q), 16);
+      for (int64_t q = tid; q < int64_t(a0 - gb); q += blockDim.x) sp[q] = g[q];
+      for (int64_t q = tid; q < int64_t(ge - a1); q += blockDim.x) sp[(a1 - gb) + q] = g[(a1 - gb) + q];
+    } else {
+      for (int64_t q = tid; q < int64_t(row_bytes); q += blockDim.x) sp[q] = g[q];
+    }
+  }
+  __pipeline_commit();
+  __pipeline_wait_prior(0);
+  __syncthreads();
+
+  const int warp = tid / kWarpSize, lane = tid % kWarpSize;
+  const int64_t row = row0 + warp;
+  if (row >= N) return;
+  const uint8_t* rowp = smem + warp * pitch + (reinterpret_cast<uintptr_t>(W + row * w_ld) & 15);
+  const int64_t n_sub = K / 32;
+  float acc = 0.0f;
+  for (int64_t i = lane; i < n_sub; i += kWarpSize) {
+    const SubBlock sb = decode_sub_block<QT>(rowp, i);
+    const int4* xv = reinterpret_cast<const int4*>(xq + 32 * i);
+    const int4 x0 = __ldg(xv), x1 = __ldg(xv + 1);
+    const int lo = dot4(sb.w[3], x0.w, dot4(sb.w[2], x0.z, dot4(sb.w[1], x0.y, dot4(sb.w[0], x0.x, 0))));
+    const int hi = dot4(sb.w[7], x1.w, dot4(sb.w[6], x1.z, dot4(sb.w[5], x1.y, dot4(sb.w[4], x1.x, 0))));
+    const float2 ds = __ldg(xds + i);
+    acc += ds.x * (sb.a0 * float(lo) + sb.a1 * float(hi)) + sb.bias * ds.y;
+  }
+  acc = warp_sum(acc);
+  if (lane == 0) y[row] = acc;
+}
+
+// Head and tail bytes of a row and the 4 bytes of padding decode_sub_block may read past it.
+size_t row_pitch(size_t row_bytes) {
+  return (row_bytes + 16 + 16 + 15) & ~size_t(15);
+}
+
+template <DType QT>
+void launch_quant_id(const char* W, size_t w_ld, size_t w_es, int64_t K, int64_t N, const void* scratch,
+                     const int32_t* ids, int64_t n_slots, int k, int kx, float* y, int64_t y_ld,
+                     cudaStream_t stream) {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(gemv_quant_id_kernel<QT>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
+  });
+  const size_t row_bytes = dtype_row_bytes(QT, K);
+  const size_t pitch = row_pitch(row_bytes);
+  const int64_t n_x = (n_slots / k) * kx;  // input columns quantized in scratch
+  const int8_t* xq = static_cast<const int8_t*>(scratch);
+  const float2* xds =
+      reinterpret_cast<const float2*>(static_cast<const char*>(scratch) + align256(size_t(K * n_x)));
+  const dim3 grid(unsigned((N + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(n_slots));
+  gemv_quant_id_kernel<QT><<<grid, kRowsPerBlock * kWarpSize, kRowsPerBlock * pitch, stream>>>(
+      W, w_ld, w_es, K, N, row_bytes, pitch, xq, xds, ids, k, kx, y, y_ld);
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+void launch_gemv_dense_id(DType wt, const void* W, size_t w_ld, size_t w_es, int64_t K, int64_t N,
+                          const float* x, int64_t x_ld, const int32_t* ids, int64_t n_slots, int k, int kx,
+                          float* y, int64_t y_ld, cudaStream_t stream) {
+  if (N == 0 || n_slots == 0) return;
+  const char* w = static_cast<const char*>(W);
+  const size_t elem = wt == DType::F32 ? 4 : 2;
+  const int64_t per_vec = int64_t(16 / elem);
+  const bool vec = aligned16(W) && w_ld % 16 == 0 && w_es % 16 == 0 && K % per_vec == 0 && aligned16(x) &&
+                   (x_ld * 4) % 16 == 0;
+  const dim3 grid(unsigned((N + kWarpsPerBlock - 1) / kWarpsPerBlock), unsigned(n_slots));
+  const int threads = kWarpsPerBlock * kWarpSize;
+  switch (wt) {
+#define TANDEM_GEMV_ID(T, TAG)                                                               \
+  case DType::T:                                                                             \
+    if (vec)                                                                                 \
+      gemv_dense_id_vec_kernel<DType::T>                                                     \
+          <<<grid, threads, 0, stream>>>(w, w_ld, w_es, K, N, x, x_ld, ids, k, kx, y, y_ld); \
+    else                                                                                     \
+      gemv_dense_id_scalar_kernel<TAG>                                                       \
+          <<<grid, threads, 0, stream>>>(w, w_ld, w_es, K, N, x, x_ld, ids, k, kx, y, y_ld); \
+    break;
+    TANDEM_GEMV_ID(F32, F32Tag)
+    TANDEM_GEMV_ID(F16, F16Tag)
+    TANDEM_GEMV_ID(BF16, BF16Tag)
+#undef TANDEM_GEMV_ID
+    default:
+      throw Error(std::string("launch_gemv_dense_id: not a dense dtype: ") + dtype_name(wt));
+  }
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+void launch_gemv_quant_id(DType wt, const void* W, size_t w_ld, size_t w_es, int64_t K, int64_t N,
+                          const void* scratch, const int32_t* ids, int64_t n_slots, int k, int kx, float* y,
+                          int64_t y_ld, cudaStream_t stream) {
+  check(gemv_quant_supports(wt, K), std::string("CUDA quantized matrix-vector product: ") + dtype_name(wt) +
+                                        " rows of " + std::to_string(K) + " values are not supported");
+  if (N == 0 || n_slots == 0) return;
+  const char* w = static_cast<const char*>(W);
+  switch (wt) {
+    case DType::Q8_0:
+      return launch_quant_id<DType::Q8_0>(w, w_ld, w_es, K, N, scratch, ids, n_slots, k, kx, y, y_ld, stream);
+    case DType::Q4_0:
+      return launch_quant_id<DType::Q4_0>(w, w_ld, w_es, K, N, scratch, ids, n_slots, k, kx, y, y_ld, stream);
+    case DType::Q4_K:
+      return launch_quant_id<DType::Q4_K>(w, w_ld, w_es, K, N, scratch, ids, n_slots, k, kx, y, y_ld, stream);
+    case DType::Q5_K:
+      return launch_quant_id<DType::Q5_K>(w, w_ld, w_es, K, N, scratch, ids, n_slots, k, kx, y, y_ld, stream);
+    case DType::Q6_K:
+      return launch_quant_id<DType::Q6_K>(w, w_ld, w_es, K, N, scratch, ids, n_slots, k, kx, y, y_ld, stream);
+    default:
+      throw Error(std::string("launch_gemv_quant_id: not a quantized dtype: ") + dtype_name(wt));
+  }
+}
+
+}  // namespace tandem::cuda

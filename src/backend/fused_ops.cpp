@@ -1,0 +1,50 @@
+// The default fused products of Ops (backend.h): each is the same work done one op at a time. They are what
+// the CPU backend and any wrapper Ops run, and the reference the CUDA fused kernels are tested against.
+#include "backend/backend.h"
+#include "core/error.h"
+
+namespace tandem {
+
+void Ops::matmul_multi(Stream& s, std::span<const Tensor> W, const Tensor& x, std::span<const Tensor> y) {
+  check(W.size() == y.size() && !W.empty() && W.size() <= 3,
+        "matmul_multi: needs 1 to 3 weights and as many outputs");
+  for (size_t i = 0; i < W.size(); ++i) matmul(s, W[i], x, y[i]);
+}
+
+void Ops::matmul_swiglu(Stream& s, const Tensor& W_gate, const Tensor& W_up, const Tensor& x,
+                        const Tensor& gate, const Tensor& up, const Tensor& out) {
+  matmul(s, W_gate, x, gate);
+  matmul(s, W_up, x, up);
+  silu_mul(s, gate, up, out);
+}
+
+void Ops::norm_matmul_multi(Stream& s, const Tensor& x, const Tensor& norm, float eps, const Tensor& h,
+                            std::span<const Tensor> W, std::span<const Tensor> y) {
+  rms_norm(s, x, &norm, eps, h);
+  matmul_multi(s, W, h, y);
+}
+
+void Ops::norm_matmul_swiglu(Stream& s, const Tensor& x, const Tensor& norm, float eps, const Tensor& h,
+                             const Tensor& W_gate, const Tensor& W_up, const Tensor& gate, const Tensor& up,
+                             const Tensor& out) {
+  rms_norm(s, x, &norm, eps, h);
+  matmul_swiglu(s, W_gate, W_up, h, gate, up, out);
+}
+
+void Ops::matmul_add(Stream& s, const Tensor& W, const Tensor& x, const Tensor& tmp, const Tensor& y) {
+  matmul(s, W, x, tmp);
+  add(s, y, tmp, y);
+}
+
+void Ops::qk_norm_rope_store(Stream& s, const Tensor& q, const Tensor& k, const Tensor& v,
+                             const Tensor* q_norm, const Tensor* k_norm, float eps, const Tensor& positions,
+                             const RopeParams& rope_params, const KvLayerView& kv,
+                             const Tensor& slot_mapping) {
+  if (q_norm) rms_norm(s, q, q_norm, eps, q);
+  if (k_norm) rms_norm(s, k, k_norm, eps, k);
+  rope(s, q, positions, rope_params);
+  rope(s, k, positions, rope_params);
+  kv_store(s, kv, k, v, slot_mapping);
+}
+
+}  // namespace tandem

@@ -1,0 +1,89 @@
+// Ops::qk_norm_rope_store on CUDA (one launch: q/k per-head norms, rope, K/V store) against the CPU composition
+// (rms_norm, rope, kv_store one at a time) on random inputs, and against the CUDA ops one at a time, which it
+// must equal bit for bit (same arithmetic in the same order). Odd shapes: 3 KV heads of 6 query heads, head dim
+// 72 with n_rot 40 (dims past n_rot pass through), T = 1..5, NORM and NEOX modes, with and without norms and
+// freq factors, f32 / f16 / bf16 caches, a slot of -1 (row not stored).
+#include "gpu_test_util.h"
+
+namespace tandem::gpu_test {
+namespace {
+
+class GpuDecodeFusion : public GpuTest {};
+
+TEST_F(GpuDecodeFusion, QkNormRopeStoreMatchesTheOpsOneAtATime) {
+  uint32_t seed = 7;
+  const int64_t hd = 72, n_head = 6, n_kv = 3, bs = 4, n_blocks = 5;
+  for (DType ct : {DType::F32, DType::F16, DType::BF16})
+    for (RopeMode mode : {RopeMode::Norm, RopeMode::Neox})
+      for (int variant = 0; variant < 2; ++variant)
+        for (int64_t T : {1, 5}) {
+          SCOPED_TRACE(std::string(dtype_name(ct)) + (mode == RopeMode::Neox ? " neox" : " norm") + " variant " +
+                       std::to_string(variant) + " T=" + std::to_string(T));
+          std::mt19937 rng(seed++);
+          const bool norms = variant == 0;
+          const auto qv = random_floats(size_t(hd * n_head * T), rng, -2, 2);
+          const auto kv_ = random_floats(size_t(hd * n_kv * T), rng, -2, 2);
+          const auto vv = random_floats(size_t(hd * n_kv * T), rng, -2, 2);
+          const auto qn = random_floats(size_t(hd), rng, 0.5f, 1.5f), kn = random_floats(size_t(hd), rng, 0.5f, 1.5f);
+          const auto ffv = random_floats(20, rng, 1.0f, 4.0f);
+          std::vector<int32_t> pos(static_cast<size_t>(T)), slots(static_cast<size_t>(T));
+          for (int64_t t = 0; t < T; ++t) {
+            pos[size_t(t)] = int32_t(100 + 37 * t);
+            slots[size_t(t)] = t == 2 ? -1 : int32_t((t * 7 + 3) % (bs * n_blocks));
+          }
+          // Two copies of everything: one for the fused op, one for the ops one at a time.
+          Pair Q[2] = {make_f32({hd, n_head, T}, qv), make_f32({hd, n_head, T}, qv)};
+          Pair K[2] = {make_f32({hd, n_kv, T}, kv_), make_f32({hd, n_kv, T}, kv_)};
+          Pair V = make_f32({hd, n_kv, T}, vv);
+          Pair QN = make_f32({hd}, qn), KN = make_f32({hd}, kn), FF = make_f32({20}, ffv);
+          Pair P = make_i32({T}, pos), S = make_i32({T}, slots);
+          std::vector<uint8_t> zeros(size_t(hd * n_kv * bs * n_blocks) * dtype_block_bytes(ct), 0);
+          Pair KC[2] = {make(ct, {hd, n_kv, bs, n_blocks}, zeros.data()), make(ct, {hd, n_kv, bs, n_blocks}, zeros.data())};
+          Pair VC[2] = {make(ct, {hd, n_kv, bs, n_blocks}, zeros.data()), make(ct, {hd, n_kv, bs, n_blocks}, zeros.data())};
+          RopeParams rp;
+          rp.n_rot = 40;
+          rp.mode = mode;
+          rp.freq_base = 10000.0f;
+          rp.freq_scale = 0.5f;
+          rp.attn_factor = 1.25f;
+          rp.freq_factors = norms ? nullptr : &FF.dev;
+          const Tensor* qnp = norms ? &QN.dev : nullptr;
+          const Tensor* knp = norms ? &KN.dev : nullptr;
+          gops().qk_norm_rope_store(gs(), Q[0].dev, K[0].dev, V.dev, qnp, knp, 1e-6f, P.dev, rp,
+                                    KvLayerView{KC[0].dev, VC[0].dev, int(bs)}, S.dev);
+          gops().Ops::qk_norm_rope_store(gs(), Q[1].dev, K[1].dev, V.dev, qnp, knp, 1e-6f, P.dev, rp,
+                                         KvLayerView{KC[1].dev, VC[1].dev, int(bs)}, S.dev);
+          gs().synchronize();
+          EXPECT_EQ(download(Q[0]), download(Q[1])) << "q";
+          EXPECT_EQ(download(K[0]), download(K[1])) << "k";
+          EXPECT_EQ(download(KC[0]), download(KC[1])) << "K cache";
+          EXPECT_EQ(download(VC[0]), download(VC[1])) << "V cache";
+          // CPU reference.
+          RopeParams rc = rp;
+          rc.freq_factors = norms ? nullptr : &FF.cpu;
+          cops().qk_norm_rope_store(cs(), Q[1].cpu, K[1].cpu, V.cpu, norms ? &QN.cpu : nullptr,
+                                    norms ? &KN.cpu : nullptr, 1e-6f, P.cpu, rc,
+                                    KvLayerView{KC[1].cpu, VC[1].cpu, int(bs)}, S.cpu);
+          EXPECT_LT(rel_l2(download_f32(Q[0]), host_f32(Q[1])), 1e-5) << "q vs CPU";
+          EXPECT_LT(rel_l2(download_f32(K[0]), host_f32(K[1])), 1e-5) << "k vs CPU";
+          const double tol = ct == DType::F32 ? 1e-5 : 1e-2;
+          auto as_f32 = [&](const std::vector<uint8_t>& b) {
+            std::vector<float> f(b.size() / dtype_block_bytes(ct));
+            for (size_t i = 0; i < f.size(); ++i) {
+              if (ct == DType::F32) {
+                std::memcpy(&f[i], &b[4 * i], 4);
+              } else {
+                uint16_t h;
+                std::memcpy(&h, &b[2 * i], 2);
+                f[i] = ct == DType::F16 ? fp16_to_fp32(h) : bf16_to_fp32(h);
+              }
+            }
+            return f;
+          };
+          EXPECT_LT(rel_l2(as_f32(download(KC[0])), as_f32(KC[1].host)), tol) << "K cache vs CPU";
+          EXPECT_LT(rel_l2(as_f32(download(VC[0])), as_f32(VC[1].host)), tol) << "V cache vs CPU";
+        }
+}
+
+}  // namespace
+}  // namespace tandem::gpu_test
