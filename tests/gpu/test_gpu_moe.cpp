@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -143,9 +144,12 @@ TEST_F(GpuMoe, RecordedRoutingFollowsNewLogits) {
     gops().moe_route(s, logits.dev, nullptr, ids.dev, w.dev);
     gops().matmul_id(s, W.dev, x.dev, ids.dev, y.dev);
   };
+  std::vector<int32_t> first_ids;
   for (int round = 0; round < 2; ++round) {
-    if (round == 1) {
-      logits.host = make_f32({n_expert, T}, random_floats(size_t(n_expert * T), rng, -3.0f, 3.0f)).host;
+    if (round ==
+        1) {  // new logits written into the same host bytes (logits.cpu views them) and device buffer
+      const std::vector<float> v = random_floats(size_t(n_expert * T), rng, -3.0f, 3.0f);
+      std::memcpy(logits.host.data(), v.data(), logits.host.size());
       upload(logits);
     }
     gpu_->run_recorded(gs(), 0x6d6f65, body);
@@ -154,7 +158,10 @@ TEST_F(GpuMoe, RecordedRoutingFollowsNewLogits) {
     cops().matmul_id(cs(), W.cpu, x.cpu, ids.cpu, y.cpu);
     EXPECT_EQ(download_i32(ids), host_i32(ids)) << "round " << round;
     EXPECT_LE(rel_l2(download_f32(y), host_f32(y)), 2e-2) << "round " << round;
+    if (round == 0) first_ids = host_i32(ids);
   }
+  // The second logits route elsewhere, so a replay that kept the first routing would have failed above.
+  EXPECT_NE(first_ids, host_i32(ids));
 }
 
 }  // namespace
