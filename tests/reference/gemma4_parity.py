@@ -6,7 +6,8 @@ KV heads, attention_k_eq_v so full layers have no v_proj (V = K), proportional p
 final logit softcap, random layer_scalar), weights re-drawn so the logits are peaky, float32, eager attention.
 The GGUF is written here by a small standalone writer with the keys and tensor names of GGUF-ARCH-FACTS C.1/C.2
 (it does not use `tandem convert`). Then `tandem generate` (greedy, f32 KV, --dump-logits) runs on each
-placement: cpu, cuda:0, --split-mode layer and tensor over --devices cuda:0,cuda:0. Checks per placement:
+placement: cpu, cuda:0, --split-mode layer and tensor over --devices cuda:0,cuda:0 (tensor with --replicate-kv when
+a layer has fewer than 2 KV heads, as gemma4_tiny's global layers). Checks per placement:
   - the logits of the prompt and of the 32 greedy steps against transformers run teacher-forced on tandem's
     tokens: max relative error <= 1e-3 (relative error of a row: max|tandem - hf| / max|hf|);
   - the 32 greedy tokens equal transformers' own greedy continuation.
@@ -310,7 +311,14 @@ def read_dump(path):
     return rows
 
 
-def tandem_generate(tandem, gguf, prompt, work, placement, log):
+def split_flags(spec, placement):
+    """--replicate-kv when a tensor split over 2 ranks meets a layer with fewer than 2 KV heads."""
+    if placement == "tensor" and min(spec["kv"], spec["global_kv"]) < 2:
+        return ["--replicate-kv"]
+    return []
+
+
+def tandem_generate(tandem, gguf, prompt, work, placement, log, extra=()):
     dump = work / f"{placement.replace(':', '_').replace(',', '_').replace(' ', '_')}.logits"
     if placement == "convert":  # the file `tandem convert` made, on cuda:0
         gguf = Path(gguf).with_name(Path(gguf).stem + "_converted.gguf")
@@ -320,6 +328,7 @@ def tandem_generate(tandem, gguf, prompt, work, placement, log):
         cmd += ["--devices", "cuda:0"]
     elif placement in ("layer", "tensor"):
         cmd += ["--devices", "cuda:0,cuda:0", "--split-mode", placement]
+    cmd += list(extra)
     t0 = time.time()
     p = subprocess.run([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                        timeout=600)
@@ -343,6 +352,9 @@ def convert_checkpoint(model, tandem, work, gguf, log):
     cmd = [str(tandem), "convert", str(hf_dir), "-o", str(out), "--type", "f32", "-q"]
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
     log(f"  $ {' '.join(cmd)}  [rc {p.returncode}]")
+    saved = json.loads((hf_dir / "config.json").read_text())
+    log(f"  saved config.json per_layer_config: {json.dumps(saved.get('per_layer_config'))}, "
+        f"head_dim {saved.get('head_dim')}, global_head_dim {saved.get('global_head_dim')}")
     if p.returncode != 0:
         raise RuntimeError(f"tandem convert failed: {p.stderr.strip()[-1500:]}")
 
@@ -382,7 +394,8 @@ def check_spec(spec, args, log, results):
     ok = not convert_failed
     for placement in placements:
         try:
-            ids, rows = tandem_generate(args.tandem, gguf, prompt, work, placement, log)
+            ids, rows = tandem_generate(args.tandem, gguf, prompt, work, placement, log,
+                                        split_flags(spec, placement))
             seq = prompt + ids[:-1]
             with torch.no_grad():
                 hf = model(torch.tensor([seq], device=dev)).logits[0].float().cpu()
