@@ -81,6 +81,7 @@ class CudaOps final : public Ops {
     size_t dequant = 0, dequant_bytes = 0;
     size_t lt = 0, lt_bytes = 0;
     size_t attn = 0, attn_bytes = 0;
+    size_t moe = 0, moe_bytes = 0;  // matmul_id's slots grouped by expert: offsets, then the sorted slots
   };
   char* region(size_t offset) const { return static_cast<char*>(ws_) + offset; }
   void need(size_t have, size_t want, const char* what) const;
