@@ -11,7 +11,7 @@
 # $OUT/summary.txt: per type tandem vs llama.cpp t/s (tg128, pp512), their ratio, and each engine's tg as a
 # fraction of the bandwidth limit on the active bytes (tandem's "decode step reads" line; llama.cpp reads the
 # same file). Per-step figures are for LAYERS layers: not scaled to 30 (the ratio to the limit is what carries).
-# Usage: BIN=build-gpu/bin OUT=<dir> [LAYERS=8] scripts/device/gemma4_moe_bench.sh. Budget: about 270 s
+# Usage: BIN=build-gpu/bin OUT=<dir> [LAYERS=8] [TYPES="q4_k_m bf16"] scripts/device/gemma4_moe_bench.sh. Budget: about 270 s
 # (bf16 ~13 GB and q4_k_m ~4 GB of random weights written in seconds, each bench <= 70 s, llama-bench <= 60 s).
 set -uo pipefail
 BIN=${BIN:-build-gpu/bin}
@@ -21,7 +21,7 @@ mkdir -p "$OUT"
 status=0
 TMPL=/tmp/gemma4_26b_a4b_template.gguf
 python3 scripts/device/gemma4_moe_template.py "$TMPL" --layers "$LAYERS" || { echo "FAIL template"; exit 1; }
-for t in q4_k_m bf16; do
+for t in ${TYPES:-q4_k_m bf16}; do
   f=/tmp/gemma4_26b_a4b_$t.gguf
   t0=$SECONDS
   if ! "$BIN/tandem" bench -m "$TMPL" --random-weights "$t" --to "$f" >"$OUT/make_$t.txt" 2>&1; then
