@@ -208,7 +208,7 @@ TEST(Gemma4, ShardRuleTablesShareTheLlamaStyleRows) {
     std::map<std::string, int> seen;
     for (const ShardRule& r : table) EXPECT_EQ(++seen[r.name], 1) << r.name << " listed twice";
     for (const ShardRule& s : shared) {
-      const ShardRule& r = shard_rule_named(table, s.name);
+      const ShardRule r = shard_rule_named(table, s.name);  // a copy: GCC 13 -Wdangling-reference
       EXPECT_EQ(r.per_layer, s.per_layer) << s.name;
       EXPECT_EQ(r.layer, s.layer) << s.name;
       EXPECT_EQ(r.cut, s.cut) << s.name;
