@@ -46,7 +46,7 @@ print("built", variant, sorted(os.listdir(d)))
 PY
   [ $? -eq 0 ] || { echo "FAIL $variant: building the checkpoint (see gemma4_convert_${variant}_build.txt)"; fail=1; continue; }
   timeout 60 python3 "$LLAMA_CPP_SRC/convert_hf_to_gguf.py" "$dir" --outtype f32 --outfile "$WORK/$variant.ref.gguf" \
-    >"$OUT/gemma4_convert_${variant}_llamacpp.txt" 2>&1 || { echo "FAIL $variant: llama.cpp convert (see log)"; fail=1; continue; }
+    >"$OUT/gemma4_convert_${variant}_llamacpp.txt" 2>&1 || { echo "FAIL $variant: llama.cpp convert:"; tail -5 "$OUT/gemma4_convert_${variant}_llamacpp.txt"; fail=1; continue; }
   timeout 60 "$BIN/tandem" convert "$dir" -o "$WORK/$variant.tandem.gguf" --type f32 \
     >"$OUT/gemma4_convert_${variant}_tandem.txt" 2>&1 || { echo "FAIL $variant: tandem convert (see log)"; fail=1; continue; }
   python3 - "$WORK/$variant.ref.gguf" "$WORK/$variant.tandem.gguf" <<'PY' >"$OUT/gemma4_convert_${variant}_diff.txt" 2>&1
@@ -81,7 +81,10 @@ for n in sorted(set(ta) | set(tb)):
 print("keys compared:", len(set(a) | set(b)), "tensors compared:", len(set(ta) | set(tb)), "mismatches:", bad)
 sys.exit(1 if bad else 0)
 PY
-  if [ $? -eq 0 ]; then echo "PASS $variant: keys and tensors equal"; else echo "FAIL $variant: see gemma4_convert_${variant}_diff.txt"; fail=1; fi
+  if [ $? -eq 0 ]; then echo "PASS $variant: keys and tensors equal"; else
+    echo "FAIL $variant: first differences (all in gemma4_convert_${variant}_diff.txt):"
+    grep -v '^INFO' "$OUT/gemma4_convert_${variant}_diff.txt" | head -12 | cut -c1-300; fail=1; fi
+  grep '^INFO' "$OUT/gemma4_convert_${variant}_diff.txt" | head -4 | cut -c1-200
 done | tee "$OUT/gemma4_convert_summary.txt"
 grep -q FAIL "$OUT/gemma4_convert_summary.txt" && { echo "gemma4_convert: FAIL"; exit 1; }
 echo "gemma4_convert: PASS"

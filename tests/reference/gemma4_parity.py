@@ -16,7 +16,7 @@ greedy tokens) for CI (tests/data/models/).
 MoE specs (moe=...) turn on transformers' enable_moe_block (num_experts, top_k_experts, moe_intermediate_size:
 every layer gets the router, the experts and the extra norms beside its dense MLP, GGUF-ARCH-FACTS C.5); the
 router weights are drawn large so that the top-k is decisive (no near-ties between tandem and torch). For MoE
-specs the checkpoint is also saved (save_pretrained + a byte-level tokenizer.json) and converted with
+specs the checkpoint is also saved (save_pretrained + a tokenizer.json of the model's vocabulary size) and converted with
 `tandem convert --type f32`; the converted file must give the writer's file's logits (placement "convert",
 run on cuda:0). The config actually used is printed (transformers' field names are checked after
 construction: a config that silently ignored a field fails the spec).
@@ -341,13 +341,35 @@ def tandem_generate(tandem, gguf, prompt, work, placement, log, extra=()):
     return ids, rows
 
 
+def write_sized_tokenizer(hf_dir, n_vocab):
+    """A Gemma-style tokenizer.json (BPE with byte fallback, no merges) of exactly n_vocab tokens: 4 specials,
+    the 256 <0xNN> byte tokens, then filler words. The converter trims token_embd to the tokenizer's size
+    (as llama.cpp's does), so the tokenizer must cover the model's whole vocabulary."""
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>"]
+    names = specials + [f"<0x{b:02X}>" for b in range(256)]
+    names += [f"\u2581w{i}" for i in range(n_vocab - len(names))]
+    assert len(names) == n_vocab, f"vocab {n_vocab} is smaller than the {len(names)} base tokens"
+    tok = {"version": "1.0", "truncation": None, "padding": None,
+           "added_tokens": [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+                             "normalized": False, "special": True} for i, t in enumerate(specials)],
+           "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"},
+           "pre_tokenizer": None, "post_processor": None,
+           "decoder": {"type": "Sequence", "decoders": [
+               {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+               {"type": "ByteFallback"}, {"type": "Fuse"}]},
+           "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
+                     "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
+                     "vocab": {t: i for i, t in enumerate(names)}, "merges": []}}
+    (hf_dir / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False))
+    (hf_dir / "tokenizer_config.json").write_text(json.dumps(
+        {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>"}))
+
+
 def convert_checkpoint(model, tandem, work, gguf, log):
-    """save_pretrained + a byte-level tokenizer.json, then `tandem convert --type f32` next to gguf."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from model_parity import write_tokenizer  # the byte-level BPE tokenizer.json of the llama/qwen3 parity
+    """save_pretrained + a tokenizer.json of the model's vocabulary size, then `tandem convert --type f32`."""
     hf_dir = work / "hf"
     model.save_pretrained(hf_dir, safe_serialization=True)
-    write_tokenizer(hf_dir)
+    write_sized_tokenizer(hf_dir, model.config.vocab_size)
     out = Path(gguf).with_name(Path(gguf).stem + "_converted.gguf")
     cmd = [str(tandem), "convert", str(hf_dir), "-o", str(out), "--type", "f32", "-q"]
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
