@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # gemma4 26B-A4B speed on the H200 (issue 16): random-weight GGUFs of the 26B-A4B shape (LAYERS of its 30 layers,
-# default 8, so that the whole script fits in 300 s; the vocab-262144 head is whole: 128 experts of n_ff 704, top 8, beside the dense MLP; scripts/device/gemma4_moe_template.py, then
+# default 4, so that the whole script fits in 120 s; the vocab-262144 head is whole: 128 experts of n_ff 704, top 8, beside the dense MLP; scripts/device/gemma4_moe_template.py, then
 # `tandem bench --random-weights` for bf16 and q4_k_m) and `tandem bench` tg128 at batch 1 and pp512 on cuda:0.
 # tandem's report prints the weights a batch-1 decode step reads (the used experts only: 8/128 of every expert
 # tensor, plus everything else) and the tg fraction of 4.28 TB/s (--bw 4280) computed on those bytes. When
@@ -11,17 +11,20 @@
 # $OUT/summary.txt: per type tandem vs llama.cpp t/s (tg128, pp512), their ratio, and each engine's tg as a
 # fraction of the bandwidth limit on the active bytes (tandem's "decode step reads" line; llama.cpp reads the
 # same file). Per-step figures are for LAYERS layers: not scaled to 30 (the ratio to the limit is what carries).
-# Usage: BIN=build-gpu/bin OUT=<dir> [LAYERS=8] [TYPES="q4_k_m bf16"] scripts/device/gemma4_moe_bench.sh. Budget: about 270 s
-# (bf16 ~13 GB and q4_k_m ~4 GB of random weights written in seconds, each bench <= 70 s, llama-bench <= 60 s).
+# Usage: BIN=build-gpu/bin OUT=<dir> [LAYERS=4] [TYPES="bf16 q4_k_m"] scripts/device/gemma4_moe_bench.sh. Budget:
+# about 110 s for 4 layers (bf16 ~8 GB and q4_k_m ~3 GB of random weights written in seconds; each engine's
+# runs <= 45 s); a type is skipped (said so) when less than 50 s of BUDGET (default 115) is left.
 set -uo pipefail
 BIN=${BIN:-build-gpu/bin}
 OUT=${OUT:-/tmp/gemma4_moe_bench_out}
-LAYERS=${LAYERS:-8}
+LAYERS=${LAYERS:-4}
 mkdir -p "$OUT"
 status=0
 TMPL=/tmp/gemma4_26b_a4b_template.gguf
 python3 scripts/device/gemma4_moe_template.py "$TMPL" --layers "$LAYERS" || { echo "FAIL template"; exit 1; }
-for t in ${TYPES:-q4_k_m bf16}; do
+BUDGET=${BUDGET:-115}
+for t in ${TYPES:-bf16 q4_k_m}; do
+  if [ $((BUDGET - SECONDS)) -lt 50 ]; then echo "SKIPPED $t: $((BUDGET - SECONDS)) s of the budget left"; continue; fi
   f=/tmp/gemma4_26b_a4b_$t.gguf
   t0=$SECONDS
   if ! "$BIN/tandem" bench -m "$TMPL" --random-weights "$t" --to "$f" >"$OUT/make_$t.txt" 2>&1; then
@@ -29,7 +32,7 @@ for t in ${TYPES:-q4_k_m bf16}; do
   fi
   echo "made $f ($(du -h "$f" | cut -f1)) in $((SECONDS - t0)) s"
   t0=$SECONDS
-  if timeout 70 "$BIN/tandem" bench -m "$f" -p 512 -n 128 -b 1 -r 2 --device cuda:0 --bw 4280 \
+  if timeout 45 "$BIN/tandem" bench -m "$f" -p 512 -n 128 -b 1 -r 2 --device cuda:0 --bw 4280 \
       >"$OUT/bench_$t.txt" 2>&1; then
     echo "PASS bench_$t ($((SECONDS - t0)) s)"
   else
@@ -39,7 +42,7 @@ for t in ${TYPES:-q4_k_m bf16}; do
   tail -3 "$OUT/bench_$t.txt" | grep -iE "error|fail" && status=1
   if [ -n "${LLAMA_CPP_BIN:-}" ] && [ -x "$LLAMA_CPP_BIN/llama-bench" ]; then
     t0=$SECONDS
-    timeout 60 "$LLAMA_CPP_BIN/llama-bench" -m "$f" -p 512 -n 128 -r 2 -ngl 99 -fa 1 >"$OUT/llama_bench_$t.txt" 2>&1
+    timeout 45 "$LLAMA_CPP_BIN/llama-bench" -m "$f" -p 512 -n 128 -r 2 -ngl 99 -fa 1 >"$OUT/llama_bench_$t.txt" 2>&1
     echo "llama-bench $t rc=$? ($((SECONDS - t0)) s):"
     grep -E "^\|" "$OUT/llama_bench_$t.txt" | tail -4
   else
