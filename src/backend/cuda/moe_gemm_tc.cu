@@ -122,8 +122,9 @@ template <DType WT>
 __global__ void __launch_bounds__(kTcThreads) moe_gemm_tc_kernel(TcArgs a) {
   constexpr bool kF16 = WT == DType::F16;
   constexpr bool k16bit = WT == DType::F16 || WT == DType::BF16;
-  __shared__ __align__(16) uint16_t ws[kBN][kLd];
-  __shared__ __align__(16) uint16_t xs[kBM][kLd];
+  // Two buffers (16-bit weights): the step being multiplied and the next one being stored.
+  __shared__ __align__(16) uint16_t ws[2][kBN][kLd];
+  __shared__ __align__(16) uint16_t xs[2][kBM][kLd];
   __shared__ int32_t slots[kBM];
   const int e = int(blockIdx.y);
   const int32_t begin = a.offsets[e], end = a.offsets[e + 1];
@@ -132,70 +133,96 @@ __global__ void __launch_bounds__(kTcThreads) moe_gemm_tc_kernel(TcArgs a) {
   const int g = lane / 4, t4 = lane % 4;   // the mma fragment coordinates of this lane
   const int wn = warp % 2, wm = warp / 2;  // warp tile: features 32 wn .. +31, routed rows 16 wm .. +15
   const int64_t n0 = int64_t(blockIdx.x) * kBN;
-  const char* We = a.W + size_t(e) * a.w_es;
+  const int wr = tid / 2, wh = tid % 2;  // this thread loads weight row wr, inputs 16 wh .. + 15 of a step
+  const int xm = tid / 4, xq = tid % 4;  // and routed row xm, inputs 8 xq .. + 7
+  const char* wrow = n0 + wr < a.N ? a.W + size_t(e) * a.w_es + size_t(n0 + wr) * a.w_ld : nullptr;
+  // One step's values of this thread, as 16-bit values in registers (w0, w1: 16 weights; xv: 8 activations).
+  auto load = [&](const float* xr, int64_t k0, uint4& w0, uint4& w1, uint4& xv) {
+    w0 = w1 = make_uint4(0, 0, 0, 0);
+    if (wrow) {
+      if constexpr (k16bit) {
+        const uint4* src = reinterpret_cast<const uint4*>(wrow + size_t(k0 + 16 * wh) * 2);
+        w0 = src[0];
+        w1 = src[1];
+      } else {
+        float v[16];
+        moe::load8<WT>(wrow, k0 + 16 * wh, v);
+        moe::load8<WT>(wrow, k0 + 16 * wh + 8, v + 8);
+        w0 = pack8<false>(v);
+        w1 = pack8<false>(v + 8);
+      }
+    }
+    float v[8] = {};
+    if (xr) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[j] = xr[k0 + 8 * xq + j];
+    }
+    xv = pack8<kF16>(v);
+  };
+  auto store = [&](int buf, const uint4& w0, const uint4& w1, const uint4& xv) {
+    uint4* dst = reinterpret_cast<uint4*>(&ws[buf][wr][16 * wh]);
+    dst[0] = w0;
+    dst[1] = w1;
+    *reinterpret_cast<uint4*>(&xs[buf][xm][8 * xq]) = xv;
+  };
   for (int32_t c0 = begin; c0 < end; c0 += kBM) {
     const int count = min(kBM, end - c0);
     if (tid < kBM) slots[tid] = tid < count ? a.sorted[c0 + tid] : -1;
     __syncthreads();
+    const int32_t sx = slots[xm];
+    const float* xr = sx < 0 ? nullptr
+                             : reinterpret_cast<const float*>(a.x + size_t(sx / a.k) * a.x_nb2 +
+                                                              size_t(a.kx == 1 ? 0 : sx % a.k) * a.x_nb1);
     float acc[2][2][4] = {};
-    for (int64_t k0 = 0; k0 < a.K; k0 += kBK) {
-      {  // weights: thread -> feature row tid / 2, inputs 16 (tid % 2) .. + 15
-        const int r = tid / 2, h = tid % 2;
-        uint4 p0 = make_uint4(0, 0, 0, 0), p1 = p0;
-        if (n0 + r < a.N) {
-          const char* row = We + size_t(n0 + r) * a.w_ld;
-          if constexpr (k16bit) {
-            const uint4* src = reinterpret_cast<const uint4*>(row + size_t(k0 + 16 * h) * 2);
-            p0 = src[0];
-            p1 = src[1];
-          } else {
-            float v[16];
-            moe::load8<WT>(row, k0 + 16 * h, v);
-            moe::load8<WT>(row, k0 + 16 * h + 8, v + 8);
-            p0 = pack8<false>(v);
-            p1 = pack8<false>(v + 8);
-          }
-        }
-        uint4* dst = reinterpret_cast<uint4*>(&ws[r][16 * h]);
-        dst[0] = p0;
-        dst[1] = p1;
-      }
-      {  // activations: thread -> routed row tid / 4, inputs 8 (tid % 4) .. + 7
-        const int m = tid / 4, q = tid % 4;
-        float v[8] = {};
-        const int32_t s = slots[m];
-        if (s >= 0) {
-          const float* xr = reinterpret_cast<const float*>(a.x + size_t(s / a.k) * a.x_nb2 +
-                                                           size_t(a.kx == 1 ? 0 : s % a.k) * a.x_nb1);
-#pragma unroll
-          for (int j = 0; j < 8; ++j) v[j] = xr[k0 + 8 * q + j];
-        }
-        *reinterpret_cast<uint4*>(&xs[m][8 * q]) = pack8<kF16>(v);
-      }
-      __syncthreads();
+    auto multiply = [&](int buf) {  // acc += the step in buffer buf
 #pragma unroll
       for (int kk = 0; kk < kBK; kk += 16) {
         uint32_t af[2][4], bf[2][2];
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
           const int r = 32 * wn + 16 * i + g;
-          af[i][0] = ld32(&ws[r][kk + 2 * t4]);
-          af[i][1] = ld32(&ws[r + 8][kk + 2 * t4]);
-          af[i][2] = ld32(&ws[r][kk + 2 * t4 + 8]);
-          af[i][3] = ld32(&ws[r + 8][kk + 2 * t4 + 8]);
+          af[i][0] = ld32(&ws[buf][r][kk + 2 * t4]);
+          af[i][1] = ld32(&ws[buf][r + 8][kk + 2 * t4]);
+          af[i][2] = ld32(&ws[buf][r][kk + 2 * t4 + 8]);
+          af[i][3] = ld32(&ws[buf][r + 8][kk + 2 * t4 + 8]);
         }
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
           const int c = 16 * wm + 8 * j + g;
-          bf[j][0] = ld32(&xs[c][kk + 2 * t4]);
-          bf[j][1] = ld32(&xs[c][kk + 2 * t4 + 8]);
+          bf[j][0] = ld32(&xs[buf][c][kk + 2 * t4]);
+          bf[j][1] = ld32(&xs[buf][c][kk + 2 * t4 + 8]);
         }
 #pragma unroll
         for (int i = 0; i < 2; ++i)
 #pragma unroll
           for (int j = 0; j < 2; ++j) mma16816<kF16>(acc[i][j], af[i], bf[j]);
       }
+    };
+    uint4 w0, w1, xv;
+    if constexpr (k16bit) {
+      // 16-bit weights: the next step's loads are in flight during this step's products; two buffers, one
+      // barrier per step (a buffer is rewritten only after every warp passed the barrier that ended its use).
+      load(xr, 0, w0, w1, xv);
+      store(0, w0, w1, xv);
       __syncthreads();
+      int buf = 0;
+      for (int64_t k0 = 0; k0 < a.K; k0 += kBK) {
+        const bool next = k0 + kBK < a.K;
+        if (next) load(xr, k0 + kBK, w0, w1, xv);
+        multiply(buf);
+        if (next) store(buf ^ 1, w0, w1, xv);
+        __syncthreads();
+        buf ^= 1;
+      }
+    } else {
+      // Block types: decoding waits for its loads anyway; one buffer, load-decode-store then multiply.
+      for (int64_t k0 = 0; k0 < a.K; k0 += kBK) {
+        load(xr, k0, w0, w1, xv);
+        store(0, w0, w1, xv);
+        __syncthreads();
+        multiply(0);
+        __syncthreads();
+      }
     }
     // acc[i][j][2 h + q]: feature 32 wn + 16 i + g + 8 h, routed row 16 wm + 8 j + 2 t4 + q.
 #pragma unroll
