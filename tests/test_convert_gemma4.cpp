@@ -355,16 +355,38 @@ TEST(ConvertGemma4, E2bPerLayerInputsKvSharingDoubleWideMlp) {
   expect_tensors(f, g, src, DType::F32);
 }
 
-// transformers 5.17 writes the full-attention layers' head_dim / KV heads in per_layer_config (the H200 run of
-// gemma4_parity.py: convert refused its MoE checkpoints with "config.json implies [64, 64]").
+// transformers 5.17 writes the full-attention layers' head_dim / KV heads in per_layer_config (the H200 run
+// of gemma4_parity.py: convert refused its MoE checkpoints with "config.json implies [64, 64]").
 TEST(ConvertGemma4, PerLayerConfigGivesTheGlobalLayersHeadDim) {
   json text = {{"head_dim", 16},
                {"num_key_value_heads", 2},
-               {"per_layer_config", {{"2", {{"head_dim", 32}, {"num_key_value_heads", 1}}}, {"3", {{"head_dim", 32}}}}}};
+               {"per_layer_config",
+                {{"2", {{"head_dim", 32}, {"num_key_value_heads", 1}}}, {"3", {{"head_dim", 32}}}}}};
   fold_per_layer_config(text, "config.json");
   EXPECT_EQ(text["global_head_dim"], 32);
   EXPECT_EQ(text["num_global_key_value_heads"], 1);
   EXPECT_FALSE(text.contains("per_layer_config"));
+  // transformers' own keys are zero-padded ("05") and may come with layer_types.
+  json padded = {{"head_dim", 16},
+                 {"layer_types", {"sliding_attention", "full_attention"}},
+                 {"per_layer_config", {{"01", {{"head_dim", 64}}}}}};
+  fold_per_layer_config(padded, "config.json");
+  EXPECT_EQ(padded["global_head_dim"], 64);
+  auto expect_error = [](json j, const std::string& needle) {
+    try {
+      fold_per_layer_config(j, "config.json");
+      ADD_FAILURE() << "accepted: " << j.dump();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_error({{"head_dim", 16},
+                {"layer_types", {"sliding_attention", "full_attention"}},
+                {"per_layer_config", {{"00", {{"head_dim", 32}}}}}},
+               "gives the sliding layer head_dim 32");
+  expect_error({{"layer_types", {"sliding_attention", "full_attention"}},
+                {"per_layer_config", {{"2", {{"head_dim", 32}}}}}},
+               "is not a layer index");
   json bad = {{"per_layer_config", {{"2", {{"head_dim", 32}}}, {"3", {{"head_dim", 64}}}}}};
   try {
     fold_per_layer_config(bad, "config.json");

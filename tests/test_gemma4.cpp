@@ -18,6 +18,9 @@
 
 #include "core/error.h"
 #include "gguf/gguf.h"
+#include "model/diffusion_gemma.h"
+#include "model/gemma4.h"
+#include "model/transformer.h"
 #include "tandem/model.h"
 #include "tandem/rng.h"
 #include "tandem/session.h"
@@ -188,6 +191,34 @@ TEST(Gemma4, KvSharingWithASourceOfAnotherKindIsAnError) {
     EXPECT_NE(std::string(e.what()).find("missing tensor per_layer_token_embd.weight"), std::string::npos)
         << e.what();
   }
+}
+
+}  // namespace
+}  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// The rule tables built from llama_style_shard_rules: every name once, and the shared rows the same in the
+// llama / qwen3, gemma4 and diffusion-gemma tables (one definition of how a projection is cut).
+TEST(Gemma4, ShardRuleTablesShareTheLlamaStyleRows) {
+  const ShardRuleTable shared = llama_style_shard_rules();
+  for (const ShardRuleTable table :
+       {transformer_shard_rules(), gemma4_shard_rules(), diffusion_gemma_shard_rules()}) {
+    std::map<std::string, int> seen;
+    for (const ShardRule& r : table) EXPECT_EQ(++seen[r.name], 1) << r.name << " listed twice";
+    for (const ShardRule& s : shared) {
+      const ShardRule r = shard_rule_named(table, s.name);  // a copy: GCC 13 -Wdangling-reference
+      EXPECT_EQ(r.per_layer, s.per_layer) << s.name;
+      EXPECT_EQ(r.layer, s.layer) << s.name;
+      EXPECT_EQ(r.cut, s.cut) << s.name;
+      EXPECT_EQ(r.unit, s.unit) << s.name;
+      EXPECT_EQ(r.row, s.row) << s.name;
+    }
+  }
+  EXPECT_EQ(shard_rule_named(gemma4_shard_rules(), "ffn_down_exps.weight").unit, CutUnit::ExpertFfRows);
+  EXPECT_EQ(shard_rule_named(transformer_shard_rules(), "attn_q.bias").cut, TensorCut::OutputRows);
+  EXPECT_THROW(shard_rule_named(transformer_shard_rules(), "ffn_gate_up_exps.weight"), Error);
 }
 
 }  // namespace

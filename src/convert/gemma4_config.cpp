@@ -47,15 +47,32 @@ bool is_gemma4_architecture(std::string_view a) {
 }
 
 // transformers 5.17 saves the full-attention layers' head_dim / num_key_value_heads in "per_layer_config"
-// {"<layer>": {...}} instead of global_head_dim / num_global_key_value_heads: fold them into those fields.
+// {"<layer>": {...}} (keys zero-padded, e.g. "05") instead of global_head_dim / num_global_key_value_heads:
+// fold them into those fields. An entry for a sliding layer must repeat the top-level values (tandem has one
+// shape per layer kind), and the key must name a layer of "layer_types" when that list is present.
 void fold_per_layer_config(nlohmann::json& text, const std::string& source) {
   if (!text.contains("per_layer_config") || !text["per_layer_config"].is_object()) return;
+  const bool typed = text.contains("layer_types") && text["layer_types"].is_array();
   for (const auto& item : text["per_layer_config"].items()) {
     const std::string key = item.key();
     const nlohmann::json& o = item.value();  // a plain reference: clang 14 cannot capture structured bindings
     check(o.is_object(), source + ": per_layer_config[\"" + key + "\"] must be an object");
+    bool full = true;
+    if (typed) {
+      const auto& types = text["layer_types"];
+      check(!key.empty() && key.size() <= 9 && key.find_first_not_of("0123456789") == std::string::npos &&
+                std::stoll(key) < int64_t(types.size()),
+            source + ": per_layer_config key \"" + key + "\" is not a layer index of layer_types");
+      full = types[size_t(std::stoll(key))] == "full_attention";
+    }
     auto take = [&](const char* field, const char* as) {
       if (!o.contains(field) || o[field].is_null()) return;
+      if (!full) {  // a sliding layer: the top-level value is its shape
+        check(text.contains(field) && text[field] == o[field],
+              source + ": per_layer_config[\"" + key + "\"] gives the sliding layer " + field + " " +
+                  o[field].dump() + "; tandem supports the top-level value for every sliding layer");
+        return;
+      }
       check(!text.contains(as) || text[as].is_null() || text[as] == o[field],
             source + ": per_layer_config gives layers different " + field +
                 " values; tandem supports one value for all full-attention layers");

@@ -140,6 +140,9 @@ std::string supported_architectures();
 ModelHparams read_model_hparams(const gguf::GgufFile& file, int64_t fallback_vocab = 0);
 // The shard rules of file's architecture (each architecture declares its table next to its tensors).
 ShardRuleTable shard_rules_of(const gguf::GgufFile& file);
+// The rows every llama-style decoder shares (token_embd, output_norm, output, rope_freqs, attention and MLP
+// projections, attn_norm, Q/K norms, ffn_norm; transformer_rules.cpp): llama / qwen3 and gemma4 add theirs.
+ShardRuleTable llama_style_shard_rules();
 // The dimensions a split is planned on (head counts, widths, and the block sizes of the column-cut matrices).
 ShardDims shard_dims(const gguf::GgufFile& file, const ModelHparams& hp);
 

@@ -106,12 +106,7 @@ ModelHparams diffusion_gemma_hparams(const gguf::GgufFile& file) {
 }
 
 ShardRuleTable diffusion_gemma_shard_rules() {
-  static const std::vector<ShardRule> rules = [] {
-    const ShardRuleTable base = gemma4_shard_rules();
-    std::vector<ShardRule> r(base.begin(), base.end());
-    r.insert(r.end(), std::begin(kExtraRules), std::end(kExtraRules));
-    return r;
-  }();
+  static const std::vector<ShardRule> rules = joined_shard_rules(gemma4_shard_rules(), kExtraRules);
   return rules;
 }
 

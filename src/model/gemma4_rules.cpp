@@ -1,6 +1,8 @@
 // The shard rules of gemma4's tensors (GGUF-ARCH-FACTS C.2, F.2): the llama-style projections are cut like
 // qwen3's; every extra norm and scalar (post-attention / pre- and post-FFN norms, layer_output_scale) is
 // mirrored, and rope_freqs is on every rank; the mixture-of-experts tensors follow F.2 (below).
+#include <vector>
+
 #include "model/gemma4.h"
 
 namespace tandem {
@@ -13,24 +15,10 @@ using enum CutUnit;
 using enum RowPlacement;
 
 // clang-format off
+// Beside the llama-style rows (llama_style_shard_rules, transformer_rules.cpp).
 constexpr ShardRule kGemma4Rules[] = {
   // GGUF name                  per layer  layer split  tensor split             row split
-  {"token_embd.weight",          false,     FirstRank,   Mirrored,     None,      MainDevice},
-  {"output_norm.weight",         false,     LastRank,    Mirrored,     None,      MainDevice},
-  {"output.weight",              false,     LastRank,    OutputRows,   VocabRows, SplitRows},
-  {"rope_freqs.weight",          false,     Everywhere,  Mirrored,     None,      MainDevice},
-  {"attn_norm.weight",           true,      LayerOwner,  Mirrored,     None,      MainDevice},
-  {"attn_q.weight",              true,      LayerOwner,  OutputRows,   QHeads,    SplitRows},
-  {"attn_k.weight",              true,      LayerOwner,  OutputRows,   KvHeadsK,  SplitRows},
-  {"attn_v.weight",              true,      LayerOwner,  OutputRows,   KvHeadsV,  SplitRows},
-  {"attn_output.weight",         true,      LayerOwner,  InputColumns, QHeadsV,   SplitRows},
-  {"attn_q_norm.weight",         true,      LayerOwner,  Mirrored,     None,      MainDevice},
-  {"attn_k_norm.weight",         true,      LayerOwner,  Mirrored,     None,      MainDevice},
   {"post_attention_norm.weight", true,      LayerOwner,  Mirrored,     None,      MainDevice},
-  {"ffn_norm.weight",            true,      LayerOwner,  Mirrored,     None,      MainDevice},
-  {"ffn_gate.weight",            true,      LayerOwner,  OutputRows,   FfRows,    SplitRows},
-  {"ffn_up.weight",              true,      LayerOwner,  OutputRows,   FfRows,    SplitRows},
-  {"ffn_down.weight",            true,      LayerOwner,  InputColumns, FfRows,    SplitRows},
   {"post_ffw_norm.weight",       true,      LayerOwner,  Mirrored,     None,      MainDevice},
   {"layer_output_scale.weight",  true,      LayerOwner,  Mirrored,     None,      MainDevice},
   // Mixture of experts (C.5, F.2): the router, its scale and the per-expert down scale are mirrored (every
@@ -60,7 +48,8 @@ constexpr ShardRule kGemma4Rules[] = {
 }  // namespace
 
 ShardRuleTable gemma4_shard_rules() {
-  return kGemma4Rules;
+  static const std::vector<ShardRule> rules = joined_shard_rules(llama_style_shard_rules(), kGemma4Rules);
+  return rules;
 }
 
 }  // namespace tandem

@@ -34,6 +34,12 @@ bool equal_ratios(const MeshSpec& m) {
 
 }  // namespace
 
+std::vector<ShardRule> joined_shard_rules(ShardRuleTable base, ShardRuleTable extra) {
+  std::vector<ShardRule> r(base.begin(), base.end());
+  r.insert(r.end(), extra.begin(), extra.end());
+  return r;
+}
+
 const ShardRule& shard_rule_named(ShardRuleTable table, const std::string& name) {
   for (const ShardRule& r : table)
     if (name == r.name) return r;

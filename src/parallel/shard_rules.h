@@ -62,6 +62,8 @@ using ShardRuleTable = std::span<const ShardRule>;
 // The rule of a GGUF tensor name ("blk.3.attn_q.weight" -> the "attn_q.weight" rule with *layer = 3;
 // "output.weight" with *layer = -1), or null for a name the table does not know.
 const ShardRule* find_shard_rule(ShardRuleTable table, const std::string& name, int64_t* layer);
+// base's rules followed by extra's: an architecture that adds tensors to another one's table.
+std::vector<ShardRule> joined_shard_rules(ShardRuleTable base, ShardRuleTable extra);
 // The rule of a name the table must have (Error otherwise).
 const ShardRule& shard_rule_named(ShardRuleTable table, const std::string& name);
 

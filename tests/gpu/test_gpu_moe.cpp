@@ -1,11 +1,13 @@
 // CUDA mixture-of-experts ops against the CPU ops and a double reference: the router (ids equal, weights
-// within f32 rounding), the expert matmul for every weight dtype on both CUDA paths (one matrix-vector
-// product per routed row for decode, the grouped GEMM for many rows), with a shared input or one per expert
-// and a strided expert view (a fused gate_up half); the weighted sum; and a recorded graph of route +
-// matmul_id replayed after the router's input changed (the routing is read on the device, never on the host).
+// within f32 rounding), the expert matmul for every weight dtype on all CUDA paths (one matrix-vector
+// product per routed row for decode; for many rows the tensor-core grouped GEMM for 16-bit and quantized
+// weights, the f32 grouped GEMM for F32 weights), with a shared input or one per expert and a strided expert
+// view (a fused gate_up half); the weighted sum; and a recorded graph of route + matmul_id replayed after the
+// router's input changed (the routing is read on the device, never on the host).
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -23,7 +25,7 @@ class GpuMoe : public GpuTest {
     WorkspacePlan plan;
     plan.max_rows = 256;
     plan.max_matmul_in = 4096;
-    plan.max_routed_rows = 1024;
+    plan.max_routed_rows = 4096;
     cops().reserve(plan);
     gops().reserve(plan);
   }
@@ -32,6 +34,7 @@ class GpuMoe : public GpuTest {
     bool fused_half;
   };
   void run_case(DType dt, const Case& c);
+  void check_recorded_routing(int64_t T);
 };
 
 std::vector<int32_t> random_ids(int64_t k, int64_t T, int64_t n_expert, std::mt19937& rng) {
@@ -98,11 +101,15 @@ void GpuMoe::run_case(DType dt, const Case& c) {
         ref[size_t((tt * c.k + j) * c.N + o)] = float(s);
       }
     }
-  const bool dense = dt == DType::F32 || dt == DType::F16 || dt == DType::BF16;
-  EXPECT_LE(rel_l2(got, ref), dense ? 1e-5 : 2e-2);
+  // f32 products (decode's matrix-vector kernels, F32 weights) vs the tensor-core GEMM's 16-bit activations.
+  const bool grouped = c.k * c.T > 64;
+  const double tol = dt == DType::F32 || ((dt == DType::F16 || dt == DType::BF16) && !grouped) ? 1e-5
+                     : dt == DType::F16                                                        ? 2e-3
+                                                                                               : 2e-2;
+  EXPECT_LE(rel_l2(got, ref), tol);
   std::vector<float> cpu_y(got.size());
   std::memcpy(cpu_y.data(), y.host.data(), y.host.size());
-  EXPECT_LE(rel_l2(got, cpu_y), dense ? 1e-5 : 2e-2);
+  EXPECT_LE(rel_l2(got, cpu_y), tol);
 }
 
 TEST_F(GpuMoe, MatmulIdMatchesTheCpuForEveryDtypeOnBothPaths) {
@@ -113,6 +120,53 @@ TEST_F(GpuMoe, MatmulIdMatchesTheCpuForEveryDtypeOnBothPaths) {
     run_case(dt, {256, 40, 8, 2, 3, 1, true});      // fused half
     run_case(dt, {512, 100, 12, 4, 90, 1, false});  // grouped
     run_case(dt, {256, 70, 12, 4, 90, 4, true});    // grouped
+  }
+}
+
+// The tensor-core grouped GEMM on random inputs against a double reference that rounds as the kernel does
+// (activations to the 16-bit type: f16 for F16 weights, bf16 otherwise; block-quantized weights decoded then
+// rounded to bf16), so only the f32 accumulation order differs; and against the CPU op (exact f32 products)
+// within the rounding of the activations. Rows: 150 tokens x top 8 of 32 experts, expert 0 in every token (5
+// chunks of 32 rows), a feature count that is not a multiple of the 64-feature tile, shared and per-slot
+// inputs.
+TEST_F(GpuMoe, TensorCoreGroupedGemmMatchesARoundedReference) {
+  for (DType dt :
+       {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q4_K, DType::Q5_K, DType::Q6_K}) {
+    for (int64_t kx : {int64_t(1), int64_t(8)}) {
+      const int64_t K = 512, N = 200, n_expert = 32, k = 8, T = 150;
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " kx " + std::to_string(kx));
+      std::mt19937 rng(uint32_t(17 + kx));
+      std::vector<float> wd;
+      const std::vector<uint8_t> wb = random_weights(dt, K, N * n_expert, rng, wd);
+      Pair W = make(dt, {K, N, n_expert}, wb.data());
+      const std::vector<float> xv = random_floats(size_t(K * kx * T), rng);
+      Pair x = make(DType::F32, {K, kx, T}, xv.data());
+      const std::vector<int32_t> idv = random_ids(k, T, n_expert, rng);
+      Pair ids = make(DType::I32, {k, T}, idv.data());
+      Pair y = make(DType::F32, {N, k, T}, nullptr);
+      gops().matmul_id(gs(), W.dev, x.dev, ids.dev, y.dev);
+      cops().matmul_id(cs(), W.cpu, x.cpu, ids.cpu, y.cpu);
+      const std::vector<float> got = download_f32(y);
+      const bool f16 = dt == DType::F16;
+      auto round_x = [&](float v) {
+        return f16 ? fp16_to_fp32(fp32_to_fp16(v)) : bf16_to_fp32(fp32_to_bf16(v));
+      };
+      auto round_w = [&](float v) { return f16 || dt == DType::BF16 ? v : bf16_to_fp32(fp32_to_bf16(v)); };
+      std::vector<float> ref(got.size());
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t j = 0; j < k; ++j) {
+          const int64_t e = idv[size_t(t * k + j)];
+          const float* xr = xv.data() + (t * kx + (kx == 1 ? 0 : j)) * K;
+          for (int64_t o = 0; o < N; ++o) {
+            const float* wr = wd.data() + (e * N + o) * K;
+            double sum = 0;
+            for (int64_t i = 0; i < K; ++i) sum += double(round_w(wr[i])) * round_x(xr[i]);
+            ref[size_t((t * k + j) * N + o)] = float(sum);
+          }
+        }
+      EXPECT_LE(rel_l2(got, ref), 1e-5);
+      EXPECT_LE(rel_l2(got, host_f32(y)), f16 ? 2e-3 : 1e-2);
+    }
   }
 }
 
@@ -130,8 +184,15 @@ TEST_F(GpuMoe, CombineMatchesTheCpu) {
 // Route and expert matmul recorded once and replayed with other router logits: the replay follows the new
 // routing (ids live on the device), as decode steps recorded as CUDA graphs need.
 TEST_F(GpuMoe, RecordedRoutingFollowsNewLogits) {
+  for (int64_t T : {int64_t(2), int64_t(40)}) {  // matrix-vector products per routed row; grouped GEMM
+    SCOPED_TRACE("T " + std::to_string(T));
+    check_recorded_routing(T);
+  }
+}
+
+void GpuMoe::check_recorded_routing(int64_t T) {
   std::mt19937 rng(9);
-  const int64_t n_expert = 16, k = 4, K = 256, N = 64, T = 2;
+  const int64_t n_expert = 16, k = 4, K = 256, N = 64;
   std::vector<float> wd;
   const std::vector<uint8_t> wb = random_weights(DType::Q4_K, K, N * n_expert, rng, wd);
   Pair W = make(DType::Q4_K, {K, N, n_expert}, wb.data());
@@ -143,18 +204,24 @@ TEST_F(GpuMoe, RecordedRoutingFollowsNewLogits) {
     gops().moe_route(s, logits.dev, nullptr, ids.dev, w.dev);
     gops().matmul_id(s, W.dev, x.dev, ids.dev, y.dev);
   };
+  std::vector<int32_t> first_ids;
   for (int round = 0; round < 2; ++round) {
-    if (round == 1) {
-      logits.host = make_f32({n_expert, T}, random_floats(size_t(n_expert * T), rng, -3.0f, 3.0f)).host;
+    if (round ==
+        1) {  // new logits written into the same host bytes (logits.cpu views them) and device buffer
+      const std::vector<float> v = random_floats(size_t(n_expert * T), rng, -3.0f, 3.0f);
+      std::memcpy(logits.host.data(), v.data(), logits.host.size());
       upload(logits);
     }
-    gpu_->run_recorded(gs(), 0x6d6f65, body);
+    gpu_->run_recorded(gs(), 0x6d6f6500 + uint64_t(T), body);
     gs().synchronize();
     cops().moe_route(cs(), logits.cpu, nullptr, ids.cpu, w.cpu);
     cops().matmul_id(cs(), W.cpu, x.cpu, ids.cpu, y.cpu);
     EXPECT_EQ(download_i32(ids), host_i32(ids)) << "round " << round;
     EXPECT_LE(rel_l2(download_f32(y), host_f32(y)), 2e-2) << "round " << round;
+    if (round == 0) first_ids = host_i32(ids);
   }
+  // The second logits route elsewhere, so a replay that kept the first routing would have failed above.
+  EXPECT_NE(first_ids, host_i32(ids));
 }
 
 }  // namespace

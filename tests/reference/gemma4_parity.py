@@ -6,7 +6,8 @@ KV heads, attention_k_eq_v so full layers have no v_proj (V = K), proportional p
 final logit softcap, random layer_scalar), weights re-drawn so the logits are peaky, float32, eager attention.
 The GGUF is written here by a small standalone writer with the keys and tensor names of GGUF-ARCH-FACTS C.1/C.2
 (it does not use `tandem convert`). Then `tandem generate` (greedy, f32 KV, --dump-logits) runs on each
-placement: cpu, cuda:0, --split-mode layer and tensor over --devices cuda:0,cuda:0. Checks per placement:
+placement: cpu, cuda:0, --split-mode layer and tensor over --devices cuda:0,cuda:0 (tensor with --replicate-kv when
+a layer has fewer than 2 KV heads, as gemma4_tiny's global layers). Checks per placement:
   - the logits of the prompt and of the 32 greedy steps against transformers run teacher-forced on tandem's
     tokens: max relative error <= 1e-3 (relative error of a row: max|tandem - hf| / max|hf|);
   - the 32 greedy tokens equal transformers' own greedy continuation.
@@ -15,7 +16,7 @@ greedy tokens) for CI (tests/data/models/).
 MoE specs (moe=...) turn on transformers' enable_moe_block (num_experts, top_k_experts, moe_intermediate_size:
 every layer gets the router, the experts and the extra norms beside its dense MLP, GGUF-ARCH-FACTS C.5); the
 router weights are drawn large so that the top-k is decisive (no near-ties between tandem and torch). For MoE
-specs the checkpoint is also saved (save_pretrained + a byte-level tokenizer.json) and converted with
+specs the checkpoint is also saved (save_pretrained + a tokenizer.json of the model's vocabulary size) and converted with
 `tandem convert --type f32`; the converted file must give the writer's file's logits (placement "convert",
 run on cuda:0). The config actually used is printed (transformers' field names are checked after
 construction: a config that silently ignored a field fails the spec).
@@ -310,7 +311,14 @@ def read_dump(path):
     return rows
 
 
-def tandem_generate(tandem, gguf, prompt, work, placement, log):
+def split_flags(spec, placement):
+    """--replicate-kv when a tensor split over 2 ranks meets a layer with fewer than 2 KV heads."""
+    if placement == "tensor" and min(spec["kv"], spec["global_kv"]) < 2:
+        return ["--replicate-kv"]
+    return []
+
+
+def tandem_generate(tandem, gguf, prompt, work, placement, log, extra=()):
     dump = work / f"{placement.replace(':', '_').replace(',', '_').replace(' ', '_')}.logits"
     if placement == "convert":  # the file `tandem convert` made, on cuda:0
         gguf = Path(gguf).with_name(Path(gguf).stem + "_converted.gguf")
@@ -320,6 +328,7 @@ def tandem_generate(tandem, gguf, prompt, work, placement, log):
         cmd += ["--devices", "cuda:0"]
     elif placement in ("layer", "tensor"):
         cmd += ["--devices", "cuda:0,cuda:0", "--split-mode", placement]
+    cmd += list(extra)
     t0 = time.time()
     p = subprocess.run([str(c) for c in cmd], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                        timeout=600)
@@ -332,17 +341,42 @@ def tandem_generate(tandem, gguf, prompt, work, placement, log):
     return ids, rows
 
 
+def write_sized_tokenizer(hf_dir, n_vocab):
+    """A Gemma-style tokenizer.json (BPE with byte fallback, no merges) of exactly n_vocab tokens: 4 specials,
+    the 256 <0xNN> byte tokens, then filler words. The converter trims token_embd to the tokenizer's size
+    (as llama.cpp's does), so the tokenizer must cover the model's whole vocabulary."""
+    specials = ["<pad>", "<eos>", "<bos>", "<unk>"]
+    names = specials + [f"<0x{b:02X}>" for b in range(256)]
+    names += [f"\u2581w{i}" for i in range(n_vocab - len(names))]
+    assert len(names) == n_vocab, f"vocab {n_vocab} is smaller than the {len(names)} base tokens"
+    tok = {"version": "1.0", "truncation": None, "padding": None,
+           "added_tokens": [{"id": i, "content": t, "single_word": False, "lstrip": False, "rstrip": False,
+                             "normalized": False, "special": True} for i, t in enumerate(specials)],
+           "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"},
+           "pre_tokenizer": None, "post_processor": None,
+           "decoder": {"type": "Sequence", "decoders": [
+               {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "},
+               {"type": "ByteFallback"}, {"type": "Fuse"}]},
+           "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
+                     "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
+                     "vocab": {t: i for i, t in enumerate(names)}, "merges": []}}
+    (hf_dir / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False))
+    (hf_dir / "tokenizer_config.json").write_text(json.dumps(
+        {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>"}))
+
+
 def convert_checkpoint(model, tandem, work, gguf, log):
-    """save_pretrained + a byte-level tokenizer.json, then `tandem convert --type f32` next to gguf."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from model_parity import write_tokenizer  # the byte-level BPE tokenizer.json of the llama/qwen3 parity
+    """save_pretrained + a tokenizer.json of the model's vocabulary size, then `tandem convert --type f32`."""
     hf_dir = work / "hf"
     model.save_pretrained(hf_dir, safe_serialization=True)
-    write_tokenizer(hf_dir)
+    write_sized_tokenizer(hf_dir, model.config.vocab_size)
     out = Path(gguf).with_name(Path(gguf).stem + "_converted.gguf")
     cmd = [str(tandem), "convert", str(hf_dir), "-o", str(out), "--type", "f32", "-q"]
     p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
     log(f"  $ {' '.join(cmd)}  [rc {p.returncode}]")
+    saved = json.loads((hf_dir / "config.json").read_text())
+    log(f"  saved config.json per_layer_config: {json.dumps(saved.get('per_layer_config'))}, "
+        f"head_dim {saved.get('head_dim')}, global_head_dim {saved.get('global_head_dim')}")
     if p.returncode != 0:
         raise RuntimeError(f"tandem convert failed: {p.stderr.strip()[-1500:]}")
 
@@ -382,7 +416,8 @@ def check_spec(spec, args, log, results):
     ok = not convert_failed
     for placement in placements:
         try:
-            ids, rows = tandem_generate(args.tandem, gguf, prompt, work, placement, log)
+            ids, rows = tandem_generate(args.tandem, gguf, prompt, work, placement, log,
+                                        split_flags(spec, placement))
             seq = prompt + ids[:-1]
             with torch.no_grad():
                 hf = model(torch.tensor([seq], device=dev)).logits[0].float().cpu()

@@ -7,27 +7,14 @@ on a set of texts (ASCII, newlines, unicode needing byte fallback, chat turns).
 Usage: gemma4_tokenizer_parity.py TANDEM_BIN OUT_DIR. Exit 0 and "PASS" when every text matches."""
 import json, os, subprocess, sys, tempfile
 
-from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gemma_tokenizer_json import write_gemma_tokenizer  # noqa: E402
 
 tandem, out_dir = sys.argv[1], sys.argv[2]
 work = tempfile.mkdtemp()
 hf = os.path.join(work, "hf")
-os.makedirs(hf)
-
-corpus = ["hello world", "the quick brown fox jumps over the lazy dog", "user model turn", "hello\n\nworld"] * 50
-specials = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"]
-bytes_ = [f"<0x{b:02X}>" for b in range(256)]
-# A BPE trained on the corpus, with the 256 byte tokens for fallback (SentencePiece style).
-from tokenizers.trainers import BpeTrainer
-tok = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>", fuse_unk=True))
-tok.normalizer = normalizers.Replace(" ", "▁")
-tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
-trainer = BpeTrainer(vocab_size=400, special_tokens=specials + bytes_, initial_alphabet=list("▁\n"))
-tok.train_from_iterator(corpus, trainer)
-tok.save(os.path.join(hf, "tokenizer.json"))
+tok = write_gemma_tokenizer(hf)
 json.dump({"architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4"}, open(os.path.join(hf, "config.json"), "w"))
-json.dump({"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>"},
-          open(os.path.join(hf, "tokenizer_config.json"), "w"))
 gguf = os.path.join(work, "vocab.gguf")
 r = subprocess.run([tandem, "convert", hf, "-o", gguf, "--vocab-only"], capture_output=True, text=True)
 if r.returncode != 0:

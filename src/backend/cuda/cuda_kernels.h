@@ -158,9 +158,22 @@ void launch_moe_route(const Tensor& logits, const float* expert_scale, int32_t* 
                       cudaStream_t stream);
 // Ops::moe_combine: y F32 {n, k, T}, weights dense {k, T}, out F32 {n, T}.
 void launch_moe_combine(const Tensor& y, const float* weights, const Tensor& out, cudaStream_t stream);
-// Ops::matmul_id by the grouped GEMM (any number of routed rows; weights decoded tile by tile in f32).
+// Ops::matmul_id by the f32 grouped GEMM (any number of routed rows and weight type; weights decoded tile by
+// tile in f32): F32 weights, and the fallback where launch_moe_gemm_tc does not apply.
 void launch_moe_gemm(const Tensor& W, const Tensor& x, const int32_t* ids, const Tensor& y,
                      cudaStream_t stream);
+// Ops::matmul_id by tensor cores for many routed rows (moe_gemm_tc.cu): launch_moe_group sorts the slots
+// (s = j + k t) by expert into offsets {n_expert + 1} and sorted {n_slots} (device scratch; n_expert <=
+// kMoeGroupMaxExperts), then launch_moe_gemm_tc multiplies each expert's rows with its weights (F16/BF16 read
+// as they are, Q8_0/Q4_0/Q4_K/Q5_K/Q6_K decoded tile by tile to bf16; activations rounded to the 16-bit
+// type). moe_gemm_tc_supports: the weight type, K % 32 == 0, the expert count and 16-byte aligned 16-bit
+// rows.
+constexpr int64_t kMoeGroupMaxExperts = 4096;
+bool moe_gemm_tc_supports(const Tensor& W);
+void launch_moe_group(const int32_t* ids, int64_t n_slots, int64_t n_expert, int32_t* offsets,
+                      int32_t* sorted, cudaStream_t stream);
+void launch_moe_gemm_tc(const Tensor& W, const Tensor& x, const int32_t* offsets, const int32_t* sorted,
+                        const Tensor& y, cudaStream_t stream);
 // Ops::matmul_id for few routed rows: one matrix-vector product per routed row (slot s = j + k t) over only
 // the selected expert's rows: W + ids[s] * w_es. x column of slot s: (s / k) * kx + (kx == 1 ? 0 : s % k);
 // y column s at y + s * y_ld (y dense). Quantized: x columns quantized by launch_quantize_q8 into scratch.

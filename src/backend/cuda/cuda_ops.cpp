@@ -15,6 +15,9 @@
 namespace tandem::cuda {
 namespace {
 
+// matmul_id's per-expert offsets {kMoeGroupMaxExperts + 1} at the start of the moe region, 256-byte aligned.
+constexpr size_t kMoeOffsetsBytes = (size_t(kMoeGroupMaxExperts + 1) * 4 + 255) / 256 * 256;
+
 // ---- argument checks: the backends' shared rules (backend/op_checks.h) for tensors on this CUDA device
 // ------
 void check_on_device(const char* op, const char* name, const Tensor& t, int index) {
@@ -122,11 +125,14 @@ void CudaOps::reserve(const WorkspacePlan& p) {
                      ? al(attention_decode_scratch_bytes(std::min(rows, kDecodeRowChunk), m.max_n_head,
                                                          m.max_head_dim, std::max<int64_t>(m.max_seq_len, 1)))
                      : 0;
+  r.moe_bytes =
+      m.max_routed_rows > kMoeGemvMaxSlots ? kMoeOffsetsBytes + al(size_t(m.max_routed_rows) * 4) : 0;
   r.act = 0;
   r.dequant = r.act + r.act_bytes;
   r.lt = r.dequant + r.dequant_bytes;
   r.attn = r.lt + r.lt_bytes;
-  const size_t total = r.attn + r.attn_bytes;
+  r.moe = r.attn + r.attn_bytes;
+  const size_t total = r.moe + r.moe_bytes;
   plan_ = m;
   if (total > ws_bytes_) {
     DeviceGuard g(index_);
@@ -716,7 +722,9 @@ void CudaOps::moe_route(Stream& s, const Tensor& logits, const Tensor* expert_sc
 }
 
 // Few routed rows (decode): a matrix-vector product per routed row over its expert's rows only, the fast
-// kernels of matmul (bytes read = the selected experts). Many (prefill): the grouped GEMM (moe.cu).
+// kernels of matmul (bytes read = the selected experts). Many (prefill): the slots grouped by expert and the
+// tensor-core grouped GEMM (moe_gemm_tc.cu) for 16-bit and quantized weights within the reserved routed rows;
+// otherwise (F32 weights) the f32 grouped GEMM (moe.cu).
 void CudaOps::matmul_id(Stream& s, const Tensor& W, const Tensor& x, const Tensor& ids, const Tensor& y) {
   op_checks::matmul_id(W, x, ids, y, DeviceId{DeviceKind::CUDA, index_});
   const int64_t K = W.ne[0], N = W.ne[1], k = ids.ne[0], T = ids.ne[1], kx = x.ne[1];
@@ -749,6 +757,14 @@ void CudaOps::matmul_id(Stream& s, const Tensor& W, const Tensor& x, const Tenso
     }
   }
   check(K % 32 == 0, "matmul_id: on CUDA the row length must be a multiple of 32, got " + std::to_string(K));
+  if (moe_gemm_tc_supports(W) && n_slots <= plan_.max_routed_rows && regions_.moe_bytes > 0) {
+    // Tensor cores: the slots grouped by expert on the device, then one grouped GEMM over every expert.
+    int32_t* offsets = reinterpret_cast<int32_t*>(region(regions_.moe));
+    int32_t* sorted = reinterpret_cast<int32_t*>(region(regions_.moe + kMoeOffsetsBytes));
+    launch_moe_group(id, n_slots, W.ne[2], offsets, sorted, st);
+    launch_moe_gemm_tc(W, x, offsets, sorted, y, st);
+    return;
+  }
   launch_moe_gemm(W, x, id, y, st);
 }
 

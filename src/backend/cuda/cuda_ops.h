@@ -97,6 +97,7 @@ class CudaOps final : public Ops {
     size_t dequant = 0, dequant_bytes = 0;
     size_t lt = 0, lt_bytes = 0;
     size_t attn = 0, attn_bytes = 0;
+    size_t moe = 0, moe_bytes = 0;  // matmul_id's slots grouped by expert: offsets, then the sorted slots
   };
   void check_matmul(const Tensor& W, const Tensor& x, const Tensor& y) const;
   // The fused matrix-vector path of matmul_multi / _swiglu / _add: false (nothing enqueued) when it does not

@@ -13,7 +13,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/device_utils.cuh"
-#include "backend/cuda/quant_device.cuh"
+#include "backend/cuda/moe_tiles.cuh"
 
 namespace tandem::cuda {
 namespace {
@@ -117,37 +117,6 @@ struct GemmArgs {
   size_t y_nb1, y_nb2;
 };
 
-// GGUF block sizes and bytes (quant/blocks.h) as compile-time constants.
-constexpr int64_t block_size_of(DType t) {
-  return t == DType::Q8_0 || t == DType::Q4_0 ? 32 : 256;
-}
-constexpr size_t block_bytes_of(DType t) {
-  return t == DType::Q8_0   ? 34
-         : t == DType::Q4_0 ? 18
-         : t == DType::Q4_K ? 144
-         : t == DType::Q5_K ? 176
-                            : 210;
-}
-
-// Values j .. j+7 of weight row `row` (j a multiple of 8) as f32.
-template <DType WT>
-__device__ __forceinline__ void load8(const char* row, int64_t j, float* v) {
-  if constexpr (WT == DType::F32) {
-#pragma unroll
-    for (int q = 0; q < 8; ++q) v[q] = reinterpret_cast<const float*>(row)[j + q];
-  } else if constexpr (WT == DType::F16) {
-#pragma unroll
-    for (int q = 0; q < 8; ++q) v[q] = fp16_bits_to_float(reinterpret_cast<const uint16_t*>(row)[j + q]);
-  } else if constexpr (WT == DType::BF16) {
-#pragma unroll
-    for (int q = 0; q < 8; ++q) v[q] = bf16_bits_to_float(reinterpret_cast<const uint16_t*>(row)[j + q]);
-  } else {
-    constexpr int64_t bs = block_size_of(WT);
-    constexpr size_t bb = block_bytes_of(WT);
-    dequant8<WT>(reinterpret_cast<const uint8_t*>(row) + size_t(j / bs) * bb, int(j % bs), v);
-  }
-}
-
 template <DType WT>
 __global__ void __launch_bounds__(kThreads) moe_gemm_kernel(GemmArgs a) {
   __shared__ float ws[kTileK][kTileN];
@@ -195,7 +164,7 @@ __global__ void __launch_bounds__(kThreads) moe_gemm_kernel(GemmArgs a) {
       {  // weights: thread -> row tid / 4, values 8 (tid % 4) .. + 7
         const int r = tid / 4, g = tid % 4;
         float v[8] = {};
-        if (n0 + r < a.N) load8<WT>(We + size_t(n0 + r) * a.w_ld, k0 + 8 * g, v);
+        if (n0 + r < a.N) moe::load8<WT>(We + size_t(n0 + r) * a.w_ld, k0 + 8 * g, v);
 #pragma unroll
         for (int q = 0; q < 8; ++q) ws[8 * g + q][r] = v[q];
       }
