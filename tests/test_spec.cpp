@@ -22,27 +22,16 @@
 #include "tandem/model.h"
 #include "tandem/session.h"
 #include "tandem/speculative.h"
+#include "test_spec_util.h"
 
 namespace tandem {
 namespace {
 
+using testing::chi_square;
+using testing::plain_greedy;
+
 const std::string kModelPath = std::string(TANDEM_SOURCE_DIR) + "/models/" + eval::kDefaultModelFile;
 const std::string kDraftPath = std::string(TANDEM_SOURCE_DIR) + "/models/" + eval::kDefaultDraftFile;
-
-// Pearson's chi-square of observed counts against expected probabilities.
-double chi_square(const std::map<int32_t, int64_t>& counts, std::span<const TokenCandidate> p, int64_t n) {
-  double chi = 0.0;
-  double covered = 0.0;
-  for (const TokenCandidate& t : p) {
-    const double e = double(t.p) * double(n);
-    const auto it = counts.find(t.id);
-    const double o = it == counts.end() ? 0.0 : double(it->second);
-    chi += (o - e) * (o - e) / e;
-    covered += o;
-  }
-  // A token outside p's support is an outright failure.
-  return covered == double(n) ? chi : INFINITY;
-}
 
 TEST(SpecAccept, OutputIsDistributedAsTarget) {
   const std::vector<TokenCandidate> p = {
@@ -111,25 +100,7 @@ std::shared_ptr<Model> load(const std::string& path, const std::string& mode = "
   return Model::load(path, mp);
 }
 
-std::vector<int32_t> plain_greedy(const std::shared_ptr<Model>& model, const std::vector<int32_t>& prompt,
-                                  int n) {
-  Session session(model, {.n_ctx = 256});
-  Batch batch;
-  batch.add_sequence(prompt, 0, 0, true);
-  std::vector<int32_t> out;
-  int32_t pos = int32_t(prompt.size());
-  for (int i = 0; i < n; ++i) {
-    session.decode(batch);
-    const int32_t t = argmax(session.logits(batch.size() - 1));
-    out.push_back(t);
-    batch.clear();
-    batch.add(t, pos++, 0, true);
-  }
-  return out;
-}
-
-const std::vector<std::vector<int32_t>> kPrompts = {
-    {0, 417, 1210, 4145}, {0, 306, 258, 1210, 1327}, {0, 893}, {0, 14, 394, 1210, 4145, 306, 258}};
+const std::vector<std::vector<int32_t>>& kPrompts = testing::kSpecPrompts;
 
 void expect_greedy_identical(const std::shared_ptr<Model>& target, const std::shared_ptr<Model>& draft,
                              const std::vector<std::vector<int32_t>>& expected, int n) {
@@ -204,18 +175,7 @@ TEST(SpecShipped, SampledFirstTokenFollowsTarget) {
   sp.top_k = 6;
   sp.top_p = 1.0f;
   sp.min_p = 0.0f;
-  // The target's distribution of the first token.
-  std::vector<TokenCandidate> p;
-  {
-    Session s(target, {.n_ctx = 64});
-    Batch b;
-    b.add_sequence(prompt, 0, 0, true);
-    s.decode(b);
-    Sampler smp(sp);
-    smp.accept(prompt);
-    smp.sample_with_uniform(s.logits(b.size() - 1), 0.0);
-    p.assign(smp.last_candidates().begin(), smp.last_candidates().end());
-  }
+  const std::vector<TokenCandidate> p = testing::target_distribution(target, prompt, sp);
   ASSERT_EQ(p.size(), 6u);
   const int32_t n_seq = 16, rounds = 40;
   Session ts(target, {.n_ctx = 512, .n_seq_max = n_seq});

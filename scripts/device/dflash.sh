@@ -8,7 +8,9 @@
 #  2. tests/reference/dflash_parity.py: tandem's dflash forward vs the PyTorch reimplementation of z-lab's
 #     drafter, random weights, same features: max rel error < 1e-3 (cuda and cpu).
 #  3. models/training/train_dflash.py (only when models/tandem-small-dflash-q8_0.gguf is absent): trains the
-#     small drafter on the target's own greedy text; the file comes back in $OUT/train/.
+#     small drafter on the target's own greedy continuations of real-text and sampled prompts; the file comes
+#     back in $OUT/train/; then the shipped-drafter tests run with it (DflashShipped.* and the sampled
+#     chi-square test on the CPU, DflashGpu.ShippedDrafterAcceptsOnCuda), through TANDEM_DFLASH_DRAFTER.
 #  4. `tandem generate --draft DFLASH` on cuda: ids equal plain generate's; acceptance printed.
 #  5. `tandem bench --draft` (draft model and DFlash) on cuda:0: AR vs speculative tokens/s, speedup,
 #     acceptance, draft / verify pass time per cycle; DFlash with device features vs the host path.
@@ -42,15 +44,31 @@ else
 fi
 
 if [ ! -f "$F" ]; then
-  left=$((300 - (SECONDS - t_start) - 100))
-  [ $left -gt 150 ] && left=150
-  if [ $left -gt 40 ] && timeout $((left + 30)) python3 models/training/train_dflash.py --target $M --out "$OUT/train" \
-    --deadline-s $left > "$OUT/train_log.txt" 2>&1 && [ -f "$OUT/train/tandem-small-dflash-q8_0.gguf" ]; then
+  # Prompts of real text for the drafter's training data: the ids of models/eval/heldout_eval.txt (the script
+  # keeps the last 15% for its held-out evaluation).
+  "$BIN/tandem" tokenize -m $M -f models/eval/heldout_eval.txt --ids --no-bos > "$OUT/text_ids.txt" 2>/dev/null
+  left=$((300 - (SECONDS - t_start) - 90))
+  [ $left -gt 160 ] && left=160
+  if [ $left -gt 40 ] && timeout $((left + 40)) python3 models/training/train_dflash.py --target $M --out "$OUT/train" \
+    --text-ids "$OUT/text_ids.txt" --deadline-s $left > "$OUT/train_log.txt" 2>&1 \
+    && [ -f "$OUT/train/tandem-small-dflash-q8_0.gguf" ]; then
     F="$OUT/train/tandem-small-dflash-q8_0.gguf"
-    echo "PASS trained the DFlash drafter ($(grep -o '"teacher_forced_mean_accepted_length": [0-9.]*' "$OUT/train_log.txt"))"
+    echo "PASS trained the DFlash drafter ($(grep -oE '"(ci_prompts_)?teacher_forced_mean_accepted_length": [0-9.]*' "$OUT/train_log.txt" | tr '\n' ' '))"
   else
     echo "FAIL training the DFlash drafter (see $OUT/train_log.txt)"; fail=1; tail -5 "$OUT/train_log.txt"
   fi
+fi
+if [ -f "$F" ]; then
+  # The shipped-drafter tests with this file: CPU (what CI checks once it is in models/) and cuda.
+  if TANDEM_DFLASH_DRAFTER="$F" timeout 90 "$TESTS/tandem_tests" \
+       --gtest_filter='DflashShipped.*:Dflash.SampledOutputFollowsTargetOnShippedModel' > "$OUT/shipped_cpu.txt" 2>&1 \
+     && TANDEM_DFLASH_DRAFTER="$F" timeout 60 "$TESTS/tandem_gpu_tests" \
+       --gtest_filter='DflashGpu.ShippedDrafterAcceptsOnCuda' > "$OUT/shipped_gpu.txt" 2>&1; then
+    echo "PASS shipped-drafter tests (CPU and cuda)"
+  else
+    echo "FAIL shipped-drafter tests (see $OUT/shipped_cpu.txt, shipped_gpu.txt)"; fail=1
+  fi
+  grep -hE "shipped dflash|teacher-forced|chi-square|Failure|Expected|actual" "$OUT/shipped_cpu.txt" "$OUT/shipped_gpu.txt" | head -20
 fi
 
 P='0,417,1210,4145;0,893'
