@@ -6,7 +6,8 @@
 #   speedup(L) = L x AR step / (draft pass + verify pass)
 # plus the device-feature path against the host path (TANDEM_DFLASH_DEVICE_FEATURES=0) per cycle.
 # Run after build-gpu/ (run_all.sh): TOPICS="dflash_8b:240" bash scripts/device/run_all.sh
-# env: BIN, OUT, MODELS (where the two random files go; default /dev/shm/tandem-8b, else /tmp).
+# env: BIN, OUT, MODELS (where the two random files go; default /dev/shm/tandem-8b, else /tmp); SHAPE=tiny
+# DEVICE=cpu N_GEN=8 check the script on a CPU (bench/make_random_q8_gguf.py's width-64 shapes).
 # Budget: about 120 s (the files ~20 s from bench/make_random_q8_gguf.py, 5 benches of ~15 s each).
 set -u
 BIN=${BIN:-build-gpu/bin}
@@ -20,20 +21,23 @@ if [ -z "${MODELS:-}" ]; then
 fi
 mkdir -p "$OUT" "$MODELS"
 fail=0
-T=$MODELS/qwen3-8b-random-q8_0.gguf
-F=$MODELS/qwen3-8b-dflash-random-q8_0.gguf
+SHAPE=${SHAPE:-qwen3-8b}
+DEVICE=${DEVICE:-cuda:0}
+N_GEN=${N_GEN:-64}
+T=$MODELS/$SHAPE-random-q8_0.gguf
+F=$MODELS/$SHAPE-dflash-random-q8_0.gguf
 t0=$SECONDS
-for pair in "qwen3-8b $T" "qwen3-8b-dflash $F"; do
+for pair in "$SHAPE $T" "$SHAPE-dflash $F"; do
   set -- $pair
   [ -f "$2" ] && continue
   python3 bench/make_random_q8_gguf.py "$1" "$2" >> "$OUT/models.txt" 2>&1 || {
     echo "FAIL making $1 (see $OUT/models.txt)"; exit 1; }
 done
-echo "random 8B target + drafter ready in $((SECONDS - t0)) s: $(cat "$OUT/models.txt" | tr '\n' ';')"
+echo "random $SHAPE target + drafter ready in $((SECONDS - t0)) s: $(cat "$OUT/models.txt" | tr '\n' ';')"
 
 bench() {  # name, env, flags...
   local name=$1 envs=$2; shift 2
-  if env $envs timeout 50 "$BIN/tandem" bench -m "$T" "$@" -p 0 -n 64 -b 1 -r 2 --device cuda:0 \
+  if env $envs timeout 50 "$BIN/tandem" bench -m "$T" "$@" -p 0 -n $N_GEN -b 1 -r 2 --device $DEVICE \
     > "$OUT/bench_$name.md" 2>&1; then
     echo "bench $name: $(grep 'time per verify cycle' "$OUT/bench_$name.md"); $(grep 'per cycle:' "$OUT/bench_$name.md")"
   else
