@@ -169,31 +169,19 @@ TEST(Dflash, DeviceAndHostFeaturePathsAreBitIdentical) {
     EXPECT_EQ(host.block_logits[r], dev.block_logits[r]) << "row " << r + 1;
 }
 
+// Both feature paths, draft_max 1, 4 and 7, a batch-invariant target.
 void expect_dflash_greedy_identical(const std::shared_ptr<Model>& target,
                                     const std::shared_ptr<Model>& drafter_model,
                                     const std::vector<std::vector<int32_t>>& prompts,
                                     const std::vector<std::vector<int32_t>>& expected, int n,
                                     bool expect_acceptance) {
-  for (int32_t draft_max : {1, 4, 7}) {
-    for (int device : {0, 1}) {
-      Session ts(target, {.n_ctx = 256, .n_seq_max = int32_t(prompts.size()), .batch_invariant = true});
-      Session ds(drafter_model, {.n_ctx = 256, .n_seq_max = int32_t(prompts.size())});
-      DflashDrafter drafter(ds, ts, {.device_features = device, .log = false});
-      SpeculativeDecoder spec(ts, drafter, {.draft_max = draft_max});
-      SamplingParams greedy;
-      greedy.temperature = 0.0f;
-      const auto out = spec.generate(prompts, n, std::span(&greedy, 1));
-      ASSERT_EQ(out.size(), prompts.size());
-      for (size_t i = 0; i < out.size(); ++i)
-        EXPECT_EQ(out[i], expected[i])
-            << "prompt " << i << ", draft_max " << draft_max << ", device " << device;
-      const SpeculativeStats& st = spec.stats();
-      EXPECT_EQ(st.emitted, int64_t(n) * int64_t(prompts.size()));
-      EXPECT_LE(st.mean_accepted_length(), double(draft_max) + 1.0);
-      if (expect_acceptance) {
-        EXPECT_GT(st.accepted, 0) << st.summary();
-      }
-      std::printf("dflash draft_max %d device %d: %s\n", draft_max, device, st.summary().c_str());
+  for (int device : {0, 1}) {
+    const auto stats = testing::expect_greedy_spec_identical(
+        target, drafter_model, testing::dflash_drafter(device), prompts, expected, n, {1, 4, 7}, true,
+        "dflash device " + std::to_string(device));
+    if (!expect_acceptance) continue;
+    for (const SpeculativeStats& st : stats) {
+      EXPECT_GT(st.accepted, 0) << st.summary();
     }
   }
 }

@@ -5,11 +5,14 @@
 // drafter (what models/training/train_dflash.py reports).
 #pragma once
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -100,6 +103,48 @@ inline std::filesystem::path write_shipped_shape_drafter(const std::string& tag)
                     ("tandem_" + tag + "_" + std::to_string(::getpid()) + "_shipped_shape_dflash.gguf");
   write_tiny_dflash(make_tiny_dflash(dc), path);
   return path;
+}
+
+// Builds the drafter of one run from its session and the target's.
+using MakeDrafter = std::function<std::unique_ptr<Drafter>(Session& draft, Session& target)>;
+
+inline MakeDrafter draft_model_drafter() {
+  return [](Session& ds, Session& ts) { return std::make_unique<DraftModelDrafter>(ds, ts.n_vocab()); };
+}
+
+inline MakeDrafter dflash_drafter(int device_features = -1) {
+  return [device_features](Session& ds, Session& ts) {
+    return std::make_unique<DflashDrafter>(
+        ds, ts, DflashDrafterParams{.device_features = device_features, .log = false});
+  };
+}
+
+// Greedy speculative decoding of prompts (one sequence each, n_ctx 256) for every draft_max must give the
+// expected tokens (plain greedy); every run emits n tokens per prompt and stays within the accepted-length
+// bound. Prints and returns each run's stats (the caller checks acceptance).
+inline std::vector<SpeculativeStats> expect_greedy_spec_identical(
+    const std::shared_ptr<Model>& target, const std::shared_ptr<Model>& draft_model, const MakeDrafter& make,
+    const std::vector<std::vector<int32_t>>& prompts, const std::vector<std::vector<int32_t>>& expected,
+    int n, std::initializer_list<int32_t> draft_maxes, bool batch_invariant, const std::string& label) {
+  std::vector<SpeculativeStats> stats;
+  const int32_t n_seq = int32_t(prompts.size());
+  for (int32_t draft_max : draft_maxes) {
+    Session ts(target, {.n_ctx = 256, .n_seq_max = n_seq, .batch_invariant = batch_invariant});
+    Session ds(draft_model, {.n_ctx = 256, .n_seq_max = n_seq});
+    const std::unique_ptr<Drafter> drafter = make(ds, ts);
+    SpeculativeDecoder spec(ts, *drafter, {.draft_max = draft_max});
+    const SamplingParams greedy = greedy_sampling();
+    const auto out = spec.generate(prompts, n, std::span(&greedy, 1));
+    EXPECT_EQ(out.size(), prompts.size());
+    for (size_t i = 0; i < out.size() && i < expected.size(); ++i)
+      EXPECT_EQ(out[i], expected[i]) << label << ": prompt " << i << ", draft_max " << draft_max;
+    const SpeculativeStats& st = spec.stats();
+    EXPECT_EQ(st.emitted, int64_t(n) * int64_t(n_seq)) << label;
+    EXPECT_LE(st.mean_accepted_length(), double(draft_max) + 1.0) << label;
+    std::printf("%s draft_max %d: %s\n", label.c_str(), draft_max, st.summary().c_str());
+    stats.push_back(st);
+  }
+  return stats;
 }
 
 // One greedy DFlash run through SpeculativeDecoder with the feature path chosen (device 1, host 0), then one

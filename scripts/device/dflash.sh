@@ -33,7 +33,7 @@ else
   echo "FAIL gpu tests SpecGpu.* DflashGpu.* (see $OUT/gpu_tests.txt)"; fail=1
   grep -E "^\[  FAILED|Failure|Expected|Which is" "$OUT/gpu_tests.txt" | head -20
 fi
-grep -E "cuda (dflash )?draft_max|cuda shipped dflash|dflash:" "$OUT/gpu_tests.txt" | head -20 || true
+grep -E "cuda (dflash|draft model) draft_max|cuda shipped dflash|dflash:" "$OUT/gpu_tests.txt" | head -20 || true
 
 if timeout 60 python3 tests/reference/dflash_parity.py --tests "$TESTS/tandem_gpu_tests" --work /tmp/dflash_parity \
   > "$OUT/parity.txt" 2>&1; then

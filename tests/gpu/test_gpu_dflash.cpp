@@ -49,18 +49,10 @@ TEST(SpecGpu, GreedyDraftModelIsTokenIdenticalOnCuda) {
   const int n = 48;
   std::vector<std::vector<int32_t>> expected;
   for (const auto& p : kPrompts) expected.push_back(plain_greedy(target, p, n));
-  for (int32_t draft_max : {1, 4, 8}) {
-    Session ts(target, {.n_ctx = 256, .n_seq_max = 4, .batch_invariant = true});
-    Session ds(draft, {.n_ctx = 256, .n_seq_max = 4});
-    DraftModelDrafter drafter(ds, ts.n_vocab());
-    SpeculativeDecoder spec(ts, drafter, {.draft_max = draft_max});
-    SamplingParams greedy;
-    greedy.temperature = 0.0f;
-    const auto out = spec.generate(kPrompts, n, std::span(&greedy, 1));
-    for (size_t i = 0; i < out.size(); ++i)
-      EXPECT_EQ(out[i], expected[i]) << "prompt " << i << ", draft_max " << draft_max;
-    EXPECT_GT(spec.stats().accepted, 0);
-    std::printf("cuda draft_max %d: %s\n", draft_max, spec.stats().summary().c_str());
+  for (const SpeculativeStats& st :
+       testing::expect_greedy_spec_identical(target, draft, testing::draft_model_drafter(), kPrompts,
+                                             expected, n, {1, 4, 8}, true, "cuda draft model")) {
+    EXPECT_GT(st.accepted, 0) << st.summary();
   }
 }
 
@@ -124,18 +116,8 @@ TEST(DflashGpu, GreedyIsTokenIdenticalOnCuda) {
   const int n = 40;
   std::vector<std::vector<int32_t>> expected;
   for (const auto& p : kPrompts) expected.push_back(plain_greedy(target, p, n));
-  for (int32_t draft_max : {1, 4, 7}) {
-    Session ts(target, {.n_ctx = 256, .n_seq_max = 4, .batch_invariant = true});
-    Session ds(dm, {.n_ctx = 256, .n_seq_max = 4});
-    DflashDrafter drafter(ds, ts);
-    SpeculativeDecoder spec(ts, drafter, {.draft_max = draft_max});
-    SamplingParams greedy;
-    greedy.temperature = 0.0f;
-    const auto out = spec.generate(kPrompts, n, std::span(&greedy, 1));
-    for (size_t i = 0; i < out.size(); ++i)
-      EXPECT_EQ(out[i], expected[i]) << "prompt " << i << ", draft_max " << draft_max;
-    std::printf("cuda dflash draft_max %d: %s\n", draft_max, spec.stats().summary().c_str());
-  }
+  testing::expect_greedy_spec_identical(target, dm, testing::dflash_drafter(), kPrompts, expected, n,
+                                        {1, 4, 7}, true, "cuda dflash");
 }
 
 // The shipped trained DFlash drafter (TANDEM_DFLASH_DRAFTER names another file for the same target), when
