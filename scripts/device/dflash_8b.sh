@@ -5,10 +5,11 @@
 # target), the AR step, and from them the speedup at each accepted length L (tokens per cycle):
 #   speedup(L) = L x AR step / (draft pass + verify pass)
 # plus the device-feature path against the host path (TANDEM_DFLASH_DEVICE_FEATURES=0) per cycle.
-# Run after build-gpu/ (run_all.sh): TOPICS="dflash_8b:240" bash scripts/device/run_all.sh
+# Run after build-gpu/ (run_all.sh): TOPICS="dflash_8b:100" bash scripts/device/run_all.sh (needs only the CLI)
 # env: BIN, OUT, MODELS (where the two random files go; default /dev/shm/tandem-8b, else /tmp); SHAPE=tiny
 # DEVICE=cpu N_GEN=8 check the script on a CPU (bench/make_random_q8_gguf.py's width-64 shapes).
-# Budget: about 120 s (the files ~20 s from bench/make_random_q8_gguf.py, 5 benches of ~15 s each).
+# Budget: DFLASH_8B_BUDGET (default 100 s): the files (~10-20 s, bench/make_random_q8_gguf.py), then benches
+# while time is left (each ~10 s: loading 9 GB onto the GPU, AR and speculative runs); the table is printed.
 set -u
 BIN=${BIN:-build-gpu/bin}
 OUT=${OUT:-out/dflash_8b}
@@ -23,7 +24,8 @@ mkdir -p "$OUT" "$MODELS"
 fail=0
 SHAPE=${SHAPE:-qwen3-8b}
 DEVICE=${DEVICE:-cuda:0}
-N_GEN=${N_GEN:-64}
+N_GEN=${N_GEN:-48}
+BUDGET=${DFLASH_8B_BUDGET:-100}
 T=$MODELS/$SHAPE-random-q8_0.gguf
 F=$MODELS/$SHAPE-dflash-random-q8_0.gguf
 t0=$SECONDS
@@ -37,15 +39,17 @@ echo "random $SHAPE target + drafter ready in $((SECONDS - t0)) s: $(cat "$OUT/m
 
 bench() {  # name, env, flags...
   local name=$1 envs=$2; shift 2
-  if env $envs timeout 50 "$BIN/tandem" bench -m "$T" "$@" -p 0 -n $N_GEN -b 1 -r 2 --device $DEVICE \
+  if [ $((SECONDS - t0)) -gt $((BUDGET - 22)) ]; then echo "SKIP bench $name (budget)"; return; fi
+  if env $envs timeout 30 "$BIN/tandem" bench -m "$T" "$@" -p 0 -n $N_GEN -b 1 -r 2 --device $DEVICE \
     > "$OUT/bench_$name.md" 2>&1; then
     echo "bench $name: $(grep 'time per verify cycle' "$OUT/bench_$name.md"); $(grep 'per cycle:' "$OUT/bench_$name.md")"
   else
     echo "FAIL bench $name (see $OUT/bench_$name.md)"; tail -3 "$OUT/bench_$name.md"; fail=1
   fi
 }
-for n in 1 3 7 15; do bench "dflash_block_$((n + 1))" "" --draft "$F" --draft-max $n; done
+bench dflash_block_16 "" --draft "$F" --draft-max 15
 bench dflash_block_16_host "TANDEM_DFLASH_DEVICE_FEATURES=0" --draft "$F" --draft-max 15
+for n in 7 3 1; do bench "dflash_block_$((n + 1))" "" --draft "$F" --draft-max $n; done
 grep -h "target features" "$OUT"/bench_dflash_block_16*.md | sort | uniq
 
 # The table: per block size, the draft and verify pass, the cycle, and the speedup at accepted lengths
