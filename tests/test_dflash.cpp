@@ -203,7 +203,7 @@ std::string shipped_drafter_file() {
   return env ? std::string(env) : std::string(TANDEM_SOURCE_DIR) + "/models/tandem-small-dflash-q8_0.gguf";
 }
 
-// The shipped small model with a random drafter of its width (1 layer, taps of 3 layers).
+// The shipped small model (unsplit, or split over two CPU ranks).
 std::shared_ptr<Model> shipped_target(const std::string& split = "") {
   ModelParams mp;
   mp.n_threads = 2;
@@ -212,6 +212,14 @@ std::shared_ptr<Model> shipped_target(const std::string& split = "") {
     mp.split_mode = split;
   }
   return Model::load(std::string(TANDEM_SOURCE_DIR) + "/models/" + eval::kDefaultModelFile, mp);
+}
+
+// A drafter file loaded with the target it borrows token_embd / output from.
+std::shared_ptr<Model> load_drafter(const std::string& file, const std::shared_ptr<Model>& target) {
+  ModelParams dp;
+  dp.n_threads = 2;
+  dp.share_weights_from = target;
+  return Model::load(file, dp);
 }
 
 TEST(Dflash, GreedyIsTokenIdenticalOnShippedModelUnderSplits) {
@@ -227,11 +235,7 @@ TEST(Dflash, GreedyIsTokenIdenticalOnShippedModelUnderSplits) {
   for (const char* mode : {"", "layer", "tensor"}) {
     SCOPED_TRACE(std::string("split ") + mode);
     const auto target = shipped_target(mode);
-    ModelParams dp;
-    dp.n_threads = 2;
-    dp.share_weights_from = target;
-    const auto dm = Model::load(path.string(), dp);
-    expect_dflash_greedy_identical(target, dm, prompts, expected, n, false);
+    expect_dflash_greedy_identical(target, load_drafter(path.string(), target), prompts, expected, n, false);
   }
   std::filesystem::remove(path);
 }
@@ -255,16 +259,11 @@ void expect_sampled_follows_target(const std::shared_ptr<Model>& tm, const std::
   std::map<int32_t, int64_t> first;
   std::map<int32_t, std::map<int32_t, int64_t>> second;  // by first token
   int64_t n = 0;
-  for (int32_t r = 0; r < rounds; ++r) {
-    std::vector<SamplingParams> per(n_seq, sp);
-    for (int32_t i = 0; i < n_seq; ++i) per[size_t(i)].seed = uint64_t(r * n_seq + i + 1);
-    const auto out = spec.generate(std::vector<std::vector<int32_t>>(n_seq, prompt), 3, per);
-    for (const auto& o : out) {
-      ASSERT_GE(o.size(), 2u);
-      ++first[o[0]];
-      ++second[o[0]][o[1]];
-      ++n;
-    }
+  for (const auto& o : testing::sampled_outputs(spec, prompt, sp, n_seq, rounds, 3)) {
+    ASSERT_GE(o.size(), 2u);
+    ++first[o[0]];
+    ++second[o[0]][o[1]];
+    ++n;
   }
   const double chi = chi_square(first, p1, n);
   std::printf("dflash first token: chi-square %.2f over %lld draws (5 dof); %s\n", chi, (long long)n,
@@ -293,13 +292,9 @@ TEST(Dflash, SampledOutputFollowsTargetTiny) {
 
 // The small model with its trained drafter (a random one would reject every draft and test nothing more).
 TEST(Dflash, SampledOutputFollowsTargetOnShippedModel) {
-  const std::string file = shipped_drafter_file();
-  if (!std::filesystem::exists(file)) GTEST_SKIP() << "no trained drafter shipped yet";
+  if (!std::filesystem::exists(shipped_drafter_file())) GTEST_SKIP() << "no trained drafter shipped yet";
   const auto target = shipped_target();
-  ModelParams dp;
-  dp.n_threads = 2;
-  dp.share_weights_from = target;
-  const auto dm = Model::load(file, dp);
+  const auto dm = load_drafter(shipped_drafter_file(), target);
   expect_sampled_follows_target(target, dm, {0, 306, 258, 1210, 1327});
 }
 
@@ -466,13 +461,9 @@ TEST(DflashCli, GenerateAndBench) {
 // tells a drafter that was trained wrong (both low) from a loop that loses what the drafter knows (the
 // loop's far below the teacher-forced).
 TEST(DflashShipped, TrainedDrafterAccepts) {
-  const std::string file = shipped_drafter_file();
-  if (!std::filesystem::exists(file)) GTEST_SKIP() << "no trained drafter shipped yet";
+  if (!std::filesystem::exists(shipped_drafter_file())) GTEST_SKIP() << "no trained drafter shipped yet";
   const auto target = shipped_target();
-  ModelParams dp;
-  dp.n_threads = 2;
-  dp.share_weights_from = target;
-  const auto dm = Model::load(file, dp);
+  const auto dm = load_drafter(shipped_drafter_file(), target);
   const std::vector<std::vector<int32_t>> prompts = {{0, 417, 1210, 4145}, {0, 306, 258, 1210, 1327}};
   std::vector<std::vector<int32_t>> expected;
   for (const auto& pr : prompts) expected.push_back(plain_greedy(target, pr, 32));

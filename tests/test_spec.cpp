@@ -172,15 +172,10 @@ TEST(SpecShipped, SampledFirstTokenFollowsTarget) {
   SpeculativeDecoder spec(ts, drafter, {.draft_max = 3});
   std::map<int32_t, int64_t> counts;
   int64_t n = 0;
-  for (int32_t r = 0; r < rounds; ++r) {
-    std::vector<SamplingParams> per(n_seq, sp);
-    for (int32_t i = 0; i < n_seq; ++i) per[size_t(i)].seed = uint64_t(r * n_seq + i + 1);
-    const auto out = spec.generate(std::vector<std::vector<int32_t>>(n_seq, prompt), 3, per);
-    for (const auto& o : out) {
-      ASSERT_FALSE(o.empty());
-      ++counts[o[0]];
-      ++n;
-    }
+  for (const auto& o : testing::sampled_outputs(spec, prompt, sp, n_seq, rounds, 3)) {
+    ASSERT_FALSE(o.empty());
+    ++counts[o[0]];
+    ++n;
   }
   const double chi = chi_square(counts, p, n);
   std::printf("first token: chi-square %.2f over %lld draws (5 dof); %s\n", chi, (long long)n,

@@ -105,6 +105,22 @@ inline std::filesystem::path write_shipped_shape_drafter(const std::string& tag)
   return path;
 }
 
+// Sampled speculative decoding of one prompt, many times: `rounds` generate() calls of n_seq sequences, the
+// sequences seeded 1, 2, 3, ... across all rounds; every output (n tokens each unless a sequence stopped).
+inline std::vector<std::vector<int32_t>> sampled_outputs(SpeculativeDecoder& spec,
+                                                         const std::vector<int32_t>& prompt,
+                                                         const SamplingParams& sp, int32_t n_seq,
+                                                         int32_t rounds, int n) {
+  std::vector<std::vector<int32_t>> all;
+  for (int32_t r = 0; r < rounds; ++r) {
+    std::vector<SamplingParams> per(size_t(n_seq), sp);
+    for (int32_t i = 0; i < n_seq; ++i) per[size_t(i)].seed = uint64_t(r * n_seq + i + 1);
+    for (auto& o : spec.generate(std::vector<std::vector<int32_t>>(size_t(n_seq), prompt), n, per))
+      all.push_back(std::move(o));
+  }
+  return all;
+}
+
 // Builds the drafter of one run from its session and the target's.
 using MakeDrafter = std::function<std::unique_ptr<Drafter>(Session& draft, Session& target)>;
 

@@ -75,16 +75,20 @@ TEST(SpecGpu, SampledRunsWithRejectionsOnCuda) {
   EXPECT_LT(spec.stats().accepted, spec.stats().drafted);
 }
 
-// A DFlash drafter of the shipped model's width: 1 layer, taps of layers 1, 4 and 7, random weights.
-std::string write_shipped_shape_drafter() {
-  return testing::write_shipped_shape_drafter("gpu_dflash").string();
-}
-
 std::shared_ptr<Model> load_drafter(const std::string& path, const std::shared_ptr<Model>& target) {
   ModelParams mp;
   mp.device = "cuda:0";
   mp.share_weights_from = target;
   return Model::load(path, mp);
+}
+
+// A DFlash drafter of the shipped model's width on cuda:0: 1 layer, taps of layers 1, 4 and 7, random
+// weights.
+std::shared_ptr<Model> shipped_shape_drafter(const std::shared_ptr<Model>& target) {
+  const auto path = testing::write_shipped_shape_drafter("gpu_dflash");
+  const auto dm = load_drafter(path.string(), target);
+  std::filesystem::remove(path);
+  return dm;
 }
 
 // The two feature paths on cuda:0: the same tokens, the same acceptance and bit-identical drafter logits of a
@@ -93,9 +97,7 @@ std::shared_ptr<Model> load_drafter(const std::string& path, const std::shared_p
 TEST(DflashGpu, DeviceFeaturePathIsBitIdenticalToHostPath) {
   TANDEM_REQUIRE_GPU();
   const auto target = load_cuda("tandem-small-q8_0.gguf");
-  const std::string path = write_shipped_shape_drafter();
-  const auto dm = load_drafter(path, target);
-  std::filesystem::remove(path);
+  const auto dm = shipped_shape_drafter(target);
   const testing::DflashRun host = testing::run_dflash(target, dm, kPrompts, 32, 7, 0, true);
   const testing::DflashRun dev = testing::run_dflash(target, dm, kPrompts, 32, 7, 1, true);
   ASSERT_FALSE(host.device_features);
@@ -110,9 +112,7 @@ TEST(DflashGpu, DeviceFeaturePathIsBitIdenticalToHostPath) {
 TEST(DflashGpu, GreedyIsTokenIdenticalOnCuda) {
   TANDEM_REQUIRE_GPU();
   const auto target = load_cuda("tandem-small-q8_0.gguf");
-  const std::string path = write_shipped_shape_drafter();
-  const auto dm = load_drafter(path, target);
-  std::filesystem::remove(path);
+  const auto dm = shipped_shape_drafter(target);
   const int n = 40;
   std::vector<std::vector<int32_t>> expected;
   for (const auto& p : kPrompts) expected.push_back(plain_greedy(target, p, n));
