@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -27,12 +28,15 @@
 #include "tandem/speculative.h"
 #include "test_cli_util.h"
 #include "test_dflash_fixture.h"
+#include "test_spec_util.h"
 
 namespace tandem {
 namespace {
 
+using testing::chi_square;
 using testing::make_tiny;
 using testing::make_tiny_dflash;
+using testing::plain_greedy;
 using testing::TinyConfig;
 using testing::TinyDflash;
 using testing::TinyDflashConfig;
@@ -90,23 +94,6 @@ TinyPair load_pair(const std::string& name, const TinyConfig& tc, const TinyDfla
   return p;
 }
 
-std::vector<int32_t> plain_greedy(const std::shared_ptr<Model>& model, const std::vector<int32_t>& prompt,
-                                  int n) {
-  Session session(model, {.n_ctx = 256});
-  Batch batch;
-  batch.add_sequence(prompt, 0, 0, true);
-  std::vector<int32_t> out;
-  int32_t pos = int32_t(prompt.size());
-  for (int i = 0; i < n; ++i) {
-    session.decode(batch);
-    const int32_t t = argmax(session.logits(batch.size() - 1));
-    out.push_back(t);
-    batch.clear();
-    batch.add(t, pos++, 0, true);
-  }
-  return out;
-}
-
 TEST(Dflash, ForwardMatchesReferenceGivenFeatures) {
   TinyDflashConfig dc;
   dc.n_layer = 2;
@@ -157,12 +144,14 @@ TEST(Dflash, ForwardMatchesReferenceGivenFeatures) {
     SamplingParams greedy;
     greedy.temperature = 0;
     std::vector<Draft> out;
-    drafter.draft(std::span(&seq, 1), std::span(&h, 1), std::span(&n_max, 1), std::span(&greedy, 1), 0.0f, out);
+    drafter.draft(std::span(&seq, 1), std::span(&h, 1), std::span(&n_max, 1), std::span(&greedy, 1), 0.0f,
+                  out);
     ASSERT_EQ(out.size(), 1u);
     ASSERT_EQ(out[0].tokens.size(), size_t(n));
     for (int32_t j = 1; j <= n; ++j) {
       // Features from tandem's own target (f32) instead of the double reference's: a looser bound.
-      EXPECT_LT(testing::row_rel_error(ds2.logits(size_t(j)), ref[size_t(j - 1)]), 1e-3) << "drafter row " << j;
+      EXPECT_LT(testing::row_rel_error(ds2.logits(size_t(j)), ref[size_t(j - 1)]), 1e-3)
+          << "drafter row " << j;
     }
   }
 }
@@ -170,54 +159,29 @@ TEST(Dflash, ForwardMatchesReferenceGivenFeatures) {
 TEST(Dflash, DeviceAndHostFeaturePathsAreBitIdentical) {
   const TinyPair p = load_pair("paths", tiny_target_config(), {});
   const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3, 4, 5}, {7, 8}, {9}};
-  std::vector<std::vector<float>> logits[2];
-  std::vector<std::vector<int32_t>> outs[2];
-  for (int device : {0, 1}) {
-    Session ts(p.tm, {.n_ctx = 128, .n_seq_max = 3}), ds(p.dm, {.n_ctx = 128, .n_seq_max = 3});
-    DflashDrafter drafter(ds, ts, {.device_features = device, .log = false});
-    SpeculativeDecoder spec(ts, drafter, {.draft_max = 5});
-    SamplingParams greedy;
-    greedy.temperature = 0;
-    outs[device] = spec.generate(prompts, 20, std::span(&greedy, 1));
-    // One more draft pass after the generated text of sequence 0: its block rows' logits.
-    std::vector<int32_t> hist = prompts[0];
-    hist.insert(hist.end(), outs[device][0].begin(), outs[device][0].end());
-    const std::vector<int32_t>* h = &hist;
-    const int32_t seq = 0, n_max = 5;
-    std::vector<Draft> d;
-    drafter.draft(std::span(&seq, 1), std::span(&h, 1), std::span(&n_max, 1), std::span(&greedy, 1), 0.0f, d);
-    for (size_t r = 0; r < 5; ++r) {
-      const auto l = ds.logits(r + 1);
-      logits[device].emplace_back(l.begin(), l.end());
-    }
-  }
-  EXPECT_EQ(outs[0], outs[1]);
-  for (size_t r = 0; r < logits[0].size(); ++r) EXPECT_EQ(logits[0][r], logits[1][r]) << "row " << r;
+  const testing::DflashRun host = testing::run_dflash(p.tm, p.dm, prompts, 20, 5, 0);
+  const testing::DflashRun dev = testing::run_dflash(p.tm, p.dm, prompts, 20, 5, 1);
+  EXPECT_FALSE(host.device_features);
+  EXPECT_TRUE(dev.device_features);
+  EXPECT_EQ(host.out, dev.out);
+  ASSERT_EQ(host.block_logits.size(), 5u);
+  for (size_t r = 0; r < host.block_logits.size(); ++r)
+    EXPECT_EQ(host.block_logits[r], dev.block_logits[r]) << "row " << r + 1;
 }
 
-void expect_dflash_greedy_identical(const std::shared_ptr<Model>& target, const std::shared_ptr<Model>& drafter_model,
+// Both feature paths, draft_max 1, 4 and 7, a batch-invariant target.
+void expect_dflash_greedy_identical(const std::shared_ptr<Model>& target,
+                                    const std::shared_ptr<Model>& drafter_model,
                                     const std::vector<std::vector<int32_t>>& prompts,
                                     const std::vector<std::vector<int32_t>>& expected, int n,
                                     bool expect_acceptance) {
-  for (int32_t draft_max : {1, 4, 7}) {
-    for (int device : {0, 1}) {
-      Session ts(target, {.n_ctx = 256, .n_seq_max = int32_t(prompts.size()), .batch_invariant = true});
-      Session ds(drafter_model, {.n_ctx = 256, .n_seq_max = int32_t(prompts.size())});
-      DflashDrafter drafter(ds, ts, {.device_features = device, .log = false});
-      SpeculativeDecoder spec(ts, drafter, {.draft_max = draft_max});
-      SamplingParams greedy;
-      greedy.temperature = 0.0f;
-      const auto out = spec.generate(prompts, n, std::span(&greedy, 1));
-      ASSERT_EQ(out.size(), prompts.size());
-      for (size_t i = 0; i < out.size(); ++i)
-        EXPECT_EQ(out[i], expected[i]) << "prompt " << i << ", draft_max " << draft_max << ", device " << device;
-      const SpeculativeStats& st = spec.stats();
-      EXPECT_EQ(st.emitted, int64_t(n) * int64_t(prompts.size()));
-      EXPECT_LE(st.mean_accepted_length(), double(draft_max) + 1.0);
-      if (expect_acceptance) {
-        EXPECT_GT(st.accepted, 0) << st.summary();
-      }
-      std::printf("dflash draft_max %d device %d: %s\n", draft_max, device, st.summary().c_str());
+  for (int device : {0, 1}) {
+    const auto stats = testing::expect_greedy_spec_identical(
+        target, drafter_model, testing::dflash_drafter(device), prompts, expected, n, {1, 4, 7}, true,
+        "dflash device " + std::to_string(device));
+    if (!expect_acceptance) continue;
+    for (const SpeculativeStats& st : stats) {
+      EXPECT_GT(st.accepted, 0) << st.summary();
     }
   }
 }
@@ -232,7 +196,14 @@ TEST(Dflash, GreedyIsTokenIdenticalTiny) {
   expect_dflash_greedy_identical(p.tm, p.dm, prompts, expected, 30, true);
 }
 
-// The shipped small model with a random drafter of its width (1 layer, taps of 3 layers).
+// The shipped trained drafter: models/tandem-small-dflash-q8_0.gguf, or the file TANDEM_DFLASH_DRAFTER names
+// (a drafter trained on the GPU machine, before it ships).
+std::string shipped_drafter_file() {
+  const char* env = std::getenv("TANDEM_DFLASH_DRAFTER");
+  return env ? std::string(env) : std::string(TANDEM_SOURCE_DIR) + "/models/tandem-small-dflash-q8_0.gguf";
+}
+
+// The shipped small model (unsplit, or split over two CPU ranks).
 std::shared_ptr<Model> shipped_target(const std::string& split = "") {
   ModelParams mp;
   mp.n_threads = 2;
@@ -243,24 +214,18 @@ std::shared_ptr<Model> shipped_target(const std::string& split = "") {
   return Model::load(std::string(TANDEM_SOURCE_DIR) + "/models/" + eval::kDefaultModelFile, mp);
 }
 
-std::filesystem::path shipped_shape_drafter() {
-  TinyDflashConfig dc;
-  dc.n_embd = 512;
-  dc.n_head = 8;
-  dc.n_head_kv = 4;
-  dc.head_dim = 64;
-  dc.n_ff = 256;
-  dc.target_layers = {1, 4, 7};
-  dc.block_size = 8;
-  dc.mask_token_id = 1;
-  const auto path = tmp_path("shipped_shape");
-  testing::write_tiny_dflash(make_tiny_dflash(dc), path);
-  return path;
+// A drafter file loaded with the target it borrows token_embd / output from.
+std::shared_ptr<Model> load_drafter(const std::string& file, const std::shared_ptr<Model>& target) {
+  ModelParams dp;
+  dp.n_threads = 2;
+  dp.share_weights_from = target;
+  return Model::load(file, dp);
 }
 
 TEST(Dflash, GreedyIsTokenIdenticalOnShippedModelUnderSplits) {
-  const auto path = shipped_shape_drafter();
-  const std::vector<std::vector<int32_t>> prompts = {{0, 417, 1210, 4145}, {0, 306, 258, 1210, 1327}, {0, 893}};
+  const auto path = testing::write_shipped_shape_drafter("dflash");
+  const std::vector<std::vector<int32_t>> prompts = {
+      {0, 417, 1210, 4145}, {0, 306, 258, 1210, 1327}, {0, 893}};
   const int n = 16;
   std::vector<std::vector<int32_t>> expected;
   {
@@ -270,69 +235,35 @@ TEST(Dflash, GreedyIsTokenIdenticalOnShippedModelUnderSplits) {
   for (const char* mode : {"", "layer", "tensor"}) {
     SCOPED_TRACE(std::string("split ") + mode);
     const auto target = shipped_target(mode);
-    ModelParams dp;
-    dp.n_threads = 2;
-    dp.share_weights_from = target;
-    const auto dm = Model::load(path.string(), dp);
-    expect_dflash_greedy_identical(target, dm, prompts, expected, n, false);
+    expect_dflash_greedy_identical(target, load_drafter(path.string(), target), prompts, expected, n, false);
   }
   std::filesystem::remove(path);
-}
-
-double chi_square(const std::map<int32_t, int64_t>& counts, std::span<const TokenCandidate> p, int64_t n) {
-  double chi = 0.0, covered = 0.0;
-  for (const TokenCandidate& t : p) {
-    const double e = double(t.p) * double(n);
-    const auto it = counts.find(t.id);
-    const double o = it == counts.end() ? 0.0 : double(it->second);
-    chi += (o - e) * (o - e) / e;
-    covered += o;
-  }
-  return covered == double(n) ? chi : INFINITY;
 }
 
 // Sampled speculative decoding: the first emitted token (decided at draft position 1) and the second given
 // the most frequent first (position 2) follow the target sampler's distribution (chi-square, 5 dof).
 void expect_sampled_follows_target(const std::shared_ptr<Model>& tm, const std::shared_ptr<Model>& dm,
                                    const std::vector<int32_t>& prompt) {
-  struct {
-    std::shared_ptr<Model> tm, dm;
-  } p{tm, dm};
   SamplingParams sp;
   sp.temperature = 1.0f;
   sp.top_k = 6;
   sp.top_p = 1.0f;
   sp.min_p = 0.0f;
   // The target's distributions of the first token and of the second given the first.
-  auto target_dist = [&](const std::vector<int32_t>& ctx) {
-    Session s(p.tm, {.n_ctx = 64});
-    Batch b;
-    b.add_sequence(ctx, 0, 0, true);
-    s.decode(b);
-    Sampler smp(sp);
-    smp.accept(ctx);
-    smp.sample_with_uniform(s.logits(b.size() - 1), 0.0);
-    return std::vector<TokenCandidate>(smp.last_candidates().begin(), smp.last_candidates().end());
-  };
-  const auto p1 = target_dist(prompt);
+  const auto p1 = testing::target_distribution(tm, prompt, sp);
   ASSERT_EQ(p1.size(), 6u);
   const int32_t n_seq = 16, rounds = 40;
-  Session ts(p.tm, {.n_ctx = 512, .n_seq_max = n_seq}), ds(p.dm, {.n_ctx = 512, .n_seq_max = n_seq});
+  Session ts(tm, {.n_ctx = 512, .n_seq_max = n_seq}), ds(dm, {.n_ctx = 512, .n_seq_max = n_seq});
   DflashDrafter drafter(ds, ts, {.log = false});
   SpeculativeDecoder spec(ts, drafter, {.draft_max = 4});
   std::map<int32_t, int64_t> first;
   std::map<int32_t, std::map<int32_t, int64_t>> second;  // by first token
   int64_t n = 0;
-  for (int32_t r = 0; r < rounds; ++r) {
-    std::vector<SamplingParams> per(n_seq, sp);
-    for (int32_t i = 0; i < n_seq; ++i) per[size_t(i)].seed = uint64_t(r * n_seq + i + 1);
-    const auto out = spec.generate(std::vector<std::vector<int32_t>>(n_seq, prompt), 3, per);
-    for (const auto& o : out) {
-      ASSERT_GE(o.size(), 2u);
-      ++first[o[0]];
-      ++second[o[0]][o[1]];
-      ++n;
-    }
+  for (const auto& o : testing::sampled_outputs(spec, prompt, sp, n_seq, rounds, 3)) {
+    ASSERT_GE(o.size(), 2u);
+    ++first[o[0]];
+    ++second[o[0]][o[1]];
+    ++n;
   }
   const double chi = chi_square(first, p1, n);
   std::printf("dflash first token: chi-square %.2f over %lld draws (5 dof); %s\n", chi, (long long)n,
@@ -344,7 +275,7 @@ void expect_sampled_follows_target(const std::shared_ptr<Model>& tm, const std::
     if (c > first[top]) top = t;
   std::vector<int32_t> ctx2 = prompt;
   ctx2.push_back(top);
-  const auto p2 = target_dist(ctx2);
+  const auto p2 = testing::target_distribution(tm, ctx2, sp);
   int64_t n2 = 0;
   for (const auto& [t, c] : second[top]) n2 += c;
   const double chi2 = chi_square(second[top], p2, n2);
@@ -361,13 +292,9 @@ TEST(Dflash, SampledOutputFollowsTargetTiny) {
 
 // The small model with its trained drafter (a random one would reject every draft and test nothing more).
 TEST(Dflash, SampledOutputFollowsTargetOnShippedModel) {
-  const std::string file = std::string(TANDEM_SOURCE_DIR) + "/models/tandem-small-dflash-q8_0.gguf";
-  if (!std::filesystem::exists(file)) GTEST_SKIP() << "no trained drafter shipped yet";
+  if (!std::filesystem::exists(shipped_drafter_file())) GTEST_SKIP() << "no trained drafter shipped yet";
   const auto target = shipped_target();
-  ModelParams dp;
-  dp.n_threads = 2;
-  dp.share_weights_from = target;
-  const auto dm = Model::load(file, dp);
+  const auto dm = load_drafter(shipped_drafter_file(), target);
   expect_sampled_follows_target(target, dm, {0, 306, 258, 1210, 1327});
 }
 
@@ -408,12 +335,16 @@ TEST(DflashErrors, FeatureAndTokenRowsDoNotMix) {
 }
 
 TEST(DflashErrors, NonAscendingLayersTakeTheHostPath) {
-  const TinyPair asc = load_pair("asc", tiny_target_config(12), {.target_layers = {1, 3}, .mask_token_id = 11});
-  const TinyPair desc = load_pair("desc", tiny_target_config(12), {.target_layers = {3, 1}, .mask_token_id = 11});
+  const TinyPair asc =
+      load_pair("asc", tiny_target_config(12), {.target_layers = {1, 3}, .mask_token_id = 11});
+  const TinyPair desc =
+      load_pair("desc", tiny_target_config(12), {.target_layers = {3, 1}, .mask_token_id = 11});
   {  // set_taps itself takes ascending layers only
     Session ts(asc.tm, {.n_ctx = 64});
     std::vector<float> buf(64 * 2 * 512);
-    EXPECT_NE(error_of([&] { ts.set_taps({3, 1}, TapDestination{.data = buf.data()}); }).find("ascending"),
+    EXPECT_NE(error_of([&] {
+                ts.set_taps({3, 1}, TapDestination{.data = buf.data()});
+              }).find("ascending"),
               std::string::npos);
   }
   Session ts(desc.tm, {.n_ctx = 128}), ds(desc.dm, {.n_ctx = 128});
@@ -427,7 +358,8 @@ TEST(DflashErrors, NonAscendingLayersTakeTheHostPath) {
   // The features are fused in the file's order: the reference with layers {3, 1} matches.
   const auto ref_t = testing::reference_forward(desc.target, prompt);
   const auto ref = testing::reference_dflash_block(desc.drafter, desc.target, ref_t.hidden, 3, 4, 3);
-  Session ts2(desc.tm, {.n_ctx = 64, .kv_type = KvType::F32}), ds2(desc.dm, {.n_ctx = 64, .kv_type = KvType::F32});
+  Session ts2(desc.tm, {.n_ctx = 64, .kv_type = KvType::F32}),
+      ds2(desc.dm, {.n_ctx = 64, .kv_type = KvType::F32});
   DflashDrafter d2(ds2, ts2, {.log = false});
   Batch tb;
   tb.add_sequence(prompt, 0, 0, false);
@@ -490,7 +422,8 @@ TEST(DflashErrors, BadFiles) {
     testing::write_tiny_dflash(make_tiny_dflash(dc), path);
     const auto dm = Model::load(path.string(), mp);
     Session ts(tm, {.n_ctx = 32}), ds(dm, {.n_ctx = 32});
-    EXPECT_NE(error_of([&] { DflashDrafter x(ds, ts, {.log = false}); }).find("target layer 9"), std::string::npos);
+    EXPECT_NE(error_of([&] { DflashDrafter x(ds, ts, {.log = false}); }).find("target layer 9"),
+              std::string::npos);
     std::filesystem::remove(path);
   }
   std::filesystem::remove(tpath);
@@ -499,8 +432,9 @@ TEST(DflashErrors, BadFiles) {
 // The CLI with a DFlash drafter: kind auto-detected, greedy ids equal plain generate's, stats printed, a kind
 // that contradicts the file is an error; bench reports speedup and acceptance.
 TEST(DflashCli, GenerateAndBench) {
-  const auto path = shipped_shape_drafter();
-  const std::string target = "-m '" + std::string(TANDEM_SOURCE_DIR) + "/models/" + eval::kDefaultModelFile + "' -t 2 ";
+  const auto path = testing::write_shipped_shape_drafter("dflash");
+  const std::string target =
+      "-m '" + std::string(TANDEM_SOURCE_DIR) + "/models/" + eval::kDefaultModelFile + "' -t 2 ";
   const std::string common = target + "--prompt-ids '0,417,1210,4145;0,893' -n 20 --temp 0 --ids ";
   const std::string draft = "--draft '" + path.string() + "' ";
   const auto plain = test::run_tandem("generate " + common, test::Stderr::Discard);
@@ -513,34 +447,41 @@ TEST(DflashCli, GenerateAndBench) {
   const auto wrong = test::run_tandem("generate " + common + draft + "--spec draft");
   EXPECT_NE(wrong.exit_code, 0);
   EXPECT_NE(wrong.out.find("is a dflash model"), std::string::npos) << wrong.out;
-  const auto bench = test::run_tandem("bench " + target + draft + "--draft-max 3 -p 0 -n 12 -b 1 -r 1 --device cpu");
+  const auto bench =
+      test::run_tandem("bench " + target + draft + "--draft-max 3 -p 0 -n 12 -b 1 -r 1 --device cpu");
   ASSERT_EQ(bench.exit_code, 0) << bench.out;
   EXPECT_NE(bench.out.find("speedup over AR:"), std::string::npos) << bench.out;
   EXPECT_NE(bench.out.find("per cycle: draft pass"), std::string::npos) << bench.out;
   std::filesystem::remove(path);
 }
 
-// The shipped trained drafter (models/tandem-small-dflash-q8_0.gguf), when present: greedy identity with
-// real acceptance on the CPU, out of the box.
+// The shipped trained drafter (models/tandem-small-dflash-q8_0.gguf; TANDEM_DFLASH_DRAFTER names another
+// file of that target), when present: greedy identity with real acceptance on the CPU, out of the box; and
+// its teacher-forced acceptance (train_dflash.py's figure, here with tandem's own target features), which
+// tells a drafter that was trained wrong (both low) from a loop that loses what the drafter knows (the
+// loop's far below the teacher-forced).
 TEST(DflashShipped, TrainedDrafterAccepts) {
-  const std::string file = std::string(TANDEM_SOURCE_DIR) + "/models/tandem-small-dflash-q8_0.gguf";
-  if (!std::filesystem::exists(file)) GTEST_SKIP() << "no trained drafter shipped yet";
+  if (!std::filesystem::exists(shipped_drafter_file())) GTEST_SKIP() << "no trained drafter shipped yet";
   const auto target = shipped_target();
-  ModelParams dp;
-  dp.n_threads = 2;
-  dp.share_weights_from = target;
-  const auto dm = Model::load(file, dp);
+  const auto dm = load_drafter(shipped_drafter_file(), target);
   const std::vector<std::vector<int32_t>> prompts = {{0, 417, 1210, 4145}, {0, 306, 258, 1210, 1327}};
   std::vector<std::vector<int32_t>> expected;
   for (const auto& pr : prompts) expected.push_back(plain_greedy(target, pr, 32));
   Session ts(target, {.n_ctx = 256, .n_seq_max = 2}), ds(dm, {.n_ctx = 256, .n_seq_max = 2});
   DflashDrafter drafter(ds, ts, {.log = false});
   SpeculativeDecoder spec(ts, drafter, {.draft_max = 7});
-  SamplingParams greedy;
-  greedy.temperature = 0;
+  const SamplingParams greedy = testing::greedy_sampling();
   EXPECT_EQ(spec.generate(prompts, 32, std::span(&greedy, 1)), expected);
-  EXPECT_GT(spec.stats().mean_accepted_length(), 1.5) << spec.stats().summary();
   std::printf("shipped dflash: %s\n", spec.stats().summary().c_str());
+  for (const auto& pr : prompts) {
+    const testing::TeacherForced tf = testing::teacher_forced(target, dm, pr, 48, 7);
+    std::printf("teacher-forced: %lld blocks, mean accepted length %.3f, P(slots 1..j right):",
+                (long long)tf.blocks, tf.mean_accepted_length);
+    for (double v : tf.per_slot) std::printf(" %.2f", v);
+    std::printf("\n");
+    EXPECT_GT(tf.mean_accepted_length, 1.5);
+  }
+  EXPECT_GT(spec.stats().mean_accepted_length(), 1.5) << spec.stats().summary();
 }
 
 }  // namespace

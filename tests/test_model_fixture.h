@@ -178,6 +178,100 @@ inline void write_tiny_gguf(const TinyModel& m, const std::filesystem::path& pat
 // ---- reference forward (double precision, one sequence)
 // --------------------------------------------------------
 
+// Pieces of the double-precision references (reference_forward here, reference_dflash_block in
+// test_dflash_fixture.h): written once from the descriptions (GGUF-ARCH-FACTS B.3/B.4, E.3), independent of
+// Ops.
+
+// y = W x with W stored {in, out}: row o is W[o * in .. o * in + in).
+inline std::vector<double> ref_matvec(const std::vector<float>& w, const std::vector<double>& x,
+                                      int64_t out) {
+  const int64_t in = int64_t(x.size());
+  std::vector<double> y(size_t(out), 0.0);
+  for (int64_t o = 0; o < out; ++o) {
+    double s = 0;
+    for (int64_t i = 0; i < in; ++i) s += double(w[size_t(o * in + i)]) * x[size_t(i)];
+    y[size_t(o)] = s;
+  }
+  return y;
+}
+
+// RMS norm of x[off .. off + n) times g.
+inline std::vector<double> ref_rms(const std::vector<double>& x, const std::vector<float>& g, int64_t off,
+                                   int64_t n, double eps) {
+  double ss = 0;
+  for (int64_t i = 0; i < n; ++i) ss += x[size_t(off + i)] * x[size_t(off + i)];
+  const double inv = 1.0 / std::sqrt(ss / double(n) + eps);
+  std::vector<double> y(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) y[size_t(i)] = x[size_t(off + i)] * inv * g[size_t(i)];
+  return y;
+}
+
+// Per-head RMS norm (q_norm / k_norm) of n_heads heads of hd values, in place.
+inline void ref_head_norm(std::vector<double>& v, int64_t n_heads, int64_t hd, const std::vector<float>& g,
+                          double eps) {
+  for (int64_t h = 0; h < n_heads; ++h) {
+    const auto r = ref_rms(v, g, h * hd, hd, eps);
+    std::copy(r.begin(), r.end(), v.begin() + h * hd);
+  }
+}
+
+// Rotary embedding of n_heads heads of hd values at pos, in place: NEOX (halves) or normal (pairs); theta_i =
+// pos * base^(-2i / hd) * freq_scale / freq_factors[i] (freq_factors: rope_freqs, or null).
+inline void ref_rope(std::vector<double>& v, int64_t n_heads, int64_t hd, int64_t pos, double base, bool neox,
+                     double freq_scale = 1.0, const std::vector<float>* freq_factors = nullptr) {
+  for (int64_t h = 0; h < n_heads; ++h) {
+    double* x = v.data() + h * hd;
+    for (int64_t i = 0; i < hd / 2; ++i) {
+      double theta = double(pos) * std::pow(base, -2.0 * double(i) / double(hd)) * freq_scale;
+      if (freq_factors) theta /= double((*freq_factors)[size_t(i)]);
+      const double cs = std::cos(theta), sn = std::sin(theta);
+      const int64_t a = neox ? i : 2 * i, b = neox ? i + hd / 2 : 2 * i + 1;
+      const double x0 = x[a], x1 = x[b];
+      x[a] = x0 * cs - x1 * sn;
+      x[b] = x0 * sn + x1 * cs;
+    }
+  }
+}
+
+// Softmax attention of one query row q (H heads) over the first n_keys rows of K / V (HKV heads each; head
+// h reads KV head h / (H / HKV)), scale 1 / sqrt(hd).
+inline std::vector<double> ref_attend(const std::vector<double>& q, const std::vector<std::vector<double>>& K,
+                                      const std::vector<std::vector<double>>& V, size_t n_keys, int64_t H,
+                                      int64_t HKV, int64_t hd) {
+  std::vector<double> att(size_t(H * hd), 0.0);
+  for (int64_t hh = 0; hh < H; ++hh) {
+    const int64_t kvh = hh / (H / HKV);
+    std::vector<double> s(n_keys);
+    double mx = -1e300;
+    for (size_t j = 0; j < n_keys; ++j) {
+      double dot = 0;
+      for (int64_t i = 0; i < hd; ++i) dot += q[size_t(hh * hd + i)] * K[j][size_t(kvh * hd + i)];
+      s[j] = dot / std::sqrt(double(hd));
+      mx = std::max(mx, s[j]);
+    }
+    double z = 0;
+    for (double& v : s) z += (v = std::exp(v - mx));
+    for (size_t j = 0; j < n_keys; ++j)
+      for (int64_t i = 0; i < hd; ++i) att[size_t(hh * hd + i)] += s[j] / z * V[j][size_t(kvh * hd + i)];
+  }
+  return att;
+}
+
+// x += down(silu(gate(h)) * up(h)) with h = RMS(x) . norm: the pre-norm SwiGLU block.
+inline void ref_swiglu_block(std::vector<double>& x, const std::vector<float>& norm,
+                             const std::vector<float>& gate, const std::vector<float>& up,
+                             const std::vector<float>& down, int64_t n_ff, double eps) {
+  const int64_t E = int64_t(x.size());
+  const auto h = ref_rms(x, norm, 0, E, eps);
+  const auto g = ref_matvec(gate, h, n_ff);
+  const auto u = ref_matvec(up, h, n_ff);
+  std::vector<double> a(static_cast<size_t>(n_ff));
+  for (int64_t i = 0; i < n_ff; ++i)
+    a[size_t(i)] = g[size_t(i)] / (1 + std::exp(-g[size_t(i)])) * u[size_t(i)];
+  const auto d = ref_matvec(down, a, E);
+  for (int64_t i = 0; i < E; ++i) x[size_t(i)] += d[size_t(i)];
+}
+
 struct ReferenceResult {
   std::vector<std::vector<double>> logits;               // [position][vocab]
   std::vector<std::vector<std::vector<double>>> hidden;  // [layer 0..n_layer][position][n_embd]: layer inputs
@@ -186,43 +280,11 @@ struct ReferenceResult {
 inline ReferenceResult reference_forward(const TinyModel& m, const std::vector<int32_t>& tokens) {
   const TinyConfig& c = m.cfg;
   const int64_t E = c.n_embd, hd = c.head_dim, H = c.n_head, HKV = c.n_head_kv, T = int64_t(tokens.size());
+  const double eps = double(c.eps);
   auto W = [&](const std::string& n) -> const std::vector<float>& { return m.w.at(n); };
-  // y = W x with W stored {in, out}: row o is W[o * in .. o * in + in)
-  auto matvec = [](const std::vector<float>& w, const std::vector<double>& x, int64_t out) {
-    const int64_t in = int64_t(x.size());
-    std::vector<double> y(size_t(out), 0.0);
-    for (int64_t o = 0; o < out; ++o) {
-      double s = 0;
-      for (int64_t i = 0; i < in; ++i) s += double(w[size_t(o * in + i)]) * x[size_t(i)];
-      y[size_t(o)] = s;
-    }
-    return y;
-  };
-  auto rms = [&](const std::vector<double>& x, const std::vector<float>& g, int64_t off, int64_t n) {
-    double ss = 0;
-    for (int64_t i = 0; i < n; ++i) ss += x[size_t(off + i)] * x[size_t(off + i)];
-    const double inv = 1.0 / std::sqrt(ss / double(n) + double(c.eps));
-    std::vector<double> y(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) y[size_t(i)] = x[size_t(off + i)] * inv * g[size_t(i)];
-    return y;
-  };
   const bool neox = c.arch == "qwen3";
   const double freq_scale = c.rope_scale_linear > 0 ? 1.0 / c.rope_scale_linear : 1.0;
-  auto rope = [&](std::vector<double>& v, int64_t n_heads, int64_t pos) {
-    for (int64_t h = 0; h < n_heads; ++h) {
-      double* x = v.data() + h * hd;
-      for (int64_t i = 0; i < hd / 2; ++i) {
-        double theta =
-            double(pos) * std::pow(double(c.freq_base), -2.0 * double(i) / double(hd)) * freq_scale;
-        if (c.rope_freqs) theta /= double(W("rope_freqs.weight")[size_t(i)]);
-        const double cs = std::cos(theta), sn = std::sin(theta);
-        const int64_t a = neox ? i : 2 * i, b = neox ? i + hd / 2 : 2 * i + 1;
-        const double x0 = x[a], x1 = x[b];
-        x[a] = x0 * cs - x1 * sn;
-        x[b] = x0 * sn + x1 * cs;
-      }
-    }
-  };
+  const std::vector<float>* freq_factors = c.rope_freqs ? &W("rope_freqs.weight") : nullptr;
 
   ReferenceResult r;
   std::vector<std::vector<double>> x(static_cast<size_t>(T));
@@ -234,59 +296,30 @@ inline ReferenceResult reference_forward(const TinyModel& m, const std::vector<i
     std::vector<std::vector<double>> K(static_cast<size_t>(T)), V(static_cast<size_t>(T)),
         Q(static_cast<size_t>(T));
     for (int64_t t = 0; t < T; ++t) {
-      const auto h = rms(x[size_t(t)], W(blk_name(l, "attn_norm.weight")), 0, E);
-      Q[size_t(t)] = matvec(W(blk_name(l, "attn_q.weight")), h, H * hd);
-      K[size_t(t)] = matvec(W(blk_name(l, "attn_k.weight")), h, HKV * hd);
-      V[size_t(t)] = matvec(W(blk_name(l, "attn_v.weight")), h, HKV * hd);
+      const auto h = ref_rms(x[size_t(t)], W(blk_name(l, "attn_norm.weight")), 0, E, eps);
+      Q[size_t(t)] = ref_matvec(W(blk_name(l, "attn_q.weight")), h, H * hd);
+      K[size_t(t)] = ref_matvec(W(blk_name(l, "attn_k.weight")), h, HKV * hd);
+      V[size_t(t)] = ref_matvec(W(blk_name(l, "attn_v.weight")), h, HKV * hd);
       if (c.arch == "qwen3") {
-        for (int64_t hh = 0; hh < H; ++hh) {
-          const auto n = rms(Q[size_t(t)], W(blk_name(l, "attn_q_norm.weight")), hh * hd, hd);
-          std::copy(n.begin(), n.end(), Q[size_t(t)].begin() + hh * hd);
-        }
-        for (int64_t hh = 0; hh < HKV; ++hh) {
-          const auto n = rms(K[size_t(t)], W(blk_name(l, "attn_k_norm.weight")), hh * hd, hd);
-          std::copy(n.begin(), n.end(), K[size_t(t)].begin() + hh * hd);
-        }
+        ref_head_norm(Q[size_t(t)], H, hd, W(blk_name(l, "attn_q_norm.weight")), eps);
+        ref_head_norm(K[size_t(t)], HKV, hd, W(blk_name(l, "attn_k_norm.weight")), eps);
       }
-      rope(Q[size_t(t)], H, t);
-      rope(K[size_t(t)], HKV, t);
+      ref_rope(Q[size_t(t)], H, hd, t, double(c.freq_base), neox, freq_scale, freq_factors);
+      ref_rope(K[size_t(t)], HKV, hd, t, double(c.freq_base), neox, freq_scale, freq_factors);
     }
-    for (int64_t t = 0; t < T; ++t) {
-      std::vector<double> att(size_t(H * hd), 0.0);
-      for (int64_t hh = 0; hh < H; ++hh) {
-        const int64_t kvh = hh / (H / HKV);
-        std::vector<double> s(static_cast<size_t>(t + 1));
-        double mx = -1e300;
-        for (int64_t j = 0; j <= t; ++j) {
-          double d = 0;
-          for (int64_t i = 0; i < hd; ++i)
-            d += Q[size_t(t)][size_t(hh * hd + i)] * K[size_t(j)][size_t(kvh * hd + i)];
-          s[size_t(j)] = d / std::sqrt(double(hd));
-          mx = std::max(mx, s[size_t(j)]);
-        }
-        double z = 0;
-        for (double& v : s) z += (v = std::exp(v - mx));
-        for (int64_t j = 0; j <= t; ++j)
-          for (int64_t i = 0; i < hd; ++i)
-            att[size_t(hh * hd + i)] += s[size_t(j)] / z * V[size_t(j)][size_t(kvh * hd + i)];
-      }
-      const auto o = matvec(W(blk_name(l, "attn_output.weight")), att, E);
+    for (int64_t t = 0; t < T; ++t) {  // causal: positions 0 .. t
+      const auto att = ref_attend(Q[size_t(t)], K, V, size_t(t + 1), H, HKV, hd);
+      const auto o = ref_matvec(W(blk_name(l, "attn_output.weight")), att, E);
       for (int64_t i = 0; i < E; ++i) x[size_t(t)][size_t(i)] += o[size_t(i)];
-      const auto h = rms(x[size_t(t)], W(blk_name(l, "ffn_norm.weight")), 0, E);
-      const auto g = matvec(W(blk_name(l, "ffn_gate.weight")), h, c.n_ff);
-      const auto u = matvec(W(blk_name(l, "ffn_up.weight")), h, c.n_ff);
-      std::vector<double> a(static_cast<size_t>(c.n_ff));
-      for (int64_t i = 0; i < c.n_ff; ++i)
-        a[size_t(i)] = g[size_t(i)] / (1 + std::exp(-g[size_t(i)])) * u[size_t(i)];
-      const auto d = matvec(W(blk_name(l, "ffn_down.weight")), a, E);
-      for (int64_t i = 0; i < E; ++i) x[size_t(t)][size_t(i)] += d[size_t(i)];
+      ref_swiglu_block(x[size_t(t)], W(blk_name(l, "ffn_norm.weight")), W(blk_name(l, "ffn_gate.weight")),
+                       W(blk_name(l, "ffn_up.weight")), W(blk_name(l, "ffn_down.weight")), c.n_ff, eps);
     }
   }
   r.hidden.push_back(x);
   const auto& head = W(c.tied ? "token_embd.weight" : "output.weight");
   for (int64_t t = 0; t < T; ++t) {
-    const auto h = rms(x[size_t(t)], W("output_norm.weight"), 0, E);
-    r.logits.push_back(matvec(head, h, c.n_vocab));
+    const auto h = ref_rms(x[size_t(t)], W("output_norm.weight"), 0, E, eps);
+    r.logits.push_back(ref_matvec(head, h, c.n_vocab));
   }
   return r;
 }

@@ -22,27 +22,16 @@
 #include "tandem/model.h"
 #include "tandem/session.h"
 #include "tandem/speculative.h"
+#include "test_spec_util.h"
 
 namespace tandem {
 namespace {
 
+using testing::chi_square;
+using testing::plain_greedy;
+
 const std::string kModelPath = std::string(TANDEM_SOURCE_DIR) + "/models/" + eval::kDefaultModelFile;
 const std::string kDraftPath = std::string(TANDEM_SOURCE_DIR) + "/models/" + eval::kDefaultDraftFile;
-
-// Pearson's chi-square of observed counts against expected probabilities.
-double chi_square(const std::map<int32_t, int64_t>& counts, std::span<const TokenCandidate> p, int64_t n) {
-  double chi = 0.0;
-  double covered = 0.0;
-  for (const TokenCandidate& t : p) {
-    const double e = double(t.p) * double(n);
-    const auto it = counts.find(t.id);
-    const double o = it == counts.end() ? 0.0 : double(it->second);
-    chi += (o - e) * (o - e) / e;
-    covered += o;
-  }
-  // A token outside p's support is an outright failure.
-  return covered == double(n) ? chi : INFINITY;
-}
 
 TEST(SpecAccept, OutputIsDistributedAsTarget) {
   const std::vector<TokenCandidate> p = {
@@ -111,45 +100,15 @@ std::shared_ptr<Model> load(const std::string& path, const std::string& mode = "
   return Model::load(path, mp);
 }
 
-std::vector<int32_t> plain_greedy(const std::shared_ptr<Model>& model, const std::vector<int32_t>& prompt,
-                                  int n) {
-  Session session(model, {.n_ctx = 256});
-  Batch batch;
-  batch.add_sequence(prompt, 0, 0, true);
-  std::vector<int32_t> out;
-  int32_t pos = int32_t(prompt.size());
-  for (int i = 0; i < n; ++i) {
-    session.decode(batch);
-    const int32_t t = argmax(session.logits(batch.size() - 1));
-    out.push_back(t);
-    batch.clear();
-    batch.add(t, pos++, 0, true);
-  }
-  return out;
-}
-
-const std::vector<std::vector<int32_t>> kPrompts = {
-    {0, 417, 1210, 4145}, {0, 306, 258, 1210, 1327}, {0, 893}, {0, 14, 394, 1210, 4145, 306, 258}};
+const std::vector<std::vector<int32_t>>& kPrompts = testing::kSpecPrompts;
 
 void expect_greedy_identical(const std::shared_ptr<Model>& target, const std::shared_ptr<Model>& draft,
                              const std::vector<std::vector<int32_t>>& expected, int n) {
-  for (int32_t draft_max : {1, 4, 8}) {
-    Session ts(target, {.n_ctx = 256, .n_seq_max = 4});
-    Session ds(draft, {.n_ctx = 256, .n_seq_max = 4});
-    DraftModelDrafter drafter(ds, ts.n_vocab());
-    SpeculativeDecoder spec(ts, drafter, {.draft_max = draft_max});
-    SamplingParams greedy;
-    greedy.temperature = 0.0f;
-    const auto out = spec.generate(kPrompts, n, std::span(&greedy, 1));
-    ASSERT_EQ(out.size(), kPrompts.size());
-    for (size_t i = 0; i < out.size(); ++i)
-      EXPECT_EQ(out[i], expected[i]) << "prompt " << i << ", draft_max " << draft_max;
-    const SpeculativeStats& st = spec.stats();
+  for (const SpeculativeStats& st :
+       testing::expect_greedy_spec_identical(target, draft, testing::draft_model_drafter(), kPrompts,
+                                             expected, n, {1, 4, 8}, false, "draft model")) {
     EXPECT_GT(st.accepted, 0) << st.summary();
-    EXPECT_EQ(st.emitted, int64_t(n) * int64_t(kPrompts.size()));
     EXPECT_GT(st.mean_accepted_length(), 1.0);
-    EXPECT_LE(st.mean_accepted_length(), double(draft_max) + 1.0);
-    std::printf("draft_max %d: %s\n", draft_max, st.summary().c_str());
   }
 }
 
@@ -204,18 +163,7 @@ TEST(SpecShipped, SampledFirstTokenFollowsTarget) {
   sp.top_k = 6;
   sp.top_p = 1.0f;
   sp.min_p = 0.0f;
-  // The target's distribution of the first token.
-  std::vector<TokenCandidate> p;
-  {
-    Session s(target, {.n_ctx = 64});
-    Batch b;
-    b.add_sequence(prompt, 0, 0, true);
-    s.decode(b);
-    Sampler smp(sp);
-    smp.accept(prompt);
-    smp.sample_with_uniform(s.logits(b.size() - 1), 0.0);
-    p.assign(smp.last_candidates().begin(), smp.last_candidates().end());
-  }
+  const std::vector<TokenCandidate> p = testing::target_distribution(target, prompt, sp);
   ASSERT_EQ(p.size(), 6u);
   const int32_t n_seq = 16, rounds = 40;
   Session ts(target, {.n_ctx = 512, .n_seq_max = n_seq});
@@ -224,15 +172,10 @@ TEST(SpecShipped, SampledFirstTokenFollowsTarget) {
   SpeculativeDecoder spec(ts, drafter, {.draft_max = 3});
   std::map<int32_t, int64_t> counts;
   int64_t n = 0;
-  for (int32_t r = 0; r < rounds; ++r) {
-    std::vector<SamplingParams> per(n_seq, sp);
-    for (int32_t i = 0; i < n_seq; ++i) per[size_t(i)].seed = uint64_t(r * n_seq + i + 1);
-    const auto out = spec.generate(std::vector<std::vector<int32_t>>(n_seq, prompt), 3, per);
-    for (const auto& o : out) {
-      ASSERT_FALSE(o.empty());
-      ++counts[o[0]];
-      ++n;
-    }
+  for (const auto& o : testing::sampled_outputs(spec, prompt, sp, n_seq, rounds, 3)) {
+    ASSERT_FALSE(o.empty());
+    ++counts[o[0]];
+    ++n;
   }
   const double chi = chi_square(counts, p, n);
   std::printf("first token: chi-square %.2f over %lld draws (5 dof); %s\n", chi, (long long)n,
