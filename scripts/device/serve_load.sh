@@ -17,7 +17,7 @@
 # Run after build-gpu/ (run_all.sh) with the peer: PEER=1 TOPICS="serve_load:420" bash scripts/device/run_all.sh
 # env: BIN, OUT, MODELS (default /tmp/tandem-models; an existing qwen3-8b-q8_0.gguf there, e.g. made by
 # dflash_8b in the same call, is reused), LLAMA_CPP_BIN (the peer's bin/, from run_all.sh PEER=1), CLIENTS,
-# DURATION, PARALLEL. Budget: ~200 s to make the model when it is not there yet, + 2 x (DURATION + ~40 s).
+# DURATION, PARALLEL, CTX, DEVICE. Budget: ~200 s to make the model when it is not there yet, + 2 x (DURATION + ~40 s).
 set -u
 BIN=${BIN:-build-gpu/bin}
 OUT=${OUT:-out/serve_load}
@@ -26,6 +26,7 @@ CLIENTS=${CLIENTS:-64}
 DURATION=${DURATION:-90}
 PARALLEL=${PARALLEL:-64}
 CTX=${CTX:-32768}
+DEVICE=${DEVICE:-cuda:0}  # tandem's device (cpu: a dry run of this script on a machine without a GPU)
 mkdir -p "$OUT" "$MODELS"
 fail=0
 echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2), nproc $(nproc), GPU: $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null)"
@@ -72,7 +73,8 @@ LOAD="--concurrency $CLIENTS --duration $DURATION --max-tokens 64 --abort 0.1 --
 
 wait_port() {  # url pid log
   for _ in $(seq 600); do
-    curl -sf "$1/health" >/dev/null 2>&1 && return 0
+    python3 -c "import urllib.request,sys; sys.exit(0 if urllib.request.urlopen('$1/health', timeout=2).status == 200 else 1)" \
+      >/dev/null 2>&1 && return 0
     kill -0 "$2" 2>/dev/null || { echo "server exited:"; tail -5 "$3"; return 1; }
     sleep 0.5
   done
@@ -81,14 +83,15 @@ wait_port() {  # url pid log
 
 # 3. tandem serve on the GPU.
 port=18080
-"$BIN/tandem" serve -m "$M" --devices cuda:0 --port $port --parallel "$PARALLEL" --ctx "$CTX" --kv-unified \
+"$BIN/tandem" serve -m "$M" --devices "$DEVICE" --port $port --parallel "$PARALLEL" --ctx "$CTX" --kv-unified \
   --queue-timeout 600 > "$OUT/tandem_server.log" 2>&1 &
 pid=$!
 if wait_port "http://127.0.0.1:$port" $pid "$OUT/tandem_server.log"; then
-  echo "--- tandem serve: --devices cuda:0 --parallel $PARALLEL --ctx $CTX --kv-unified"
+  echo "--- tandem serve: --devices $DEVICE --parallel $PARALLEL --ctx $CTX --kv-unified"
   python3 bench/serve_load.py --url "http://127.0.0.1:$port" --pid $pid $LOAD --json "$OUT/tandem.json" \
     2>&1 | tee "$OUT/tandem_load.txt" || fail=1
-  curl -s "http://127.0.0.1:$port/metrics" > "$OUT/tandem_metrics.txt"
+  python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:$port/metrics').read().decode())" \
+    > "$OUT/tandem_metrics.txt" 2>&1
 else
   echo "FAIL: tandem serve did not come up"; fail=1
 fi
