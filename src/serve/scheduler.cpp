@@ -86,6 +86,10 @@ Scheduler::Scheduler(std::shared_ptr<Model> model, SessionParams sp, SchedulerPa
   params_.n_batch = std::max(params_.n_batch, params_.n_slots);
   sp.n_batch = params_.n_batch;
   sp.batch_invariant = sp.batch_invariant || params_.batch_invariant;
+  // Speculating, every verify row has logits: room for a whole draft per slot (plus the rows that end a
+  // prefill) in one forward pass.
+  if (draft_model_)
+    sp.n_logits_max = std::min(params_.n_batch, params_.n_slots * (std::max(params_.spec.draft_max, 0) + 2));
   session_ = std::make_unique<Session>(model_, sp);
   block_ = sp.block_size;
   if (draft_model_) {
