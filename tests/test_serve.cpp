@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
@@ -128,6 +130,29 @@ bool wait_metric_at(int port, const std::string& name, int64_t value, int tries 
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return false;
+}
+
+// The build must compile httplib.h with the defines the linked library was built with (CMakeLists.txt,
+// TANDEM_HTTPLIB_DEFINES): with CPPHTTPLIB_OPENSSL_SUPPORT missing, httplib::Client is a byte smaller here
+// than the library's constructor writes, and every client these tests make overwrites a byte of its neighbour
+// on the stack (on the H200 machine: request bodies corrupted under load, a 400 "must be a JSON object"). The
+// client is built between two guard areas; not one of their bytes may change.
+TEST(ServeBuild, TheHttplibClientHasTheLibrarysLayout) {
+  struct Guarded {
+    unsigned char before[32];
+    alignas(httplib::Client) unsigned char storage[sizeof(httplib::Client)];
+    unsigned char after[32];
+  };
+  Guarded g;
+  std::memset(&g, 0xA5, sizeof g);
+  auto* c = new (g.storage) httplib::Client("127.0.0.1", 1);
+  c->set_read_timeout(1, 0);
+  c->~Client();
+  int changed = 0;
+  for (unsigned char b : g.before) changed += b != 0xA5;
+  for (unsigned char b : g.after) changed += b != 0xA5;
+  EXPECT_EQ(changed, 0) << "httplib.h is compiled with other CPPHTTPLIB_* defines than the library (sizeof "
+                        << sizeof(httplib::Client) << " here)";
 }
 
 class Serve : public ::testing::Test {

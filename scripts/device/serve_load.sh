@@ -36,7 +36,7 @@ echo "CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2), nproc $(nproc),
 seed_tests() {
   local pids=() i
   for i in 1 2 3 4 5 6; do
-    "$BIN/tandem_tests" --gtest_filter='Serve.SameSeedSameTextWhateverElseRuns:*CpuBatchInvariance.*' \
+    "$BIN/tandem_tests" --gtest_filter='ServeBuild.*:Serve.SameSeedSameTextWhateverElseRuns:Serve.NonStreamed*:*CpuBatchInvariance.*' \
       --gtest_repeat=4 > "$OUT/serve_seed_tests_$i.txt" 2>&1 &
     pids+=($!)
   done
