@@ -112,7 +112,7 @@ fi
 for spec in ${TOPICS:-}; do
   topic=${spec%%:*}; budget=120
   [ "$topic" != "$spec" ] && budget=${spec#*:}
-  [ "${topic#peer_}" != "$topic" ] || [ "${topic#serve}" != "$topic" ] || [ "$topic" = gemma4 ] && wait_peer
+  [ "${topic#peer_}" != "$topic" ] || [ "$topic" = serve ] || [ "$topic" = gemma4 ] && wait_peer
   case "$topic" in *bench*|*speed*) wait_background ;; esac
   mkdir -p "$WORK/$topic"
   echo "=== $(date +%T) topic $topic (budget ${budget}s)"

@@ -14,7 +14,7 @@
 # full output kept (serve_seed_tests_*.txt), and the batch-invariance test of the CPU forward behind it.
 # SEED_ONLY=1: only that (about 60 s, no model, no peer).
 #
-# Run after build-gpu/ (run_all.sh) with the peer: PEER=1 TOPICS="serve_load:420" bash scripts/device/run_all.sh
+# Run after build-gpu/ (run_all.sh) with the peer: PEER=1 TOPICS="serve_load:460" bash scripts/device/run_all.sh
 # env: BIN, OUT, MODELS (default /tmp/tandem-models; an existing qwen3-8b-q8_0.gguf there, e.g. made by
 # dflash_8b in the same call, is reused), LLAMA_CPP_BIN (the peer's bin/, from run_all.sh PEER=1), CLIENTS,
 # DURATION, PARALLEL, CTX, DEVICE. Budget: ~200 s to make the model when it is not there yet, + 2 x (DURATION + ~40 s).
@@ -99,6 +99,15 @@ kill $pid 2>/dev/null; wait $pid 2>/dev/null
 
 # 4. llama-server, same GGUF, same load (unified KV of the same size, same slots, all layers on the GPU).
 LS=${LLAMA_CPP_BIN:-/tmp/llama.cpp/build/bin}/llama-server
+# run_all.sh waits for the peer build only before topics named peer_* / serve / gemma4: wait for it here (its
+# log says when it ended).
+if [ ! -x "$LS" ] && [ -n "${LLAMA_CPP_BIN:-}" ]; then
+  for _ in $(seq 300); do
+    [ -x "$LS" ] && break
+    grep -q "peer build rc=" /tmp/device_work/peer_build.log 2>/dev/null && break
+    sleep 1
+  done
+fi
 if [ -x "$LS" ]; then
   port=18081
   "$LS" -m "$M" -ngl 99 --port $port -c "$CTX" -np "$PARALLEL" -kvu > "$OUT/llama_server.log" 2>&1 &
