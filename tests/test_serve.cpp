@@ -627,6 +627,23 @@ TEST(ServeDiffusion, ACanvasModelAnswersThroughTheDiffusionDriver) {
   EXPECT_NE(bad->body.find("canvas diffusion"), std::string::npos) << bad->body;
 }
 
+// A client that leaves while its request still waits for a slot: the request leaves the queue at once (not
+// after --queue-timeout) and counts as cancelled.
+TEST(ServeAdmission, AQueuedRequestWhoseClientLeavesIsDropped) {
+  ServerProcess s("--parallel 1 --ctx 8192 --queue-timeout 120");
+  ASSERT_GT(s.port(), 0);
+  auto runner = std::make_unique<RawStream>(
+      s.port(), json{{"prompt", "Long"}, {"max_tokens", 8000}, {"ignore_eos", true}});
+  ASSERT_TRUE(runner->wait_for_tokens(1));
+  {
+    RawStream queued(s.port(), json{{"prompt", "Queued"}, {"max_tokens", 4}}, "/v1/completions", false);
+    ASSERT_TRUE(wait_metric_at(s.port(), "tandem_requests_queued", 1));
+  }  // the waiting client closes its connection
+  EXPECT_TRUE(wait_metric_at(s.port(), "tandem_requests_queued", 0, 100)) << "still queued after 5 s";
+  EXPECT_GE(metric_at(s.port(), "tandem_requests_cancelled_total"), 1);
+  EXPECT_EQ(metric_at(s.port(), "tandem_requests_rejected_total"), 0);
+}
+
 TEST(ServeCli, UnknownChatTemplateRefusesToStart) {
   const auto r = tandem::test::run_tandem("serve --port 0 --chat-template no-such-template");
   EXPECT_NE(r.exit_code, 0);
