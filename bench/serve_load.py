@@ -13,6 +13,7 @@ import argparse
 import http.client
 import json
 import random
+import subprocess
 import threading
 import time
 import urllib.parse
@@ -39,6 +40,15 @@ def metric(host, port, name, headers):
     except OSError:
         pass
     return float("nan")
+
+
+def vram_mib():
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],
+                             capture_output=True, text=True, timeout=10).stdout
+        return sum(float(x) for x in out.split())
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return float("nan")
 
 
 def rss_mib(pid):
@@ -128,14 +138,19 @@ def main():
     ap.add_argument("--api-key", default="")
     ap.add_argument("--pid", type=int, default=0, help="server pid, for its RSS")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--no-kv-check", action="store_true",
+                    help="the server has no tandem_kv_cells_used metric (llama-server): skip the KV checks")
+    ap.add_argument("--vram", action="store_true", help="also sample the GPU memory in use (nvidia-smi)")
+    ap.add_argument("--json", default="", help="write the results of every level to this file")
     args = ap.parse_args()
     u = urllib.parse.urlparse(args.url)
     host, port = u.hostname, u.port or 80
     headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
 
     print(f"{'clients':>7} {'done':>6} {'abort':>6} {'fail':>5} {'tok/s':>9} {'ttft p50':>9} {'ttft p99':>9} "
-          f"{'itl p50':>8} {'itl p99':>8} {'kv used':>8} {'rss MiB':>8}")
+          f"{'itl p50':>8} {'itl p99':>8} {'kv peak':>8} {'rss MiB':>8}")
     lost = 0
+    results = []
     for conc in [int(x) for x in args.concurrency.split(",")]:
         stats = Stats()
         stop_at = time.time() + args.duration
@@ -145,27 +160,46 @@ def main():
                                           random.Random(args.seed * 1000 + i)))
                    for i in range(conc)]
         kv_peak = 0.0
+        # RSS (and VRAM) over the run: one sample per 10% of the duration, to show whether they stay flat.
+        samples, next_sample = [], t0
         for t in threads:
             t.start()
         while any(t.is_alive() for t in threads):
             kv = metric(host, port, "tandem_kv_cells_used", headers)
             if kv == kv:  # not NaN
                 kv_peak = max(kv_peak, kv)
+            if time.time() >= next_sample:
+                samples.append((round(time.time() - t0), round(rss_mib(args.pid), 1),
+                                round(vram_mib(), 1) if args.vram else None))
+                next_sample += max(1.0, args.duration / 10)
             time.sleep(0.5)
         for t in threads:
             t.join()
         wall = time.time() - t0
+        samples.append((round(wall), round(rss_mib(args.pid), 1), round(vram_mib(), 1) if args.vram else None))
         lost += stats.failed
         print(f"{conc:>7} {stats.done:>6} {stats.aborted:>6} {stats.failed:>5} {stats.tokens / wall:>9.1f} "
               f"{pct(stats.ttft, .5) * 1e3:>7.1f}ms {pct(stats.ttft, .99) * 1e3:>7.1f}ms "
               f"{pct(stats.itl, .5) * 1e3:>6.1f}ms {pct(stats.itl, .99) * 1e3:>6.1f}ms {kv_peak:>8.0f} "
               f"{rss_mib(args.pid):>8.1f}", flush=True)
+        print("        rss MiB over time (s: MiB): " + ", ".join(f"{t}: {r}" for t, r, _ in samples))
+        if args.vram:
+            print("        GPU memory MiB over time (s: MiB): " + ", ".join(f"{t}: {v}" for t, _, v in samples))
         for e in sorted(set(stats.errors))[:5]:
             print(f"        error: {e}")
+        results.append({"clients": conc, "done": stats.done, "aborted": stats.aborted, "lost": stats.failed,
+                        "seconds": wall, "tokens": stats.tokens, "tokens_per_s": stats.tokens / wall,
+                        "ttft_p50_ms": pct(stats.ttft, .5) * 1e3, "ttft_p99_ms": pct(stats.ttft, .99) * 1e3,
+                        "itl_p50_ms": pct(stats.itl, .5) * 1e3, "itl_p99_ms": pct(stats.itl, .99) * 1e3,
+                        "kv_peak": kv_peak, "samples": samples, "errors": sorted(set(stats.errors))[:5]})
     # After the load, every cell must be free again (aborted streams included).
     time.sleep(1.0)
-    kv_after = metric(host, port, "tandem_kv_cells_used", headers)
-    print(f"kv cells used after the load: {kv_after:.0f}")
+    kv_after = 0.0 if args.no_kv_check else metric(host, port, "tandem_kv_cells_used", headers)
+    if not args.no_kv_check:
+        print(f"kv cells used after the load: {kv_after:.0f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"levels": results, "kv_after": kv_after, "lost": lost}, f, indent=1)
     if lost or kv_after != 0:
         print(f"FAIL: {lost} request(s) lost, {kv_after:.0f} KV cells still used")
         return 1

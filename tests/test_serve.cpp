@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
+#include <new>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
@@ -65,7 +67,7 @@ class ServerProcess {
 // socket mid-stream, as a client that disconnects does).
 class RawStream {
  public:
-  RawStream(int port, json body, const std::string& path = "/v1/completions") {
+  RawStream(int port, json body, const std::string& path = "/v1/completions", bool stream = true) {
     fd_ = socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -74,7 +76,7 @@ class RawStream {
     timeval tv{30, 0};  // a read never waits longer than this
     setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     if (connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) return;
-    body["stream"] = true;
+    body["stream"] = stream;
     const std::string b = body.dump();
     const std::string req = "POST " + path +
                             " HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -118,13 +120,39 @@ int64_t metric_at(int port, const std::string& name) {
   if (!std::regex_search(r->body, m, std::regex("\n" + name + " ([0-9.e+]+)"))) return -1;
   return int64_t(std::stod(m[1]));
 }
-// Polls /metrics (every 50 ms, up to 20 s) until `name` has `value`.
-bool wait_metric_at(int port, const std::string& name, int64_t value) {
-  for (int i = 0; i < 400; ++i) {
-    if (metric_at(port, name) == value) return true;
+// Polls /metrics (every 50 ms, up to `tries` times: 20 s by default) until `name` has `value` (or, with
+// `at_least`, reaches it).
+bool wait_metric_at(int port, const std::string& name, int64_t value, int tries = 400,
+                    bool at_least = false) {
+  for (int i = 0; i < tries; ++i) {
+    const int64_t v = metric_at(port, name);
+    if (v == value || (at_least && v >= value)) return true;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return false;
+}
+
+// The build must compile httplib.h with the defines the linked library was built with (CMakeLists.txt,
+// TANDEM_HTTPLIB_DEFINES): with CPPHTTPLIB_OPENSSL_SUPPORT missing, httplib::Client is a byte smaller here
+// than the library's constructor writes, and every client these tests make overwrites a byte of its neighbour
+// on the stack (on the H200 machine: request bodies corrupted under load, a 400 "must be a JSON object"). The
+// client is built between two guard areas; not one of their bytes may change.
+TEST(ServeBuild, TheHttplibClientHasTheLibrarysLayout) {
+  struct Guarded {
+    unsigned char before[32];
+    alignas(httplib::Client) unsigned char storage[sizeof(httplib::Client)];
+    unsigned char after[32];
+  };
+  Guarded g;
+  std::memset(&g, 0xA5, sizeof g);
+  auto* c = new (g.storage) httplib::Client("127.0.0.1", 1);
+  c->set_read_timeout(1, 0);
+  c->~Client();
+  int changed = 0;
+  for (unsigned char b : g.before) changed += b != 0xA5;
+  for (unsigned char b : g.after) changed += b != 0xA5;
+  EXPECT_EQ(changed, 0) << "httplib.h is compiled with other CPPHTTPLIB_* defines than the library (sizeof "
+                        << sizeof(httplib::Client) << " here)";
 }
 
 class Serve : public ::testing::Test {
@@ -299,6 +327,26 @@ TEST_F(Serve, DisconnectMidStreamFreesKv) {
   EXPECT_GE(metric("tandem_requests_cancelled_total"), 1);
 }
 
+// A non-streamed request writes nothing until it ends; its client closing the connection must still free
+// its KV cells at once (the server watches the socket), not when its 8000 tokens are done.
+TEST_F(Serve, NonStreamedClientThatDisconnectsFreesKvAtOnce) {
+  ASSERT_TRUE(wait_metric("tandem_kv_cells_used", 0));
+  const int64_t cancelled0 = metric("tandem_requests_cancelled_total");
+  const int64_t generated0 = metric("tandem_generated_tokens_total");
+  {
+    RawStream request(server_->port(),
+                      json{{"prompt", "A very long story"}, {"max_tokens", 8000}, {"ignore_eos", true}},
+                      "/v1/completions", false);
+    // Generating: its cells are in use and tokens are counted.
+    ASSERT_TRUE(wait_metric_at(server_->port(), "tandem_generated_tokens_total", generated0 + 8, 400, true));
+    EXPECT_GT(metric("tandem_kv_cells_used"), 0);
+  }  // the client closes the connection without reading an answer
+  EXPECT_TRUE(wait_metric_at(server_->port(), "tandem_kv_cells_used", 0, 100)) << "not freed within 5 s";
+  EXPECT_EQ(metric("tandem_requests_cancelled_total"), cancelled0 + 1);
+  EXPECT_LT(metric("tandem_generated_tokens_total") - generated0, 7000);
+  EXPECT_EQ(metric("tandem_requests_running"), 0);
+}
+
 TEST_F(Serve, BadRequestsGetClearErrorsAndTheServerStillServes) {
   auto c = client();
   auto bad_json = c.Post("/v1/completions", "{not json", "application/json");
@@ -379,7 +427,7 @@ TEST_F(Serve, SameSeedSameTextWhateverElseRuns) {
                  {"top_p", 0.95},       {"min_p", 0.02},    {"seed", 1234}};
   const std::string alone = post("/v1/completions", req)["choices"][0]["text"];
   // The same request among eight others with other prompts and seeds, all in flight at once.
-  std::vector<std::string> got(9);
+  std::vector<std::string> got(9), answer(9);
   std::vector<std::thread> threads;
   for (int i = 0; i < 9; ++i)
     threads.emplace_back([&, i] {
@@ -390,10 +438,12 @@ TEST_F(Serve, SameSeedSameTextWhateverElseRuns) {
       }
       auto c = client();
       auto res = c.Post("/v1/completions", r.dump(), "application/json");
+      answer[size_t(i)] = res ? std::to_string(res->status) + " " + res->body
+                              : "no answer: " + httplib::to_string(res.error());
       if (res && res->status == 200) got[size_t(i)] = json::parse(res->body)["choices"][0]["text"];
     });
   for (auto& t : threads) t.join();
-  EXPECT_EQ(got[4], alone);
+  EXPECT_EQ(got[4], alone) << answer[4];
   // Another seed gives another text (the seed is used at all).
   json other = req;
   other["seed"] = 4321;
@@ -476,6 +526,122 @@ TEST(ServeAdmission, FullQueueAndQueueTimeoutAre503) {
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 200);
   EXPECT_GE(metric_at(s.port(), "tandem_requests_rejected_total"), 2);
+}
+
+// --draft: speculative decoding inside the scheduler. Greedy output equals `tandem generate` (plain decoding)
+// alone and among concurrent streams, a seeded sampled answer is the same every time, and /metrics shows the
+// drafts verified and accepted (the shipped draft model was trained on the same text as the main model).
+TEST(ServeSpeculative, GreedyEqualsPlainDecodingAndDraftsAreAccepted) {
+  ServerProcess s(std::string("--parallel 4 --ctx 4096 --kv-unified --draft-max 4 --draft ") +
+                  TANDEM_SOURCE_DIR + "/models/tandem-draft-q8_0.gguf");
+  ASSERT_GT(s.port(), 0);
+  httplib::Client c("127.0.0.1", s.port());
+  c.set_read_timeout(300, 0);
+  auto complete = [&](const json& body) {
+    auto r = c.Post("/v1/completions", body.dump(), "application/json");
+    EXPECT_TRUE(r);
+    if (!r) return json();
+    EXPECT_EQ(r->status, 200) << r->body;
+    return json::parse(r->body);
+  };
+  const auto gen = tandem::test::run_tandem("generate -p 'Once upon a time' -n 24 --temp 0",
+                                            tandem::test::Stderr::Discard);
+  ASSERT_EQ(gen.exit_code, 0);
+  const json r = complete({{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0}});
+  EXPECT_EQ(r["choices"][0]["text"].get<std::string>() + "\n", gen.out);
+  EXPECT_EQ(r["usage"]["completion_tokens"], 24);
+  EXPECT_GT(metric_at(s.port(), "tandem_speculative_drafted_total"), 0);
+  EXPECT_GT(metric_at(s.port(), "tandem_speculative_accepted_total"), 0);
+  // Four greedy streams at once, each equal to its plain `generate` text.
+  const std::vector<std::string> prompts = {"The cat", "A dog ran", "Once upon a time", "She said"};
+  std::vector<std::string> got(prompts.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < prompts.size(); ++i)
+    threads.emplace_back([&, i] {
+      httplib::Client cc("127.0.0.1", s.port());
+      cc.set_read_timeout(300, 0);
+      auto res = cc.Post(
+          "/v1/completions",
+          json{{"prompt", prompts[i]}, {"max_tokens", 16}, {"temperature", 0}, {"stream", true}}.dump(),
+          "application/json");
+      if (res) got[i] = parse_sse(res->body, 1, false).text[0];
+    });
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto g = tandem::test::run_tandem("generate -p '" + prompts[i] + "' -n 16 --temp 0",
+                                            tandem::test::Stderr::Discard);
+    EXPECT_EQ(got[i] + "\n", g.out) << prompts[i];
+  }
+  // Sampled: lossless acceptance with the request's own generator, so a seed repeats its text.
+  const json sampled{
+      {"prompt", "The dog"}, {"max_tokens", 20}, {"temperature", 0.9}, {"seed", 77}, {"ignore_eos", true}};
+  const json a = complete(sampled), b = complete(sampled);
+  EXPECT_EQ(a["choices"][0]["text"], b["choices"][0]["text"]);
+  EXPECT_EQ(a["usage"]["completion_tokens"], 20);
+  EXPECT_TRUE(wait_metric_at(s.port(), "tandem_kv_cells_used", 0));
+}
+
+TEST(ServeSpeculative, BadDraftFlagsRefuseToStart) {
+  const auto missing = tandem::test::run_tandem("serve --port 0 --draft /nonexistent/draft.gguf");
+  EXPECT_NE(missing.exit_code, 0);
+  EXPECT_NE(missing.out.find("/nonexistent/draft.gguf"), std::string::npos) << missing.out;
+  const auto negative = tandem::test::run_tandem(std::string("serve --port 0 --draft-max -1 --draft ") +
+                                                 TANDEM_SOURCE_DIR + "/models/tandem-draft-q8_0.gguf");
+  EXPECT_NE(negative.exit_code, 0);
+  EXPECT_NE(negative.out.find("--draft-max"), std::string::npos) << negative.out;
+}
+
+// A canvas diffusion model answers through the diffusion driver: the same text as `tandem diffuse` for the
+// same prompt and seed (no chat template), streamed block by block; logprobs are refused with a 400.
+TEST(ServeDiffusion, ACanvasModelAnswersThroughTheDiffusionDriver) {
+  const std::string model = std::string(TANDEM_SOURCE_DIR) + "/models/tandem-diffusion-q8_0.gguf";
+  ServerProcess s("-m " + model);
+  ASSERT_GT(s.port(), 0);
+  httplib::Client c("127.0.0.1", s.port());
+  c.set_read_timeout(300, 0);
+  const json body{{"prompt", "Once upon a time"}, {"max_tokens", 64}, {"seed", 5}};
+  auto r = c.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(r);
+  ASSERT_EQ(r->status, 200) << r->body;
+  const json j = json::parse(r->body);
+  const auto cli = tandem::test::run_tandem(
+      "diffuse -m " + model + " --no-chat-template -p 'Once upon a time' -n 64 --seed 5",
+      tandem::test::Stderr::Discard);
+  ASSERT_EQ(cli.exit_code, 0);
+  EXPECT_EQ(j["choices"][0]["text"].get<std::string>() + "\n", cli.out);
+  EXPECT_LE(j["usage"]["completion_tokens"].get<int>(), 64);
+  // Streamed: the same text.
+  json sbody = body;
+  sbody["stream"] = true;
+  auto st = c.Post("/v1/completions", sbody.dump(), "application/json");
+  ASSERT_TRUE(st);
+  const Streamed parsed = parse_sse(st->body, 1, false);
+  EXPECT_TRUE(parsed.done);
+  EXPECT_EQ(parsed.text[0], j["choices"][0]["text"].get<std::string>());
+  // No token distributions to report.
+  json lp = body;
+  lp["logprobs"] = 2;
+  auto bad = c.Post("/v1/completions", lp.dump(), "application/json");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_NE(bad->body.find("canvas diffusion"), std::string::npos) << bad->body;
+}
+
+// A client that leaves while its request still waits for a slot: the request leaves the queue at once (not
+// after --queue-timeout) and counts as cancelled.
+TEST(ServeAdmission, AQueuedRequestWhoseClientLeavesIsDropped) {
+  ServerProcess s("--parallel 1 --ctx 8192 --queue-timeout 120");
+  ASSERT_GT(s.port(), 0);
+  auto runner = std::make_unique<RawStream>(
+      s.port(), json{{"prompt", "Long"}, {"max_tokens", 8000}, {"ignore_eos", true}});
+  ASSERT_TRUE(runner->wait_for_tokens(1));
+  {
+    RawStream queued(s.port(), json{{"prompt", "Queued"}, {"max_tokens", 4}}, "/v1/completions", false);
+    ASSERT_TRUE(wait_metric_at(s.port(), "tandem_requests_queued", 1));
+  }  // the waiting client closes its connection
+  EXPECT_TRUE(wait_metric_at(s.port(), "tandem_requests_queued", 0, 100)) << "still queued after 5 s";
+  EXPECT_GE(metric_at(s.port(), "tandem_requests_cancelled_total"), 1);
+  EXPECT_EQ(metric_at(s.port(), "tandem_requests_rejected_total"), 0);
 }
 
 TEST(ServeCli, UnknownChatTemplateRefusesToStart) {

@@ -12,6 +12,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "serve/client_socket.h"
 #include "tandem/chat.h"
 #include "tandem/model.h"
 #include "tokenizer/tokenizer.h"
@@ -21,6 +22,9 @@ namespace tandem::serve {
 using json = nlohmann::json;
 
 namespace {
+
+// The client of a waiting request went away: nothing is answered (the connection is gone).
+struct ClientGone {};
 
 // A request the server answers with an OpenAI-shaped error.
 struct ApiError {
@@ -216,6 +220,13 @@ struct HttpServer::Impl {
     std::shared_ptr<Channel> channel = std::make_shared<Channel>();
     int n = 1;
     int n_prompt = 0;
+    int client_fd = -1;  // the request's socket (client_socket.h); -1: not found
+    // Cancels the job when its client has closed the connection; true then.
+    bool client_left() const {
+      if (!client_gone(client_fd)) return false;
+      channel->cancel();  // its cells are freed at the next step
+      return true;
+    }
   };
 
   Job submit(const std::vector<int32_t>& prompt, const GenerationParams& g, int n, int n_logprobs) {
@@ -284,7 +295,7 @@ struct HttpServer::Impl {
   }
 
   // Waits for the first event of a job: a rejection (queue timeout, shutdown) becomes a 503 before any byte
-  // of the answer is sent.
+  // of the answer is sent. A client that leaves meanwhile (queued or prefilling) cancels it.
   std::vector<RequestEvent> first_events(Job& job) {
     while (true) {
       std::vector<RequestEvent> ev = job.channel->pop(std::chrono::milliseconds(100));
@@ -294,6 +305,7 @@ struct HttpServer::Impl {
           throw ApiError{503, "server_error", "overloaded", e.error};
         }
       if (!ev.empty()) return ev;
+      if (job.client_left()) throw ClientGone{};
     }
   }
 
@@ -327,6 +339,7 @@ struct HttpServer::Impl {
     const std::string id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id++);
     const int64_t created = int64_t(unix_now());
     Job job = submit(prompt, g, n, n_logprobs);
+    job.client_fd = find_client_socket(req.local_addr, req.local_port, req.remote_addr, req.remote_port);
     std::vector<RequestEvent> first = first_events(job);
 
     if (!stream) {
@@ -341,6 +354,8 @@ struct HttpServer::Impl {
         }
         if (finished == n) break;
         ev = job.channel->pop(std::chrono::milliseconds(100));
+        // Nothing is written before the end: the socket tells whether the client is still there.
+        if (job.client_left()) throw ClientGone{};
       }
       json out_choices = json::array();
       int completion_tokens = 0;
@@ -377,10 +392,11 @@ struct HttpServer::Impl {
     auto channel = job.channel;
     auto pending = std::make_shared<std::vector<RequestEvent>>(std::move(first));
     const int n_prompt = job.n_prompt;
+    const int client_fd = job.client_fd;
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, channel, pending, n, chat, n_logprobs, include_usage, id, created, n_prompt](
+        [this, channel, pending, n, chat, n_logprobs, include_usage, id, created, n_prompt, client_fd](
             size_t, httplib::DataSink& sink) {
           auto send = [&](const json& chunk) {
             const std::string s = "data: " + chunk.dump() + "\n\n";
@@ -438,7 +454,8 @@ struct HttpServer::Impl {
               }
               if (finished < n) {
                 ev = channel->pop(std::chrono::milliseconds(100));
-                if (ev.empty() && !sink.is_writable()) throw std::runtime_error("client gone");
+                if (ev.empty() && (!sink.is_writable() || client_gone(client_fd)))
+                  throw std::runtime_error("client gone");
               }
             }
             if (include_usage) {
@@ -516,6 +533,10 @@ struct HttpServer::Impl {
       sched.metrics().on_http_request();
       try {
         f(req, res);
+      } catch (const ClientGone&) {
+        // Nobody reads the answer; the connection is closed after this.
+        res.status = 499;
+        res.set_header("Connection", "close");
       } catch (const ApiError& e) {
         set_error(res, e.status, e.type, e.code, e.message);
       } catch (const Error& e) {

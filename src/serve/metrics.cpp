@@ -105,6 +105,12 @@ void Metrics::on_http_request() {
   std::lock_guard lock(mu_);
   ++http_requests_;
 }
+void Metrics::on_speculative(int64_t drafted, int64_t accepted) {
+  std::lock_guard lock(mu_);
+  ++spec_cycles_;
+  spec_drafted_ += uint64_t(drafted);
+  spec_accepted_ += uint64_t(accepted);
+}
 int64_t Metrics::kv_used() const {
   std::lock_guard lock(mu_);
   return kv_used_;
@@ -131,6 +137,16 @@ std::string Metrics::render() const {
               tokens_per_s_);
   s += metric("tandem_kv_cells_used", "gauge", "KV cache positions in use.", double(kv_used_));
   s += metric("tandem_kv_cells_total", "gauge", "KV cache positions in total.", double(kv_total_));
+  if (speculative_) {
+    s += metric("tandem_speculative_verifies_total", "counter",
+                "Speculative verify passes (one per generating request and step).", double(spec_cycles_));
+    s += metric("tandem_speculative_drafted_total", "counter", "Draft tokens proposed.",
+                double(spec_drafted_));
+    s += metric("tandem_speculative_accepted_total", "counter", "Draft tokens accepted.",
+                double(spec_accepted_));
+    s += metric("tandem_speculative_acceptance_rate", "gauge", "Accepted / drafted draft tokens.",
+                spec_drafted_ ? double(spec_accepted_) / double(spec_drafted_) : 0.0);
+  }
   s += ttft_.render("tandem_time_to_first_token_seconds", "Time from arrival to the first token.");
   s += itl_.render("tandem_inter_token_latency_seconds", "Time between consecutive tokens of a request.");
   return s;

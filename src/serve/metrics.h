@@ -39,6 +39,9 @@ class Metrics {
   void on_request_done(bool cancelled);
   void on_request_rejected();
   void on_http_request();
+  // Speculative decoding: one request's verify of `drafted` draft tokens, `accepted` of them kept.
+  void on_speculative(int64_t drafted, int64_t accepted);
+  void set_speculative(bool on) { speculative_ = on; }
   int64_t kv_used() const;
   std::string render() const;
 
@@ -47,6 +50,8 @@ class Metrics {
   int running_ = 0, queued_ = 0;
   int64_t kv_used_ = 0, kv_total_ = 0;
   uint64_t prompt_tokens_ = 0, prompt_tokens_reused_ = 0, generated_tokens_ = 0;
+  bool speculative_ = false;  // the speculative metrics are shown
+  uint64_t spec_cycles_ = 0, spec_drafted_ = 0, spec_accepted_ = 0;
   uint64_t requests_done_ = 0, requests_cancelled_ = 0, requests_rejected_ = 0, http_requests_ = 0;
   double start_s_ = 0.0;
   // tokens/s over the last window: (time, generated total) at the window start

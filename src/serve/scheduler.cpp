@@ -41,6 +41,7 @@ struct Scheduler::Active {
   Clock::time_point arrived;
   Clock::time_point last_token;
   bool prefilled = false;
+  bool finished = false;       // its last event is sent
   int32_t pending_token = -1;  // sampled, not yet in the KV (the next step's decode row)
 
   Active(ServeRequest r, Clock::time_point t) : req(std::move(r)), sampler(req.gen.sampling), arrived(t) {}
@@ -48,9 +49,33 @@ struct Scheduler::Active {
   int64_t reserve(int32_t block) const { return int64_t(req.prompt.size()) + req.gen.max_tokens + 2 * block; }
 };
 
-Scheduler::Scheduler(std::shared_ptr<Model> model, SessionParams sp, SchedulerParams params)
-    : model_(std::move(model)), params_(params) {
+namespace {
+bool canvas_model(const Model& m, CanvasModelInfo& info) {
+  try {
+    info = canvas_model_info(m);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+}  // namespace
+
+Scheduler::Scheduler(std::shared_ptr<Model> model, SessionParams sp, SchedulerParams params,
+                     std::shared_ptr<Model> draft)
+    : model_(std::move(model)), params_(params), draft_model_(std::move(draft)) {
   check(params_.n_slots >= 1, "--parallel must be at least 1, got " + std::to_string(params_.n_slots));
+  if (model_->has_tokenizer()) tok_ = &model_->tokenizer();
+  if (canvas_model(*model_, canvas_info_)) {
+    // A canvas diffusion model: no session of ours, the canvas source holds the prompt K/V.
+    check(draft_model_ == nullptr, "--draft does not apply to a canvas diffusion model (" +
+                                       model_->info().path + " answers through the diffusion driver)");
+    CanvasOptions copt;
+    canvas_max_prompt_ = copt.max_prompt;
+    canvas_ = make_canvas_source(model_, copt);
+    metrics_.on_step(0, 0, 0, 0);
+    thread_ = std::thread([this] { loop(); });
+    return;
+  }
   check(params_.n_ctx >= params_.n_slots, "--ctx (" + std::to_string(params_.n_ctx) +
                                               ") must be at least --parallel (" +
                                               std::to_string(params_.n_slots) + ")");
@@ -60,9 +85,28 @@ Scheduler::Scheduler(std::shared_ptr<Model> model, SessionParams sp, SchedulerPa
   // A step holds one decode row per slot, so the budget is at least n_slots rows.
   params_.n_batch = std::max(params_.n_batch, params_.n_slots);
   sp.n_batch = params_.n_batch;
+  sp.batch_invariant = sp.batch_invariant || params_.batch_invariant;
+  // Speculating, every verify row has logits: room for a whole draft per slot (plus the rows that end a
+  // prefill) in one forward pass.
+  if (draft_model_)
+    sp.n_logits_max = std::min(params_.n_batch, params_.n_slots * (std::max(params_.spec.draft_max, 0) + 2));
   session_ = std::make_unique<Session>(model_, sp);
   block_ = sp.block_size;
-  if (model_->has_tokenizer()) tok_ = &model_->tokenizer();
+  if (draft_model_) {
+    params_.spec.validate();
+    check(draft_model_->info().arch != "dflash",
+          "--draft " + draft_model_->info().path +
+              " is a DFlash drafter; tandem serve takes a draft model (same vocabulary, its own layers)");
+    SessionParams dsp;
+    dsp.n_ctx = params_.n_ctx;  // holds what the target holds (the histories), block for block
+    dsp.n_seq_max = params_.n_slots;
+    dsp.n_batch = params_.n_batch;
+    dsp.block_size = sp.block_size;
+    dsp.kv_type = sp.kv_type;
+    draft_session_ = std::make_unique<Session>(draft_model_, dsp);
+    drafter_ = std::make_unique<DraftModelDrafter>(*draft_session_, session_->n_vocab());
+    metrics_.set_speculative(true);
+  }
   slots_.resize(size_t(params_.n_slots));
   metrics_.on_step(0, 0, 0, session_->kv_capacity());
   thread_ = std::thread([this] { loop(); });
@@ -82,6 +126,7 @@ void Scheduler::stop() {
 }
 
 int64_t Scheduler::slot_capacity() const {
+  if (canvas_) return canvas_max_prompt_;  // the prompt and the blocks kept before a block's start
   // Less the admission slack (two blocks), so that an admitted request always fits.
   const int64_t total = session_->kv_capacity();
   return (params_.kv_unified ? total : total / params_.n_slots) - 2 * block_;
@@ -101,6 +146,8 @@ void Scheduler::submit(ServeRequest req) {
   req.gen.sampling.validate();
   for (const std::string& s : req.gen.stop) check(!s.empty(), "a stop string is empty");
   check(req.gen.stop.empty() || tok_ != nullptr, "stop strings need the model's tokenizer");
+  check(!canvas_ || req.n_logprobs < 0,
+        "logprobs are not available from a canvas diffusion model (it samples whole canvases)");
   // Generation ends when the request's context is full (finish_reason "length").
   req.gen.max_tokens = int32_t(std::min<int64_t>(req.gen.max_tokens, cap - int64_t(req.prompt.size())));
   {
@@ -131,6 +178,11 @@ int64_t Scheduler::reserved_positions() const {
 void Scheduler::admit(Clock::time_point now) {
   while (!waiting_.empty()) {
     Waiting& w = waiting_.front();
+    if (w.req.channel->cancelled()) {  // its client left while it waited
+      metrics_.on_request_done(true);
+      waiting_.pop_front();
+      continue;
+    }
     int32_t seq = -1;
     for (size_t s = 0; s < slots_.size(); ++s)
       if (!slots_[s]) {
@@ -163,6 +215,7 @@ void Scheduler::admit(Clock::time_point now) {
     if (tok_) a->detok = std::make_unique<tokenizer::StreamingDetokenizer>(*tok_);
     a->sampler.accept(a->req.prompt);
     session_->seq_clear(seq);
+    if (drafter_) drafter_->reset(seq);
     if (best > 0) {
       session_->seq_fork(best_seq, seq, best);
       a->n_kv = best;
@@ -170,10 +223,16 @@ void Scheduler::admit(Clock::time_point now) {
     }
     slots_[size_t(seq)] = std::move(a);
   }
-  // Requests that waited too long: 503.
+  expire_waiting(now);
+}
+
+// Called with mu_ held: drops waiting requests whose client left, and fails those that waited too long (503).
+void Scheduler::expire_waiting(Clock::time_point now) {
   for (auto it = waiting_.begin(); it != waiting_.end();) {
-    if (it->req.channel->cancelled() ||
-        std::chrono::duration<double>(now - it->since).count() > params_.queue_timeout_s) {
+    if (it->req.channel->cancelled()) {
+      metrics_.on_request_done(true);
+      it = waiting_.erase(it);
+    } else if (std::chrono::duration<double>(now - it->since).count() > params_.queue_timeout_s) {
       RequestEvent e;
       e.index = it->req.index;
       e.rejected = true;
@@ -189,6 +248,10 @@ void Scheduler::admit(Clock::time_point now) {
 }
 
 void Scheduler::loop() {
+  if (canvas_) {
+    canvas_loop();
+    return;
+  }
   while (true) {
     int queued = 0;
     {
@@ -254,24 +317,54 @@ void Scheduler::loop() {
 
 bool Scheduler::step() {
   batch_.clear();
-  row_slot_.clear();
   int32_t budget = params_.n_batch;
   // Requests whose max_tokens is 0 finish without a forward pass.
   for (auto& a : slots_)
     if (a && a->req.gen.max_tokens == 0) finish(*a, FinishReason::Length);
-  // Decode rows first: one per generating request.
-  for (auto& a : slots_) {
-    if (!a || !a->prefilled) continue;
+  // Decode rows first: one per generating request, followed by its draft tokens when speculating.
+  std::vector<Active*> gen;
+  for (auto& a : slots_)
+    if (a && a->prefilled) gen.push_back(a.get());
+  drafts_.assign(gen.size(), {});
+  if (drafter_ && !gen.empty()) {
+    std::vector<int32_t> seqs, n_max;
+    std::vector<const std::vector<int32_t>*> hist;
+    std::vector<SamplingParams> sampling;
+    // Drafts share the step's budget: each request at most an equal part of what the decode rows leave.
+    const int32_t per = std::max<int32_t>(0, (budget - int32_t(gen.size())) / int32_t(gen.size()));
+    for (Active* a : gen) {
+      seqs.push_back(a->seq);
+      hist.push_back(&a->tokens);  // its last token (pending) is not in the KV yet
+      n_max.push_back(
+          std::max(0, std::min({params_.spec.draft_max, per, a->req.gen.max_tokens - a->n_generated - 1})));
+      sampling.push_back(a->req.gen.sampling);
+    }
+    drafter_->draft(seqs, hist, n_max, sampling, params_.spec.draft_p_min, drafts_);
+    for (size_t k = 0; k < gen.size(); ++k) {
+      Draft& d = drafts_[k];
+      if (int32_t(d.tokens.size()) < params_.spec.draft_min || int32_t(d.tokens.size()) > n_max[k]) d = {};
+    }
+  }
+  std::vector<size_t> gen_row0(gen.size());
+  for (size_t k = 0; k < gen.size(); ++k) {
+    Active* a = gen[k];
+    gen_row0[k] = batch_.size();
     batch_.add(a->pending_token, a->n_kv, a->seq, true);
-    row_slot_.push_back(a->seq);
-    --budget;
+    for (size_t j = 0; j < drafts_[k].tokens.size(); ++j)
+      batch_.add(drafts_[k].tokens[j], a->n_kv + 1 + int32_t(j), a->seq, true);
+    budget -= 1 + int32_t(drafts_[k].tokens.size());
   }
   // Then prompt chunks, oldest request first, within the budget.
   std::vector<Active*> prefill;
   for (auto& a : slots_)
     if (a && !a->prefilled) prefill.push_back(a.get());
   std::sort(prefill.begin(), prefill.end(), [](Active* x, Active* y) { return x->arrived < y->arrived; });
-  std::vector<std::pair<Active*, int32_t>> chunks;
+  struct Chunk {
+    Active* a;
+    int32_t n;
+    size_t last_row;
+  };
+  std::vector<Chunk> chunks;
   for (Active* a : prefill) {
     if (budget <= 0) break;
     const int32_t left = int32_t(a->tokens.size()) - a->n_kv;
@@ -279,33 +372,168 @@ bool Scheduler::step() {
     const bool last = n == left;
     for (int32_t i = 0; i < n; ++i)
       batch_.add(a->tokens[size_t(a->n_kv + i)], a->n_kv + i, a->seq, last && i + 1 == n);
-    if (last) row_slot_.push_back(a->seq);
-    chunks.push_back({a, n});
+    chunks.push_back({a, n, batch_.size() - 1});
     budget -= n;
   }
   if (batch_.empty()) return false;
   session_->decode(batch_);
   metrics_.on_kv(session_->kv_capacity() - session_->kv_free_positions(), session_->kv_capacity());
-  for (auto& [a, n] : chunks) {
-    a->n_kv += n;
-    metrics_.on_prompt_tokens(n);
-    if (a->n_kv == int32_t(a->tokens.size())) a->prefilled = true;
+  // The generating requests: their pending token (and drafts) are now in the KV.
+  for (size_t k = 0; k < gen.size(); ++k) {
+    Active* a = gen[k];
+    ++a->n_kv;
+    if (drafter_)
+      accept_draft(*a, gen_row0[k], drafts_[k]);
+    else
+      sample_row(*a, gen_row0[k]);
   }
-  // Decode rows are now in the KV.
-  size_t k = 0;
-  for (size_t r = 0; r < batch_.size(); ++r) {
-    if (!batch_.logits[r]) continue;
-    Active* a = slots_[size_t(row_slot_[k++])].get();
-    if (a->pending_token >= 0 && batch_.positions[r] == a->n_kv) ++a->n_kv;
-    sample_row(*a, r);
+  // Requests whose prompt is now all in the KV sample their first token from its last row.
+  for (const Chunk& c : chunks) {
+    c.a->n_kv += c.n;
+    metrics_.on_prompt_tokens(c.n);
+    if (c.a->n_kv == int32_t(c.a->tokens.size())) {
+      c.a->prefilled = true;
+      sample_row(*c.a, c.last_row);
+    }
   }
   return true;
 }
 
-// The next token of `a` from batch row `row`, its logprobs, its text and whether it ends the request.
+// Canvas diffusion: one request at a time, in arrival order (the canvas source holds one prompt's K/V).
+void Scheduler::canvas_loop() {
+  while (true) {
+    Waiting w;
+    int queued = 0;
+    {
+      std::unique_lock lock(mu_);
+      if (stopping_) break;
+      expire_waiting(Clock::now());
+      if (waiting_.empty()) {
+        metrics_.on_step(0, 0, 0, 0);
+        cv_.wait_for(lock, std::chrono::milliseconds(200));
+        continue;
+      }
+      w = std::move(waiting_.front());
+      waiting_.pop_front();
+      queued = int(waiting_.size());
+    }
+    metrics_.on_step(1, queued, 0, 0);
+    const std::shared_ptr<Channel> channel = w.req.channel;
+    const int index = w.req.index;
+    try {
+      run_canvas(std::move(w));
+    } catch (const std::exception& e) {
+      RequestEvent ev;
+      ev.index = index;
+      ev.rejected = true;
+      ev.error = std::string("generation failed: ") + e.what();
+      channel->push(std::move(ev));
+    }
+  }
+  std::lock_guard lock(mu_);
+  for (auto& w : waiting_) {
+    RequestEvent ev;
+    ev.index = w.req.index;
+    ev.rejected = true;
+    ev.error = "the server is shutting down";
+    w.req.channel->push(std::move(ev));
+  }
+  waiting_.clear();
+}
+
+// One canvas request: a block per diffuse() call over the prompt and the blocks kept so far, each block's
+// tokens emitted as they are kept; it ends at max_tokens (length), a stop string, or a block the driver cut
+// (an end-of-generation token or a loop: stop).
+void Scheduler::run_canvas(Waiting w) {
+  Active a(std::move(w.req), w.since);
+  a.tokens = a.req.prompt;
+  if (tok_) a.detok = std::make_unique<tokenizer::StreamingDetokenizer>(*tok_);
+  if (a.req.gen.max_tokens == 0) {
+    finish(a, FinishReason::Length);
+    return;
+  }
+  DiffusionParams dp;
+  dp.eb = canvas_info_.eb_defaults;
+  dp.eb.seed = uint32_t(a.req.gen.sampling.seed);  // the EB sampler's generator takes 32 bits
+  dp.n_predict = canvas_info_.canvas_length;
+  dp.n_blocks = 1;
+  if (!a.req.gen.ignore_eos) dp.eog_ids = model_->info().eos_ids;
+  dp.max_prefix = canvas_max_prompt_;
+  dp.log = [](const std::string&) {};  // the fallback notes are for the CLI
+  while (true) {
+    {
+      std::lock_guard lock(mu_);
+      if (stopping_) throw Error("the server is shutting down");
+    }
+    if (a.req.channel->cancelled()) {
+      metrics_.on_request_done(true);
+      return;
+    }
+    if (int64_t(a.tokens.size()) > canvas_max_prompt_) {  // no room for another block's prefix
+      finish(a, FinishReason::Length);
+      return;
+    }
+    const DiffusionResult r = diffuse(*canvas_, a.tokens, dp);
+    const bool cut = r.blocks.empty() || r.blocks.back().trimmed;
+    const std::vector<int32_t>& block = r.tokens;
+    for (int32_t t : block)
+      if (emit(a, t, {})) return;  // max_tokens or a stop string (emit appends t to a.tokens)
+    if (cut) {
+      finish(a, FinishReason::EndOfGeneration);
+      return;
+    }
+  }
+}
+
+// Speculative: row0 + j holds the logits after draft token j (row0: after the pending token). Walks the
+// draft while it is accepted, emitting each kept token and then the target's own token (the correction at
+// the first rejection, or a bonus after a fully accepted draft); the KV keeps every emitted token but the
+// last, which is the next step's pending token.
+void Scheduler::accept_draft(Active& a, size_t row0, const Draft& d) {
+  const size_t nd = d.tokens.size();
+  Sampler& s = a.sampler;
+  const bool greedy = a.req.gen.sampling.greedy();
+  size_t accepted = 0;
+  const int32_t seq = a.seq;
+  bool ended = false;
+  for (size_t j = 0; j <= nd && !ended; ++j) {
+    const std::span<const float> logits = session_->logits(row0 + j);
+    int32_t token;
+    bool ok = false;
+    if (j == nd) {
+      token = s.sample(logits);
+    } else if (greedy) {
+      token = s.sample(logits);
+      ok = token == d.tokens[j];
+    } else {
+      check(j < d.q.size(), "serve: the drafter gave no distribution for a sampled draft");
+      s.sample_with_uniform(logits, 0.0);  // the chain's distribution; the uniforms come below
+      const auto cand = s.last_candidates();
+      candidates_.assign(cand.begin(), cand.end());
+      const AcceptOutcome r = speculative_accept(candidates_, d.q[j], d.tokens[j], s.rng());
+      token = r.token;
+      ok = r.accepted;
+    }
+    if (ok) ++accepted;
+    ended = emit(a, token, logits);
+    if (!ok) break;
+  }
+  metrics_.on_speculative(int64_t(nd), int64_t(accepted));
+  if (ended) return;  // finished: its cells are already free
+  (void)seq;
+  // Rows of rejected drafts leave the KV: it keeps the history but its last token (the pending one).
+  const int32_t keep = int32_t(a.tokens.size()) - 1;
+  if (keep < session_->seq_len(a.seq)) session_->seq_remove(a.seq, keep);
+  a.n_kv = keep;
+}
+
+// The next token of `a` from batch row `row`.
 void Scheduler::sample_row(Active& a, size_t row) {
   const std::span<const float> logits = session_->logits(row);
-  const int32_t token = a.sampler.sample(logits);
+  emit(a, a.sampler.sample(logits), logits);
+}
+
+bool Scheduler::emit(Active& a, int32_t token, std::span<const float> logits) {
   const Clock::time_point now = Clock::now();
   if (a.n_generated == 0)
     metrics_.on_first_token(std::chrono::duration<double>(now - a.arrived).count());
@@ -319,7 +547,7 @@ void Scheduler::sample_row(Active& a, size_t row) {
                                model_->info().eos_ids.end());
   if (eog) {
     finish(a, FinishReason::EndOfGeneration);
-    return;
+    return true;
   }
   a.sampler.accept(token);
   a.tokens.push_back(token);
@@ -330,7 +558,7 @@ void Scheduler::sample_row(Active& a, size_t row) {
   RequestEvent e;
   e.index = a.req.index;
   e.token = token;
-  if (a.req.n_logprobs >= 0) {
+  if (a.req.n_logprobs >= 0 && !logits.empty()) {
     // log-softmax of the model's raw logits (before the sampling chain), as OpenAI reports them.
     float mx = -INFINITY;
     for (float v : logits) mx = std::max(mx, v);
@@ -349,10 +577,15 @@ void Scheduler::sample_row(Active& a, size_t row) {
   bool stopped = false;
   if (a.detok) stopped = push_text(a, a.detok->push(token), e.text);
   a.req.channel->push(std::move(e));
-  if (stopped)
+  if (stopped) {
     finish(a, FinishReason::Stop);
-  else if (a.n_generated >= a.req.gen.max_tokens)
+    return true;
+  }
+  if (a.n_generated >= a.req.gen.max_tokens) {
     finish(a, FinishReason::Length);
+    return true;
+  }
+  return false;
 }
 
 // Appends decoded text; moves into `out` what can no longer be part of a stop string. Returns true when a
@@ -402,12 +635,15 @@ void Scheduler::finish(Active& a, FinishReason reason) {
   a.req.channel->push(std::move(e));
   metrics_.on_request_done(false);
   const int32_t seq = a.seq;
+  a.finished = true;
+  if (seq < 0) return;  // a canvas request holds no slot
   release(a);
   slots_[size_t(seq)].reset();
 }
 
 void Scheduler::release(Active& a) {
   session_->seq_clear(a.seq);
+  if (drafter_) drafter_->reset(a.seq);
 }
 
 }  // namespace tandem::serve

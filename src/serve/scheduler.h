@@ -18,7 +18,21 @@
 // that waited longer than `queue_timeout_s` fails with Rejected (HTTP 503).
 //
 // Sampling: each request has its own Sampler seeded by its seed, sampled from its own logits row, so the same
-// seed gives the same text whatever else runs.
+// seed gives the same text whatever else runs (the CPU kernels give a row the same logits in any batch:
+// tests/test_batch_invariance.cpp; on CUDA, SchedulerParams::batch_invariant asks the same of the GPU
+// kernels).
+//
+// Speculative decoding (a draft model: `--draft FILE`): each step the drafter proposes up to draft_max tokens
+// for every generating request, and the request's decode row becomes [pending, d1 .. dn], all with logits;
+// the longest acceptable prefix is kept (greedy: equal to the target's pick; sampled: the lossless
+// acceptance test, speculative_accept) plus one target token, and the rejected rows leave the KV
+// (Session::seq_remove). Prefill chunks of other requests share the step as before.
+//
+// Canvas diffusion (a model whose GGUF is a canvas model, diffusion.h): requests are answered one at a time
+// through the diffusion driver, one block of canvas_length tokens per call of diffuse() over the prompt and
+// the blocks kept so far (the same result as one multi-block call), each block streamed as it is kept. The
+// request's seed is the EB sampler's; temperature / top-k / top-p do not apply (the EB parameters are the
+// GGUF's); logprobs are refused.
 #pragma once
 
 #include <atomic>
@@ -34,9 +48,11 @@
 #include <vector>
 
 #include "serve/metrics.h"
+#include "tandem/diffusion.h"
 #include "tandem/generator.h"
 #include "tandem/sampling.h"
 #include "tandem/session.h"
+#include "tandem/speculative.h"
 
 namespace tandem::serve {
 
@@ -47,6 +63,11 @@ struct SchedulerParams {
   int32_t n_batch = 512;          // token budget of one step (decode rows + prefill chunks)
   double queue_timeout_s = 30.0;  // a request waiting longer for a slot / KV room fails (503)
   int32_t max_queue = 1024;       // more waiting requests than this: rejected at once (503)
+  // Every row's logits as if decoded alone (SessionParams::batch_invariant): what the same seed gives does
+  // not depend on what else runs, also on CUDA (the CPU kernels are so anyway). Costs prefill throughput on
+  // GPUs.
+  bool batch_invariant = false;
+  SpeculativeParams spec{};  // with a draft model: tokens drafted per step (draft_max), draft_min, p_min
 };
 
 struct TopLogprob {
@@ -94,7 +115,10 @@ struct ServeRequest {
 
 class Scheduler {
  public:
-  Scheduler(std::shared_ptr<Model> model, SessionParams session_params, SchedulerParams params);
+  // draft: a draft model for speculative decoding (same vocabulary as model), or null. A canvas diffusion
+  // model is served through the diffusion driver (no draft then).
+  Scheduler(std::shared_ptr<Model> model, SessionParams session_params, SchedulerParams params,
+            std::shared_ptr<Model> draft = nullptr);
   ~Scheduler();
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
@@ -107,15 +131,29 @@ class Scheduler {
   const SchedulerParams& params() const { return params_; }
   Metrics& metrics() { return metrics_; }
   const Model& model() const { return *model_; }
+  bool is_canvas() const { return canvas_ != nullptr; }
+  bool is_speculative() const { return drafter_ != nullptr; }
   // Stops the loop; waiting and running requests end with Rejected.
   void stop();
 
  private:
   struct Active;
+  struct Waiting {
+    ServeRequest req;
+    std::chrono::steady_clock::time_point since;
+  };
   void loop();
   void admit(std::chrono::steady_clock::time_point now);
+  void expire_waiting(std::chrono::steady_clock::time_point now);
   bool step();
   void sample_row(Active& a, size_t row);
+  // Emits `token` (drawn from `logits`) for `a`: metrics, logprobs, text, stop strings, max_tokens; an
+  // end-of-generation token finishes it instead. Returns true when the request finished.
+  bool emit(Active& a, int32_t token, std::span<const float> logits);
+  // Speculative: the tokens of one request's verify rows [row0, row0 + nd]; trims its rejected rows.
+  void accept_draft(Active& a, size_t row0, const Draft& d);
+  void canvas_loop();
+  void run_canvas(Waiting w);
   void finish(Active& a, FinishReason reason);
   void release(Active& a);
   bool push_text(Active& a, const std::string& piece, std::string& out);
@@ -128,18 +166,24 @@ class Scheduler {
   const tokenizer::Tokenizer* tok_ = nullptr;
   Metrics metrics_;
 
+  // Speculative decoding (a draft model given).
+  std::shared_ptr<Model> draft_model_;
+  std::unique_ptr<Session> draft_session_;
+  std::unique_ptr<Drafter> drafter_;
+  std::vector<Draft> drafts_;               // per generating request of the step
+  std::vector<TokenCandidate> candidates_;  // the target's distribution of a verify row
+  // Canvas diffusion (a canvas model given).
+  std::unique_ptr<CanvasSource> canvas_;
+  CanvasModelInfo canvas_info_{};
+  int32_t canvas_max_prompt_ = 0;
+
   std::mutex mu_;
   std::condition_variable cv_;
-  struct Waiting {
-    ServeRequest req;
-    std::chrono::steady_clock::time_point since;
-  };
   std::deque<Waiting> waiting_;  // guarded by mu_
   bool stopping_ = false;        // guarded by mu_
 
   std::vector<std::unique_ptr<Active>> slots_;  // per sequence id: the request holding it, or null
   Batch batch_;
-  std::vector<int32_t> row_slot_;  // per batch row with logits: its slot
   std::thread thread_;
 };
 

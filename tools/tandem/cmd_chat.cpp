@@ -11,15 +11,12 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "commands.h"
-#include "flag_checks.h"
 #include "core/error.h"
-#include "core/thread_pool.h"
-#include "eval/default_model.h"
+#include "run_options.h"
 #include "split_options.h"
 #include "tandem/batch.h"
 #include "tandem/chat.h"
@@ -36,15 +33,7 @@ struct ChatArgs {
   std::string system;
   std::string chat_template;
   int n_predict = -1;
-  float temperature = 0.8f;
-  int top_k = 40;
-  float top_p = 0.95f;
-  float min_p = 0.05f;
-  float repeat_penalty = 1.0f;
-  int repeat_last_n = 64;
-  float presence_penalty = 0.0f;
-  float frequency_penalty = 0.0f;
-  int64_t seed = -1;
+  SamplingFlags sampling;
   int ctx = 4096;
   int threads = 0;
   int batch = 512;
@@ -242,20 +231,13 @@ class ChatLoop {
 void run_chat(const ChatArgs& a) {
   check(a.n_predict >= -1,
         "-n must be >= -1 (-1: until the end of the answer), got " + std::to_string(a.n_predict));
-  check(a.ctx >= 1, "--ctx must be at least 1, got " + std::to_string(a.ctx));
-  check(a.batch >= 1, "--batch must be at least 1, got " + std::to_string(a.batch));
-  check(a.threads >= 0 && a.threads <= ThreadPool::kMaxThreads,
-        "--threads must be in [0, " + std::to_string(ThreadPool::kMaxThreads) + "] (0 = all cores), got " +
-            std::to_string(a.threads));
-  check_sampling_flags(a.top_k, a.temperature, a.top_p, a.min_p, a.seed, a.repeat_last_n, a.repeat_penalty);
+  check_run_flags(a.ctx, a.batch, a.threads);
+  check_sampling_flags(a.sampling);
   if (!a.chat_template.empty() && a.chat_template.find('/') == std::string::npos &&
       a.chat_template.find(".jinja") == std::string::npos)
     ChatTemplate::builtin(a.chat_template);  // an unknown name fails before the model loads
 
-  ModelParams mp;
-  mp.n_threads = a.threads;
-  apply(a.split, mp);
-  const auto model = Model::load(a.model.empty() ? eval::default_model_path(TANDEM_SOURCE_DIR) : a.model, mp);
+  const auto model = load_model(model_path_or_default(a.model), a.threads, a.split).model;
   try {
     model->tokenizer();
   } catch (const Error& e) {
@@ -263,23 +245,8 @@ void run_chat(const ChatArgs& a) {
   }
   ChatTemplate tmpl = ChatTemplate::from_model(*model, a.chat_template);
 
-  SamplingParams sp;
-  sp.temperature = a.temperature;
-  sp.top_k = a.top_k;
-  sp.top_p = a.top_p;
-  sp.min_p = a.min_p;
-  sp.repeat_penalty = a.repeat_penalty;
-  sp.penalty_last_n = a.repeat_last_n;
-  sp.presence_penalty = a.presence_penalty;
-  sp.frequency_penalty = a.frequency_penalty;
-  if (a.seed < 0) {
-    std::random_device rd;
-    sp.seed = (uint64_t(rd()) << 32) ^ rd();
-  } else {
-    sp.seed = uint64_t(a.seed);
-  }
   SigintGuard guard;
-  ChatLoop(a, model, std::move(tmpl), sp).run();
+  ChatLoop(a, model, std::move(tmpl), sampling_params(a.sampling)).run();
 }
 
 }  // namespace
@@ -295,15 +262,7 @@ void add_chat_command(CLI::App& app) {
       "Chat template: a built-in name (chatml, llama3, gemma, mistral, deepseek) or a .jinja file; "
       "default: the model's tokenizer.chat_template");
   cmd->add_option("-n,--n-predict", args->n_predict, "Most tokens per answer (-1: until the answer ends)");
-  cmd->add_option("--temp", args->temperature, "Temperature (<= 0: greedy)");
-  cmd->add_option("--top-k", args->top_k, "Top-k (0: off)");
-  cmd->add_option("--top-p", args->top_p, "Top-p (1: off)");
-  cmd->add_option("--min-p", args->min_p, "Min-p (0: off)");
-  cmd->add_option("--repeat-penalty", args->repeat_penalty, "Repetition penalty (1: off)");
-  cmd->add_option("--repeat-last-n", args->repeat_last_n, "Tokens the penalties look back over (-1: all)");
-  cmd->add_option("--presence-penalty", args->presence_penalty, "Presence penalty (0: off)");
-  cmd->add_option("--frequency-penalty", args->frequency_penalty, "Frequency penalty (0: off)");
-  cmd->add_option("--seed", args->seed, "Random seed (-1: random)");
+  add_sampling_flags(cmd, &args->sampling);
   cmd->add_option("-c,--ctx", args->ctx, "KV cache size in positions (the whole conversation)");
   cmd->add_option("-t,--threads", args->threads, "CPU threads (0: all cores)");
   cmd->add_option("-b,--batch", args->batch, "Rows per forward pass during prompt processing");

@@ -20,17 +20,14 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "commands.h"
-#include "flag_checks.h"
 #include "core/error.h"
 #include "core/file_io.h"
-#include "core/thread_pool.h"
 #include "diffuse_options.h"
-#include "eval/default_model.h"
+#include "run_options.h"
 #include "spec_options.h"
 #include "split_options.h"
 #include "tandem/generator.h"
@@ -47,15 +44,7 @@ struct GenerateArgs {
   std::string prompt;
   std::string prompt_ids;
   int n_predict = 128;
-  float temperature = 0.8f;
-  int top_k = 40;
-  float top_p = 0.95f;
-  float min_p = 0.05f;
-  float repeat_penalty = 1.0f;
-  int repeat_last_n = 64;
-  float presence_penalty = 0.0f;
-  float frequency_penalty = 0.0f;
-  int64_t seed = -1;
+  SamplingFlags sampling;
   int ctx = 4096;
   int threads = 0;
   int parallel = 1;
@@ -177,12 +166,8 @@ void run_generate(const GenerateArgs& a) {
   check(a.n_predict >= 0,
         "-n must be >= 0 (the number of tokens to generate), got " + std::to_string(a.n_predict));
   check(a.parallel >= 1, "--parallel must be at least 1, got " + std::to_string(a.parallel));
-  check(a.ctx >= 1, "--ctx must be at least 1, got " + std::to_string(a.ctx));
-  check(a.batch >= 1, "--batch must be at least 1, got " + std::to_string(a.batch));
-  check(a.threads >= 0 && a.threads <= ThreadPool::kMaxThreads,
-        "--threads must be in [0, " + std::to_string(ThreadPool::kMaxThreads) + "] (0 = all cores), got " +
-            std::to_string(a.threads));
-  check_sampling_flags(a.top_k, a.temperature, a.top_p, a.min_p, a.seed, a.repeat_last_n, a.repeat_penalty);
+  check_run_flags(a.ctx, a.batch, a.threads);
+  check_sampling_flags(a.sampling);
   check(a.prompt.empty() != a.prompt_ids.empty(),
         "give the prompt either as text (-p) or as ids (--prompt-ids)");
   for (const std::string& s : a.stop) check(!s.empty(), "--stop: the stop string is empty");
@@ -191,15 +176,18 @@ void run_generate(const GenerateArgs& a) {
         "--draft does not combine with --stop, --dump-logits or --device-sampling");
   check_diffusion_options(a.diffusion);
 
-  ModelParams mp;
-  mp.n_threads = a.threads;
-  const MeshSpec mesh = apply(a.split, mp);  // bad split flags fail here, before any file is read
+  {
+    ModelParams check_only;
+    apply(a.split, check_only);  // bad split flags fail here, before any file is read
+  }
   // No -m: the small model shipped in models/ (models/README.md).
-  const std::string model_path = a.model.empty() ? eval::default_model_path(TANDEM_SOURCE_DIR) : a.model;
+  const std::string model_path = model_path_or_default(a.model);
   // The one file generate writes must not be one it reads.
   check(a.dump_logits.empty() || !same_file(a.dump_logits, model_path),
         "--dump-logits '" + a.dump_logits + "' is the model file (-m); write the logits to a different path");
-  const auto model = Model::load(model_path, mp);
+  const LoadedModel loaded = load_model(model_path, a.threads, a.split);
+  const auto& model = loaded.model;
+  const MeshSpec& mesh = loaded.mesh;
   // A canvas diffusion model generates whole canvases with the EB sampler: `tandem diffuse`'s run.
   if (is_canvas_model(*model)) {
     check(!a.spec.enabled() && a.stop.empty() && a.dump_logits.empty() && a.parallel == 1,
@@ -210,7 +198,7 @@ void run_generate(const GenerateArgs& a) {
     d.prompt = a.prompt;
     d.prompt_ids = a.prompt_ids;
     d.n_predict = a.n_predict;
-    d.seed = a.seed;
+    d.seed = a.sampling.seed;
     d.ids = a.ids;
     return run_diffusion(d, model, model_path);
   }
@@ -266,21 +254,9 @@ void run_generate(const GenerateArgs& a) {
   gp.max_tokens = a.n_predict;
   gp.ignore_eos = a.ignore_eos;
   gp.stop = a.stop;
-  SamplingParams& base = gp.sampling;
-  base.temperature = a.temperature;
-  base.top_k = a.top_k;
-  base.top_p = a.top_p;
-  base.min_p = a.min_p;
-  base.repeat_penalty = a.repeat_penalty;
-  base.penalty_last_n = a.repeat_last_n;
-  base.presence_penalty = a.presence_penalty;
-  base.frequency_penalty = a.frequency_penalty;
-  uint64_t seed = uint64_t(a.seed);
-  if (a.seed < 0) {
-    std::random_device rd;
-    seed = (uint64_t(rd()) << 32) ^ rd();
-  }
-  base.seed = seed;  // sequence i: seed + i
+  gp.sampling = sampling_params(a.sampling);
+  const SamplingParams& base = gp.sampling;
+  const uint64_t seed = base.seed;  // sequence i: seed + i
   if (a.spec.enabled()) {
     run_spec_generate(a, model, mesh.devices[size_t(mesh.main_device)].to_string(), prompts, n_seq, base,
                       tok);
@@ -368,15 +344,7 @@ void add_generate_command(CLI::App& app) {
   cmd->add_option("--prompt-ids", args->prompt_ids,
                   "Prompt as token ids, comma-separated; several prompts separated by ';' run as one batch");
   cmd->add_option("-n,--n-predict", args->n_predict, "Tokens to generate per sequence");
-  cmd->add_option("--temp", args->temperature, "Temperature (<= 0: greedy)");
-  cmd->add_option("--top-k", args->top_k, "Top-k (0: off)");
-  cmd->add_option("--top-p", args->top_p, "Top-p (1: off)");
-  cmd->add_option("--min-p", args->min_p, "Min-p (0: off)");
-  cmd->add_option("--repeat-penalty", args->repeat_penalty, "Repetition penalty (1: off)");
-  cmd->add_option("--repeat-last-n", args->repeat_last_n, "Tokens the penalties look back over (-1: all)");
-  cmd->add_option("--presence-penalty", args->presence_penalty, "Presence penalty (0: off)");
-  cmd->add_option("--frequency-penalty", args->frequency_penalty, "Frequency penalty (0: off)");
-  cmd->add_option("--seed", args->seed, "Random seed (-1: random); sequence i uses seed + i");
+  add_sampling_flags(cmd, &args->sampling, "Random seed (-1: random); sequence i uses seed + i");
   cmd->add_option("-c,--ctx", args->ctx, "KV cache size in positions, shared by all sequences");
   cmd->add_option("-t,--threads", args->threads, "CPU threads (0: all cores)");
   cmd->add_option("--parallel", args->parallel, "Sequences decoded together from the same prompt");

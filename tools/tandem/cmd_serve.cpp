@@ -1,6 +1,9 @@
 // `tandem serve -m MODEL.gguf [--host H] [--port P] [--parallel N] [--ctx N] [--kv-unified] [--batch N]
 // [--queue-timeout S] [--max-queue N] [--chat-template NAME] [--api-key KEY] [--devices LIST --split-mode
-// MODE]`: an OpenAI-compatible HTTP server (src/serve/).
+// MODE] [--draft FILE --draft-max N ...] [--batch-invariant]`: an OpenAI-compatible HTTP server (src/serve/).
+//
+// --draft FILE: speculative decoding with a draft model (the scheduler verifies every generating request's
+// draft in the step's batch). A canvas diffusion model (-m) answers through the diffusion driver.
 //
 // Prints "listening on http://HOST:PORT" on stdout once it accepts connections (--port 0: a free port, so
 // tests read the port from that line). Runs until SIGINT/SIGTERM.
@@ -12,9 +15,10 @@
 #include "commands.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
-#include "eval/default_model.h"
+#include "run_options.h"
 #include "serve/http_server.h"
 #include "serve/scheduler.h"
+#include "spec_options.h"
 #include "split_options.h"
 #include "tandem/model.h"
 #include "tandem/session.h"
@@ -37,7 +41,9 @@ struct ServeArgs {
   std::string alias;
   std::string chat_template;
   int64_t max_body = 1 << 20;
+  bool batch_invariant = false;
   SplitOptions split;
+  SpecOptions spec;
 };
 
 serve::HttpServer* g_server = nullptr;
@@ -58,10 +64,19 @@ void run_serve(const ServeArgs& a) {
   check(a.queue_timeout > 0, "--queue-timeout must be positive (seconds)");
   check(a.max_queue >= 0, "--max-queue must be >= 0, got " + std::to_string(a.max_queue));
   check(a.max_body >= 1024, "--max-body must be at least 1024 bytes, got " + std::to_string(a.max_body));
-  ModelParams mp;
-  mp.n_threads = a.threads;
-  apply(a.split, mp);  // bad split flags fail here, before any file is read
-  const auto model = Model::load(a.model.empty() ? eval::default_model_path(TANDEM_SOURCE_DIR) : a.model, mp);
+  const SpeculativeParams spec = check_spec_options(a.spec);
+  check(a.spec.spec.empty() || a.spec.spec == "draft",
+        "tandem serve speculates with a draft model (--spec draft); a DFlash drafter is not supported here");
+  const LoadedModel loaded = load_model(model_path_or_default(a.model), a.threads, a.split);
+  const std::shared_ptr<Model>& model = loaded.model;
+  const MeshSpec& mesh = loaded.mesh;
+  std::shared_ptr<Model> draft;
+  if (a.spec.enabled()) {
+    ModelParams dmp;
+    dmp.n_threads = a.threads;
+    dmp.device = mesh.devices[size_t(mesh.main_device)].to_string();  // beside the target's logits
+    draft = Model::load(a.spec.draft, dmp);
+  }
 
   serve::SchedulerParams sp;
   sp.n_slots = a.parallel;
@@ -70,10 +85,12 @@ void run_serve(const ServeArgs& a) {
   sp.n_batch = a.batch;
   sp.queue_timeout_s = a.queue_timeout;
   sp.max_queue = a.max_queue;
+  sp.batch_invariant = a.batch_invariant;
+  sp.spec = spec;
   check(a.kv_unified || a.ctx / a.parallel >= 64,
         "--ctx " + std::to_string(a.ctx) + " split over --parallel " + std::to_string(a.parallel) +
             " slots leaves fewer than 64 positions each; raise --ctx or use --kv-unified");
-  serve::Scheduler scheduler(model, SessionParams{}, sp);
+  serve::Scheduler scheduler(model, SessionParams{}, sp, draft);
 
   serve::HttpParams hp;
   hp.host = a.host;
@@ -88,8 +105,15 @@ void run_serve(const ServeArgs& a) {
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   std::signal(SIGPIPE, SIG_IGN);
-  std::printf("listening on http://%s:%d (%d slots, ctx %d%s)\n", a.host.c_str(), port, a.parallel, a.ctx,
-              a.kv_unified ? ", unified KV" : "");
+  std::printf(
+      "listening on http://%s:%d (%s)\n", a.host.c_str(), port,
+      scheduler.is_canvas()
+          ? "canvas diffusion, one request at a time"
+          : (std::to_string(a.parallel) + " slots, ctx " + std::to_string(a.ctx) +
+             (a.kv_unified ? ", unified KV" : "") +
+             (scheduler.is_speculative() ? ", speculative (draft-max " + std::to_string(spec.draft_max) + ")"
+                                         : std::string()))
+                .c_str());
   std::fflush(stdout);
   server.serve();
   g_server = nullptr;
@@ -118,7 +142,11 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--alias", args->alias, "Model name reported by /v1/models (default: the file's stem)");
   cmd->add_option("--chat-template", args->chat_template, "Chat template name or .jinja file");
   cmd->add_option("--max-body", args->max_body, "Largest request body in bytes (413 above)");
+  cmd->add_flag("--batch-invariant", args->batch_invariant,
+                "Every row's logits as if decoded alone, also on GPUs: the same seed gives the same text "
+                "whatever else runs (slower prefill on GPUs; the CPU is batch-invariant anyway)");
   add_split_options(cmd, &args->split);
+  add_spec_options(cmd, &args->spec);
   cmd->callback([args]() {
     if (parse_only()) return;
     run_serve(*args);
