@@ -2,6 +2,8 @@
 // word, and a non-zero exit, never a signal.
 #include <gtest/gtest.h>
 
+#include <poll.h>
+#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -14,6 +16,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "test_cli_util.h"
+#include "test_convert_fixture.h"
 
 namespace tandem {
 namespace {
@@ -191,6 +194,152 @@ TEST(CliHardening, DumpLogitsOverTheModelIsRefused) {
   expect_error("generate -m '" + model + "' -p hi -n 1 --dump-logits '" + model + "'",
                "--dump-logits '" + model + "' is the model file");
   EXPECT_EQ(std::filesystem::file_size(model), before);
+}
+
+// Runs `tandem args...`, and the moment `watched` (a file name in `dir`) is created, stops the process, sends
+// `sig` and lets it go on: the signal lands while the file exists (inotify, not polling: these commands write
+// their output in milliseconds). Returns the wait status, or -1 when the file never appeared.
+int interrupt_when_created(const std::vector<std::string>& args, const std::string& dir,
+                           const std::string& watched, int sig) {
+  const int fd = ::inotify_init1(IN_CLOEXEC);
+  if (fd < 0 || ::inotify_add_watch(fd, dir.c_str(), IN_CREATE) < 0) return -1;
+  const pid_t child = ::fork();
+  if (child == 0) {
+    std::vector<char*> argv{const_cast<char*>(TANDEM_BIN)};
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(TANDEM_BIN, argv.data());
+    ::_exit(127);
+  }
+  bool seen = false, exited = false;
+  int status = 0;
+  alignas(inotify_event) char buf[4096];
+  for (int waited_ms = 0; !seen && !exited && waited_ms < 60000; waited_ms += 50) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 50) > 0) {
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      for (ssize_t at = 0; at < n;) {
+        const auto* e = reinterpret_cast<const inotify_event*>(buf + at);
+        if (e->len > 0 && watched == e->name) seen = true;
+        at += ssize_t(sizeof(inotify_event) + e->len);
+      }
+    }
+    if (!seen) exited = ::waitpid(child, &status, WNOHANG) == child;  // failed before writing
+  }
+  if (seen) {
+    ::kill(child, SIGSTOP);
+    ::kill(child, sig);
+    ::kill(child, SIGCONT);
+  }
+  ::close(fd);
+  if (!exited) {
+    if (!seen) ::kill(child, SIGKILL);
+    ::waitpid(child, &status, 0);
+  }
+  return seen ? status : -1;
+}
+
+// Ctrl-C during every command that writes a GGUF (convert, bench --random-weights; quantize above) removes
+// OUTPUT.tmp and exits 128 + signal. Before: bench --random-weights died of the signal and left OUTPUT.tmp.
+TEST(CliHardening, EveryCommandThatWritesAFileCleansUpWhenInterrupted) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("tandem_int_all_" + std::to_string(::getpid()));
+  fs::create_directories(dir / "out");
+  convert::fixture::write_checkpoint(dir / "hf", convert::fixture::Spec{});
+  const std::string model = std::string(TANDEM_SOURCE_DIR) + "/models/tandem-small-q8_0.gguf";
+  const std::string out = (dir / "out" / "x.gguf").string();
+  const std::vector<std::vector<std::string>> commands = {
+      {"bench", "-m", model, "--random-weights", "q4_k", "--to", out, "-t", "1"},
+      {"convert", (dir / "hf").string(), "-o", out, "--type", "f32", "--threads", "1"},
+  };
+  for (const auto& args : commands) {
+    for (int sig : {SIGINT, SIGTERM}) {
+      SCOPED_TRACE(args[0] + " signal " + std::to_string(sig));
+      fs::remove(out);
+      const int status = interrupt_when_created(args, (dir / "out").string(), "x.gguf.tmp", sig);
+      ASSERT_NE(status, -1) << "the command never created x.gguf.tmp";
+      ASSERT_TRUE(WIFEXITED(status)) << "ended by signal " << WTERMSIG(status);
+      EXPECT_EQ(WEXITSTATUS(status), 128 + sig);
+      EXPECT_FALSE(fs::exists(out + ".tmp"));
+      EXPECT_FALSE(fs::exists(out));
+    }
+  }
+  fs::remove_all(dir);
+}
+
+// No command writes over a file it reads: the replayed logits of `diffuse --replay-logits` as its --trace.
+TEST(CliHardening, DiffuseTraceOverItsReplayedLogitsIsRefused) {
+  const std::string logits =
+      (std::filesystem::temp_directory_path() / ("tandem_replay_" + std::to_string(::getpid()) + ".tebl"))
+          .string();
+  {
+    std::ofstream f(logits, std::ios::binary);
+    f.write("TEBL", 4);
+    const uint32_t dims[3] = {8, 2, 2};
+    f.write(reinterpret_cast<const char*>(dims), sizeof dims);
+    const std::vector<float> x(8 * 2 * 2, 0.5f);
+    f.write(reinterpret_cast<const char*>(x.data()), std::streamsize(x.size() * 4));
+  }
+  const auto before = std::filesystem::file_size(logits);
+  expect_error("diffuse --replay-logits " + logits + " --trace " + logits + " --seed 1",
+               "is the --replay-logits file");
+  EXPECT_EQ(std::filesystem::file_size(logits), before);
+  std::filesystem::remove(logits);
+}
+
+// A checkpoint file that is a FIFO or a directory is an error naming it, not a read that blocks forever
+// (before: convert waited on the FIFO; a directory read as an empty, invalid JSON text).
+TEST(CliHardening, ConvertRefusesAFifoOrDirectoryAmongTheCheckpointFiles) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("tandem_conv_fifo_" + std::to_string(::getpid()));
+  convert::fixture::write_checkpoint(dir / "hf", convert::fixture::Spec{});
+  for (const char* name : {"config.json", "tokenizer.json"}) {
+    SCOPED_TRACE(name);
+    const fs::path file = dir / "hf" / name, keep = dir / "keep";
+    fs::rename(file, keep);
+    ASSERT_EQ(::mkfifo(file.c_str(), 0600), 0);
+    // `timeout`: a blocked read ends the test as a failure, not a hang
+    const auto r = test::run_command("timeout 60 " + std::string(TANDEM_BIN) + " convert " +
+                                     (dir / "hf").string() + " -o " + (dir / "out.gguf").string());
+    EXPECT_EQ(r.exit_code, 1) << r.out;
+    EXPECT_NE(r.out.find(std::string(name) + "' is a FIFO; give a regular file"), std::string::npos) << r.out;
+    fs::remove(file);
+    fs::create_directory(file);
+    const auto d = run_tandem("convert " + (dir / "hf").string() + " -o " + (dir / "out.gguf").string());
+    EXPECT_EQ(d.exit_code, 1) << d.out;
+    EXPECT_NE(d.out.find(std::string(name) + "' is a directory; give a regular file"), std::string::npos)
+        << d.out;
+    fs::remove(file);
+    fs::rename(keep, file);
+  }
+  EXPECT_FALSE(fs::exists(dir / "out.gguf"));
+  fs::remove_all(dir);
+}
+
+// The commands added after the first hardening pass check their flags the same way: the flag, the range, exit
+// 1, before any model is read. Before: parallel said "--threads out of range" and ran with --ctx 0 or
+// --batch 0 until the scheduler failed with a message naming no flag.
+TEST(CliHardening, NewerCommandsNameTheFlagAndRange) {
+  const std::string draft = std::string(TANDEM_SOURCE_DIR) + "/models/tandem-draft-q8_0.gguf";
+  expect_error("serve -t 100000", "--threads must be in [0, 1024]");
+  expect_error("serve --port 70000", "--port must be in [0, 65535]");
+  expect_error("serve --max-body 5", "--max-body must be at least 1024");
+  expect_error("serve --parallel 0", "--parallel must be at least 1");
+  expect_error("parallel -t 100000", "--threads must be in [0, 1024]");
+  expect_error("parallel --ctx 0", "--ctx must be at least 1");
+  expect_error("parallel --batch 0", "--batch must be at least 1");
+  expect_error("parallel --seed -1", "--seed must be >= 0");
+  expect_error("parallel --parallel 100 --ctx 128", "leaves fewer than 64 positions each");
+  expect_error("parallel --prompt-min 9 --prompt-max 3", "--prompt-min must be >= 1 and <= --prompt-max");
+  expect_error("chat -t 100000 </dev/null", "--threads must be in [0, 1024]");
+  expect_error("chat --top-k -1 </dev/null", "--top-k must be >= 0");
+  expect_error("diffuse -t 100000 -p hi", "--threads must be in [0, 1024]");
+  expect_error("diffuse -p hi -n 0", "-n must be in [1,");
+  expect_error("generate -m " + draft + " --draft " + draft + " --draft-max -1 -p hi -n 2", "draft");
+  expect_error("bench --diffusion --diffusion-steps -4", "--diffusion");
+  // and a good run of parallel still works on the small model
+  const auto ok = run_tandem("parallel -m " + draft + " --parallel 2 --sequences 2 -n 2 --ctx 256 -t 1");
+  EXPECT_EQ(ok.exit_code, 0) << ok.out;
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "convert/tensor_plan.h"
 #include "convert/tokenizer_to_gguf.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/half.h"
 #include "gguf/gguf.h"
 #include "quant/quant.h"
@@ -244,10 +245,9 @@ void log_line(const ConvertOptions& o, const std::string& s) {
 }
 
 std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  std::error_code ec;
+  if (!fs::exists(p, ec)) return {};
+  return read_regular_file(p.string(), "the checkpoint's");  // a FIFO or directory is an error, not a hang
 }
 
 // The first entry of config.json's "architectures", or "".
@@ -595,17 +595,23 @@ ConvertResult convert_hf_to_gguf(const ConvertOptions& o) {
   check(fs::is_directory(out_dir),
         o.output.string() + ": the output directory " + out_dir.string() + " does not exist");
 
-  // Renaming the output over an input would destroy the checkpoint.
+  // Renaming the output over an input would destroy the checkpoint: every file convert may read (the JSON
+  // configs, the tokenizer files, the safetensors shards) of the checkpoint and of the DFlash target is refused
+  // as the output, however it is reached (another name, a symlink, a hard link: same inode).
   if (fs::exists(o.output)) {
-    for (const char* input : {"config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors",
-                              "model.safetensors.index.json"}) {
+    for (const fs::path& dir : {o.hf_dir, o.target_model_dir}) {
       std::error_code ec;
-      check(!fs::equivalent(o.output, o.hf_dir / input, ec),
-            o.output.string() + " is the checkpoint's " + input + "; choose another output file");
+      if (dir.empty() || !fs::is_directory(dir, ec)) continue;
+      for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+        const std::string ext = e.path().extension().string();
+        if (ext != ".json" && ext != ".safetensors" && ext != ".model" && ext != ".jinja" && ext != ".txt")
+          continue;
+        std::error_code eq;
+        check(!fs::equivalent(o.output, e.path(), eq),
+              o.output.string() + " is " + e.path().string() + ", an input of the conversion; choose another " +
+                  "output file");
+      }
     }
-    if (fs::equivalent(o.output.parent_path().empty() ? fs::path(".") : o.output.parent_path(), o.hf_dir))
-      check(o.output.extension() != ".safetensors",
-            o.output.string() + " is a safetensors file of the checkpoint; choose another output file");
   }
 
   gguf::GgufWriter w;

@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/half.h"
+#include "core/interrupt_cleanup.h"
 #include "gguf/gguf.h"
 #include "quant/quantize_model.h"
 
@@ -82,6 +83,7 @@ void write_random_weights(const std::string& in, const std::string& type_name, c
   check(!same_file(in, out), "--to '" + out +
                                  "' is the input model (-m); write the random-weight copy to a "
                                  "different path");
+  install_interrupt_cleanup();  // Ctrl-C leaves no OUTPUT.tmp behind
   const gguf::GgufFile f = gguf::GgufFile::open(in);
   gguf::GgufWriter w;
   for (const auto& [k, v] : f.metadata()) w.set(k, v);
