@@ -181,6 +181,15 @@ TEST(Jinja, RunawayTemplatesAreErrorsNotHangs) {
   EXPECT_NE(error_of("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}")
                 .find("runs too long"),
             std::string::npos);
+  // a long real conversation stays far inside the limits
+  std::vector<tandem::ChatMessage> long_chat;
+  for (int i = 0; i < 2000; ++i)
+    long_chat.push_back({i % 2 ? "assistant" : "user", "message number " + std::to_string(i)});
+  for (const char* name :
+       {"google-gemma-4-31B-it.jinja", "Qwen-Qwen3-0.6B.jinja", "deepseek-ai-DeepSeek-V3.1.jinja"})
+    EXPECT_NO_THROW(
+        tandem::ChatTemplate::from_source(slurp(kDir + name), "<s>", "</s>").render(long_chat, true))
+        << name;
   // what stays within the limits still works, Python's way
   EXPECT_EQ(render("{{ 2 ** 62 }} {{ (-2) ** 63 }} {{ 'ab' * 3 }} {{ 'x' * -1 }}|{{ 7 // -2 }} {{ -7 % 3 }}"),
             "4611686018427387904 -9223372036854775808 ababab |-4 2");

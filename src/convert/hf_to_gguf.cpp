@@ -269,10 +269,7 @@ bool is_diffusion_gemma_checkpoint(const fs::path& hf_dir) {
 bool is_gemma4_checkpoint(const fs::path& hf_dir) {
   const fs::path p = hf_dir / "config.json";
   if (!fs::exists(p)) return false;
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  const auto j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  const auto j = nlohmann::json::parse(read_text(p), nullptr, /*allow_exceptions=*/false);
   return j.is_object() && j.contains("architectures") && j["architectures"].is_array() &&
          !j["architectures"].empty() && j["architectures"][0].is_string() &&
          is_gemma4_architecture(j["architectures"][0].get<std::string>());
@@ -373,10 +370,7 @@ ConvertResult convert_gemma4(const ConvertOptions& o, gguf::GgufWriter& w) {
   ConvertResult result;
   result.arch = "gemma4";
   const fs::path cfg = o.hf_dir / "config.json";
-  std::ifstream in(cfg, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  const Gemma4Hparams hp = parse_gemma4_config(ss.str(), cfg.string());
+  const Gemma4Hparams hp = parse_gemma4_config(read_text(cfg), cfg.string());
 
   // The tokenizer first: its token count is the number of embedding rows kept.
   gguf::GgufWriter tok;
@@ -512,11 +506,7 @@ ConvertResult convert_diffusion_gemma(const ConvertOptions& o, gguf::GgufWriter&
 
 // The architecture named first in config.json, "" when there is none (the parsers give the messages).
 std::string first_architecture(const fs::path& hf_dir) {
-  std::ifstream in(hf_dir / "config.json", std::ios::binary);
-  if (!in) return "";
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  const nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
+  const nlohmann::json j = nlohmann::json::parse(read_text(hf_dir / "config.json"), nullptr, false);
   if (!j.is_object() || !j.contains("architectures") || !j["architectures"].is_array() ||
       j["architectures"].empty() || !j["architectures"][0].is_string())
     return "";
@@ -532,10 +522,7 @@ ConvertResult convert_dflash(const ConvertOptions& o, gguf::GgufWriter& w) {
                             "--target-model-dir (the drafter uses the target's vocabulary)");
   check(fs::is_directory(o.target_model_dir), o.target_model_dir.string() + ": not a directory");
   const fs::path cfg = o.hf_dir / "config.json";
-  std::ifstream in(cfg, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  const DflashConfig c = parse_dflash_config(ss.str(), cfg.string());
+  const DflashConfig c = parse_dflash_config(read_text(cfg), cfg.string());
   const ModelHparams target = load_hf_config(o.target_model_dir);
   check(target.n_embd == c.hp.n_embd,
         "the DFlash drafter's hidden_size (" + std::to_string(c.hp.n_embd) + ") differs from the target's (" +
