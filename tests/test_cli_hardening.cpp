@@ -359,6 +359,12 @@ TEST(CliHardening, NewerCommandsNameTheFlagAndRange) {
   expect_error("diffuse -p hi -n 0", "-n must be in [1,");
   expect_error("generate -m " + draft + " --draft " + draft + " --draft-max -1 -p hi -n 2", "draft");
   expect_error("bench --diffusion --diffusion-steps -4", "--diffusion");
+  // before: bench --random-weights -t 100000 started 100000 threads for every tensor (hung)
+  expect_error("bench -m " + draft + " --random-weights q4_k --to /tmp/tandem_never_written.gguf -t 100000",
+               "-t must be in [0, 1024]");
+  // before: a huge --batch was reported as a --ctx problem only
+  expect_error("generate -m " + draft + " -p hi -n 1 --batch 2147483647",
+               "with batches of 2147483647 rows (--batch)");
   // and a good run of parallel still works on the small model
   const auto ok = run_tandem("parallel -m " + draft + " --parallel 2 --sequences 2 -n 2 --ctx 256 -t 1");
   EXPECT_EQ(ok.exit_code, 0) << ok.out;

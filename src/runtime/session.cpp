@@ -160,10 +160,15 @@ Session::Session(std::shared_ptr<Model> model, const SessionParams& params) try 
     };
     size_t kv_bytes = 0;
     for (size_t gi = 0; gi < s.groups.size(); ++gi) kv_bytes += group_bytes(gi);
+    // A batch larger than the context also takes KV room (its rows are written before older ones go): then
+    // --batch is named too (`--batch 2147483647` was reported as a --ctx problem).
+    const bool big_batch = p.n_batch > p.n_ctx;
     const auto kv_error = [&](const std::string& why) {
       return Error("the KV cache for a context of " + std::to_string(p.n_ctx) + " positions (--ctx) needs " +
                    std::to_string(kv_bytes) + " bytes (" + std::to_string(kv_bytes >> 20) + " MiB) on " +
-                   dev.name() + ": " + why + "; use a smaller --ctx");
+                   dev.name() +
+                   (big_batch ? " with batches of " + std::to_string(p.n_batch) + " rows (--batch)" : "") +
+                   ": " + why + "; use a smaller --ctx" + (big_batch ? " or --batch" : ""));
     };
     if (kv_bytes > dev.total_memory())
       throw kv_error("the device has " + std::to_string(dev.total_memory() >> 20) + " MiB in all");

@@ -112,10 +112,11 @@ TEST(GpuOutOfMemory, WorkingBuffersThatDoNotFitNameBatch) {
   ModelParams mp;
   mp.device = "cuda:0";
   const auto model = Model::load(kModel, mp);
-  MemoryHog hog(size_t(64) << 20);
-  // 256 positions of KV (2 MiB) fit; the working buffers of 65536-row batches (about 1.8 GB) do not.
-  const std::string msg = session_error(model, 256, 65536);
-  expect_has(msg, {"the working buffers for batches of 65536 rows (--batch) do not fit", "MiB free of",
+  MemoryHog hog(size_t(600) << 20);
+  // 256 positions + room for one 32768-row batch of KV (about 260 MiB) fit in the 600 MiB left; the working
+  // buffers of 32768-row batches (about 28 KB a row: 900 MB) do not.
+  const std::string msg = session_error(model, 256, 32768);
+  expect_has(msg, {"the working buffers for batches of 32768 rows (--batch) do not fit", "MiB free of",
                    "use a smaller --batch"});
 }
 

@@ -13,6 +13,7 @@
 #include "core/file_io.h"
 #include "core/half.h"
 #include "core/interrupt_cleanup.h"
+#include "flag_checks.h"
 #include "gguf/gguf.h"
 #include "quant/quantize_model.h"
 
@@ -80,6 +81,7 @@ void write_random_weights(const std::string& in, const std::string& type_name, c
     throw Error(std::string("--random-weights: ") + e.what());
   }
   check(!out.empty(), "--random-weights needs --to OUT.gguf");
+  check_threads_flag(threads, "-t");  // a thread per count below: -t 100000 started 100000 threads a tensor
   check(!same_file(in, out), "--to '" + out +
                                  "' is the input model (-m); write the random-weight copy to a "
                                  "different path");
