@@ -13,6 +13,7 @@ fail=0
 timeout 120 "$TESTS/tandem_gpu_tests" --gtest_filter='GpuOutOfMemory.*:GpuDevice.NameMemoryAndOutOfMemoryError' \
   >"$OUT/gpu_oom.log" 2>&1
 rc=$?
+grep "^\[ message  \]" "$OUT/gpu_oom.log" | cut -c1-400  # what a user reads, for each shortage
 if [ $rc -eq 0 ] && grep -q "PASSED" "$OUT/gpu_oom.log" && ! grep -q "SKIPPED" "$OUT/gpu_oom.log"; then
   echo "PASS GpuOutOfMemory ($(grep -c '^\[       OK' "$OUT/gpu_oom.log") tests)"
 else
