@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,15 @@ bool have_gpu() {
   int n = 0;
   return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
+
+// These tests take nearly all of the GPU's memory: beside other GPU work they would make it fail (and see
+// memory move under them). They run only when asked, alone (scripts/device/hardening.sh sets the variable).
+#define TANDEM_REQUIRE_GPU_ALONE()                                                                    \
+  do {                                                                                                \
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device";                                                \
+    if (!std::getenv("TANDEM_GPU_OOM_TESTS"))                                                         \
+      GTEST_SKIP() << "takes the GPU's memory: run alone with TANDEM_GPU_OOM_TESTS=1 (hardening.sh)"; \
+  } while (0)
 
 // Holds all but about `leave` bytes of cuda:0's free memory while it lives.
 class MemoryHog {
@@ -89,7 +99,7 @@ void expect_has(const std::string& msg, const std::vector<std::string>& parts) {
 }
 
 TEST(GpuOutOfMemory, WeightsThatDoNotFitNameTheirSizeAndTheFreeMemory) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  TANDEM_REQUIRE_GPU_ALONE();
   ModelParams mp;
   mp.device = "cuda:0";
   MemoryHog hog(size_t(8) << 20);  // 8 MiB left: the weights need 28 MB
@@ -98,7 +108,7 @@ TEST(GpuOutOfMemory, WeightsThatDoNotFitNameTheirSizeAndTheFreeMemory) {
 }
 
 TEST(GpuOutOfMemory, AKvCacheThatDoesNotFitNamesCtxTheBytesAndTheFreeMemory) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  TANDEM_REQUIRE_GPU_ALONE();
   ModelParams mp;
   mp.device = "cuda:0";
   const auto model = Model::load(kModel, mp);
@@ -111,7 +121,7 @@ TEST(GpuOutOfMemory, AKvCacheThatDoesNotFitNamesCtxTheBytesAndTheFreeMemory) {
 }
 
 TEST(GpuOutOfMemory, WorkingBuffersThatDoNotFitNameBatch) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  TANDEM_REQUIRE_GPU_ALONE();
   ModelParams mp;
   mp.device = "cuda:0";
   const auto model = Model::load(kModel, mp);
@@ -125,7 +135,7 @@ TEST(GpuOutOfMemory, WorkingBuffersThatDoNotFitNameBatch) {
 
 // The command line: exit status 1 and the message on one line, not a signal or a CUDA error code.
 TEST(GpuOutOfMemory, TheCommandExitsOneWithTheMessage) {
-  if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
+  TANDEM_REQUIRE_GPU_ALONE();
   // The child process's own CUDA context takes part of the 600 MiB left; the weights fit in the rest, a KV
   // cache of 120000 positions (960 MiB) does not.
   MemoryHog hog(size_t(600) << 20);
