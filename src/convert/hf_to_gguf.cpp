@@ -583,8 +583,8 @@ ConvertResult convert_hf_to_gguf(const ConvertOptions& o) {
         o.output.string() + ": the output directory " + out_dir.string() + " does not exist");
 
   // Renaming the output over an input would destroy the checkpoint: every file convert may read (the JSON
-  // configs, the tokenizer files, the safetensors shards) of the checkpoint and of the DFlash target is refused
-  // as the output, however it is reached (another name, a symlink, a hard link: same inode).
+  // configs, the tokenizer files, the safetensors shards) of the checkpoint and of the DFlash target is
+  // refused as the output, however it is reached (another name, a symlink, a hard link: same inode).
   if (fs::exists(o.output)) {
     for (const fs::path& dir : {o.hf_dir, o.target_model_dir}) {
       std::error_code ec;
@@ -594,9 +594,9 @@ ConvertResult convert_hf_to_gguf(const ConvertOptions& o) {
         if (ext != ".json" && ext != ".safetensors" && ext != ".model" && ext != ".jinja" && ext != ".txt")
           continue;
         std::error_code eq;
-        check(!fs::equivalent(o.output, e.path(), eq),
-              o.output.string() + " is " + e.path().string() + ", an input of the conversion; choose another " +
-                  "output file");
+        check(!fs::equivalent(o.output, e.path(), eq), o.output.string() + " is " + e.path().string() +
+                                                           ", an input of the conversion; choose another " +
+                                                           "output file");
       }
     }
   }
