@@ -12,7 +12,6 @@ root=$(dirname "$here")
 build=${2:-$root/build-fuzz}
 shift $(($# >= 2 ? 2 : $#))
 targets=("$@")
-((${#targets[@]})) || targets=(fuzz_gguf fuzz_tokenizer fuzz_safetensors fuzz_hf_json fuzz_model_loader fuzz_cli_flags)
 
 mkdir -p "$build"
 build=$(cd "$build" && pwd)  # absolute: each fuzzer runs from its scratch directory
@@ -20,6 +19,11 @@ if [ ! -f "$build/build.ninja" ]; then
   CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DTANDEM_CUDA=OFF -DTANDEM_MPI=OFF \
     -DTANDEM_FUZZ_SMOKE=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$build/fuzz-configure.log" 2>&1 ||
     { cat "$build/fuzz-configure.log"; exit 1; }
+fi
+if ((${#targets[@]} == 0)); then
+  targets=(fuzz_gguf fuzz_tokenizer fuzz_safetensors fuzz_hf_json fuzz_model_loader fuzz_cli_flags fuzz_chat_template)
+  # fuzz_serve_request exists only where cpp-httplib is installed (fuzz/CMakeLists.txt)
+  grep -q "fuzz_serve_request" "$build/build.ninja" 2>/dev/null && targets+=(fuzz_serve_request)
 fi
 cmake --build "$build" --target "${targets[@]}" >"$build/fuzz-build.log" 2>&1 ||
   { tail -40 "$build/fuzz-build.log"; exit 1; }

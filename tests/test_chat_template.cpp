@@ -158,6 +158,42 @@ TEST(Jinja, HostileTemplatesAreErrorsNotCrashes) {
   EXPECT_NE(error_of("{% for x in 5 %}{% endfor %}").find("'int' object is not iterable"), std::string::npos);
 }
 
+// A template that overflows an integer, builds a string or list without bound, or loops for hours stops with
+// an Error (a template is untrusted: it comes from the GGUF). Before the limits: undefined behaviour (UBSan
+// reports in fuzz_chat_template), a 10^18-iteration loop, memory exhausted.
+TEST(Jinja, RunawayTemplatesAreErrorsNotHangs) {
+  EXPECT_NE(error_of("{{ 9223372036854775807 + 1 }}").find("integer overflow in '+'"), std::string::npos);
+  EXPECT_NE(error_of("{{ -9223372036854775807 - 2 }}").find("integer overflow in '-'"), std::string::npos);
+  EXPECT_NE(error_of("{{ 4294967296 * 4294967296 }}").find("integer overflow in '*'"), std::string::npos);
+  EXPECT_NE(error_of("{{ 2 ** 64 }}").find("integer overflow in '**'"), std::string::npos);
+  EXPECT_NE(error_of("{{ 3 ** 1000000000000000000 }}").find("integer overflow"), std::string::npos);
+  EXPECT_NE(error_of("{{ (-9223372036854775807 - 1) // -1 }}").find("integer overflow"), std::string::npos);
+  EXPECT_NE(error_of("{{ -(-9223372036854775807 - 1) }}").find("integer overflow"), std::string::npos);
+  EXPECT_NE(error_of("{{ 'ab' * 1000000000000 }}").find("string of more than 64 MiB"), std::string::npos);
+  EXPECT_NE(error_of("{% set ns = namespace(s='abcdefgh') %}{% for i in range(40) %}{% set ns.s = ns.s + "
+                     "ns.s %}{% endfor %}")
+                .find("string of more than"),
+            std::string::npos);
+  EXPECT_NE(error_of("{% set ns = namespace(l=[1]) %}{% for i in range(40) %}{% set ns.l = ns.l + ns.l %}"
+                     "{% endfor %}")
+                .find("list of more than"),
+            std::string::npos);
+  EXPECT_NE(error_of("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}")
+                .find("runs too long"),
+            std::string::npos);
+  // a long real conversation stays far inside the limits
+  std::vector<tandem::ChatMessage> long_chat;
+  for (int i = 0; i < 2000; ++i)
+    long_chat.push_back({i % 2 ? "assistant" : "user", "message number " + std::to_string(i)});
+  for (const char* name :
+       {"google-gemma-4-31B-it.jinja", "Qwen-Qwen3-0.6B.jinja", "deepseek-ai-DeepSeek-V3.1.jinja"})
+    EXPECT_NO_THROW(
+        tandem::ChatTemplate::from_source(slurp(kDir + name), "<s>", "</s>").render(long_chat, true))
+        << name;
+  // what stays within the limits still works, Python's way
+  EXPECT_EQ(render("{{ 2 ** 62 }} {{ (-2) ** 63 }} {{ 'ab' * 3 }} {{ 'x' * -1 }}|{{ 7 // -2 }} {{ -7 % 3 }}"),
+            "4611686018427387904 -9223372036854775808 ababab |-4 2");
+}
 TEST(ChatTemplate, RenderedMarkupTokenizesAsSpecialTokens) {
   // The spm-1k fixture vocabulary has <|im_start|> as a control token: the rendered chatml prompt, tokenized
   // as chat uses it (parse_special), holds it as one token per message, not as its characters.

@@ -666,6 +666,46 @@ TEST(ConvertErrors, OutputOverAnInputIsRefused) {
   EXPECT_THROW(convert(tmp / "hf", tmp / "no_such_dir" / "out.gguf", OutType::BF16), Error);
 }
 
+// Any file convert may read is refused as the output, by whatever path it is reached: a hard link outside the
+// checkpoint, a shard or generation_config.json (not in the old fixed list of names), a file of the DFlash
+// target directory. Before: the hard link and the unlisted names were overwritten.
+TEST(ConvertErrors, OutputOverAnyInputFileIsRefused) {
+  TempDir tmp("err_overwrite_any");
+  Spec s;
+  write_checkpoint(tmp / "hf", s);
+  { std::ofstream(tmp / "hf" / "generation_config.json") << "{\"max_new_tokens\": 8}"; }
+  fs::copy_file(tmp / "hf" / "model.safetensors", tmp / "hf" / "model-00002-of-00002.safetensors");
+  fs::create_hard_link(tmp / "hf" / "model.safetensors", tmp / "weights_link.gguf");
+  fs::create_directories(tmp / "target");
+  { std::ofstream(tmp / "target" / "tokenizer.json") << "{}"; }
+  const auto size_of = [&](const fs::path& p) { return fs::file_size(p); };
+  const auto before = size_of(tmp / "hf" / "model.safetensors");
+  const auto expect_refused = [&](const fs::path& out, const fs::path& target_dir = {}) {
+    ConvertOptions o;
+    o.hf_dir = tmp / "hf";
+    o.output = out;
+    o.type = OutType::BF16;
+    o.target_model_dir = target_dir;
+    try {
+      convert_hf_to_gguf(o);
+      ADD_FAILURE() << out << " was written";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("an input of the conversion"), std::string::npos) << e.what();
+    }
+  };
+  expect_refused(tmp / "weights_link.gguf");
+  expect_refused(tmp / "hf" / "generation_config.json");
+  expect_refused(tmp / "hf" / "model-00002-of-00002.safetensors");
+  expect_refused(tmp / "target" / "tokenizer.json", tmp / "target");
+  EXPECT_EQ(size_of(tmp / "hf" / "model.safetensors"), before);
+  EXPECT_EQ(size_of(tmp / "hf" / "model-00002-of-00002.safetensors"), before);
+  EXPECT_EQ(size_of(tmp / "target" / "tokenizer.json"), 2u);
+  // an output file beside the checkpoint that is none of its inputs is fine
+  fs::remove(tmp / "hf" / "model-00002-of-00002.safetensors");
+  { std::ofstream(tmp / "hf" / "old.gguf") << "x"; }
+  EXPECT_NO_THROW(convert(tmp / "hf", tmp / "hf" / "old.gguf", OutType::BF16));
+}
+
 TEST(ConvertErrors, BadConfigValues) {
   Spec s;
   json c = config_of(s);

@@ -1,6 +1,8 @@
 #include "chat/jinja_eval.h"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <unordered_map>
 
 #include "chat/jinja_builtins.h"
@@ -25,9 +27,44 @@ struct Frame {
 
 enum class Flow { Normal, Break, Continue };
 
+// Limits of one render. A template is untrusted input (it comes from the GGUF or --chat-template): one that
+// loops for hours, doubles a string or list until memory runs out, or overflows an integer must stop with an
+// Error instead (tests: Jinja.RunawayTemplatesAreErrorsNotHangs, fuzz/fuzz_chat_template).
+// Steps (statements, loop iterations and expressions evaluated): a base, and more for every message, since
+// real templates spend thousands of steps on each (Gemma 4's template needed more than 10^7 for 2000
+// messages; the test renders 2000 through the real templates).
+constexpr int64_t kBaseSteps = 1'000'000;
+constexpr int64_t kStepsPerMessage = 50'000;
+constexpr size_t kMaxStringBytes = 64u << 20;  // any string the template builds, the output included
+constexpr size_t kMaxListItems = 1'000'000;    // any list it builds by concatenation
+
+void check_string_size(size_t bytes) {
+  if (bytes > kMaxStringBytes)
+    throw Error("the chat template builds a string of more than " + std::to_string(kMaxStringBytes >> 20) +
+                " MiB");
+}
+
+// Integer arithmetic as Python does it, except that a result outside int64 is an error (Python would grow
+// the integer; C++ would be undefined behaviour).
+int64_t checked_add(int64_t a, int64_t b, const std::string& op) {
+  int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) throw Error("integer overflow in '" + op + "'");
+  return r;
+}
+int64_t checked_sub(int64_t a, int64_t b, const std::string& op) {
+  int64_t r = 0;
+  if (__builtin_sub_overflow(a, b, &r)) throw Error("integer overflow in '" + op + "'");
+  return r;
+}
+int64_t checked_mul(int64_t a, int64_t b, const std::string& op) {
+  int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) throw Error("integer overflow in '" + op + "'");
+  return r;
+}
+
 class Evaluator {
  public:
-  explicit Evaluator(Frame& root) : root_(root) {
+  Evaluator(Frame& root, int64_t max_steps) : root_(root), max_steps_(max_steps) {
     cb_.filter = [this](const std::string& f, const Value& v, const CallArgs& a) { return filter(f, v, a); };
     cb_.test = [](const std::string& t, const Value& v, const CallArgs& a) { return apply_test(t, v, a); };
   }
@@ -46,9 +83,17 @@ class Evaluator {
     return apply_filter(name, v, a, cb_);
   }
 
+  void tick() {
+    if (++steps_ > max_steps_)
+      throw Error("the chat template runs too long (more than " + std::to_string(max_steps_) + " steps)");
+  }
+
   Flow exec_one(const Stmt& s, Frame& f, std::string& out) {
     try {
-      return exec_stmt(s, f, out);
+      tick();
+      const Flow flow = exec_stmt(s, f, out);
+      check_string_size(out.size());
+      return flow;
     } catch (const Located&) {
       throw;
     } catch (const Error& e) {
@@ -183,6 +228,7 @@ class Evaluator {
     if (items.empty()) return exec(s.else_body, f, out);
     const int64_t n = int64_t(items.size());
     for (int64_t i = 0; i < n; ++i) {
+      tick();  // an empty body still takes a step per iteration
       Frame iter{{}, &f};
       bind(iter, items[size_t(i)]);
       Dict loop;
@@ -217,6 +263,7 @@ class Evaluator {
 
   Value eval(const Expr& e, Frame& f) {
     try {
+      tick();
       return eval_expr(e, f);
     } catch (const Located&) {
       throw;
@@ -305,7 +352,11 @@ class Evaluator {
       case T::Unary: {
         const Value v = eval(*e.args[0], f);
         if (e.name == "not") return Value(!v.truthy());
-        if (v.kind() == Value::Kind::Int) return Value(e.name == "-" ? -v.as_int() : v.as_int());
+        if (v.kind() == Value::Kind::Int) {
+          int64_t r = v.as_int();
+          if (e.name == "-") r = checked_sub(0, v.as_int(), "-");
+          return Value(r);
+        }
         if (v.kind() == Value::Kind::Float) return Value(e.name == "-" ? -v.as_number() : v.as_number());
         throw Error("bad operand type for unary " + e.name + ": '" + v.type_name() + "'");
       }
@@ -364,24 +415,35 @@ class Evaluator {
     const bool ints = nums && a.kind() != K::Float && b.kind() != K::Float;
     const auto ia = [&] { return a.kind() == K::Bool ? int64_t(a.as_bool()) : a.as_int(); };
     const auto ib = [&] { return b.kind() == K::Bool ? int64_t(b.as_bool()) : b.as_int(); };
+    int64_t r = 0;
     if (op == "+") {
-      if (ints) return Value(ia() + ib());
+      if (ints) return Value(checked_add(ia(), ib(), op));
       if (nums) return Value(a.as_number() + b.as_number());
-      if (a.is_string() && b.is_string()) return Value(a.as_string() + b.as_string());
+      if (a.is_string() && b.is_string()) {
+        check_string_size(a.as_string().size() + b.as_string().size());
+        return Value(a.as_string() + b.as_string());
+      }
       if (a.is_list() && b.is_list()) {
+        if (a.as_list().size() + b.as_list().size() > kMaxListItems)
+          throw Error("the chat template builds a list of more than " + std::to_string(kMaxListItems) +
+                      " items");
         List l = a.as_list();
         l.insert(l.end(), b.as_list().begin(), b.as_list().end());
         return Value(std::move(l));
       }
     } else if (op == "-" && nums) {
-      return ints ? Value(ia() - ib()) : Value(a.as_number() - b.as_number());
+      return ints ? Value(checked_sub(ia(), ib(), op)) : Value(a.as_number() - b.as_number());
     } else if (op == "*") {
-      if (ints) return Value(ia() * ib());
+      if (ints) return Value(checked_mul(ia(), ib(), op));
       if (nums) return Value(a.as_number() * b.as_number());
       if (a.is_string() && (b.kind() == K::Int)) {
-        std::string r;
-        for (int64_t i = 0; i < b.as_int(); ++i) r += a.as_string();
-        return Value(r);
+        const std::string& piece = a.as_string();
+        const int64_t n = piece.empty() ? 0 : std::max<int64_t>(b.as_int(), 0);
+        if (n > 0 && uint64_t(n) > kMaxStringBytes / piece.size()) check_string_size(kMaxStringBytes + 1);
+        std::string rep;
+        rep.reserve(piece.size() * size_t(n));
+        for (int64_t i = 0; i < n; ++i) rep += piece;
+        return Value(rep);
       }
     } else if (op == "/" && nums) {
       if (b.as_number() == 0) throw Error("division by zero");
@@ -389,7 +451,10 @@ class Evaluator {
     } else if ((op == "//" || op == "%") && nums) {
       if (b.as_number() == 0) throw Error(op == "%" ? "modulo by zero" : "division by zero");
       if (ints) {
-        int64_t q = ia() / ib(), r = ia() % ib();
+        if (ia() == std::numeric_limits<int64_t>::min() && ib() == -1)
+          throw Error("integer overflow in '" + op + "'");
+        int64_t q = ia() / ib();
+        r = ia() % ib();
         if (r != 0 && ((r < 0) != (ib() < 0))) {
           --q;
           r += ib();
@@ -399,9 +464,14 @@ class Evaluator {
       const double q = std::floor(a.as_number() / b.as_number());
       return Value(op == "//" ? q : a.as_number() - q * b.as_number());
     } else if (op == "**" && nums) {
-      if (ints && ib() >= 0) {
-        int64_t r = 1;
-        for (int64_t i = 0; i < ib(); ++i) r *= ia();
+      if (ints && ib() >= 0) {  // by squaring: 2 ** 10**18 must not loop 10**18 times
+        int64_t base = ia(), e = ib();
+        r = 1;
+        while (e > 0) {
+          if (e & 1) r = checked_mul(r, base, op);
+          e >>= 1;
+          if (e > 0) base = checked_mul(base, base, op);
+        }
         return Value(r);
       }
       return Value(std::pow(a.as_number(), b.as_number()));
@@ -416,6 +486,8 @@ class Evaluator {
   Frame& root_;
   Callbacks cb_;
   int depth_ = 0;
+  int64_t steps_ = 0;
+  int64_t max_steps_;
 };
 
 void check_expr(const Expr& e) {
@@ -447,7 +519,10 @@ std::string render_template(const Body& body, const Dict& variables) {
   for (auto& [k, v] : global_functions()) globals.vars[k] = v;
   for (const auto& [k, v] : variables) globals.vars[k] = v;
   Frame root{{}, &globals};
-  Evaluator ev(root);
+  int64_t n_messages = 0;
+  for (const auto& [k, v] : variables)
+    if (k == "messages" && v.is_list()) n_messages = int64_t(v.as_list().size());
+  Evaluator ev(root, kBaseSteps + kStepsPerMessage * n_messages);
   std::string out;
   try {
     ev.exec(body, root, out);

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file_io.h"
 
 namespace tandem::convert {
 namespace fs = std::filesystem;
@@ -98,11 +99,7 @@ RopeScaling parse_rope_scaling(const json& rs, const std::string& arch, const st
 }
 
 std::string read_text_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  check(bool(in), p.string() + ": cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return read_regular_file(p.string(), "the checkpoint's");  // a FIFO or directory is an error, not a hang
 }
 
 }  // namespace

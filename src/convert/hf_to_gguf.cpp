@@ -20,6 +20,7 @@
 #include "convert/tensor_plan.h"
 #include "convert/tokenizer_to_gguf.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/half.h"
 #include "gguf/gguf.h"
 #include "quant/quant.h"
@@ -244,10 +245,9 @@ void log_line(const ConvertOptions& o, const std::string& s) {
 }
 
 std::string read_text(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  std::error_code ec;
+  if (!fs::exists(p, ec)) return {};
+  return read_regular_file(p.string(), "the checkpoint's");  // a FIFO or directory is an error, not a hang
 }
 
 // The first entry of config.json's "architectures", or "".
@@ -269,10 +269,7 @@ bool is_diffusion_gemma_checkpoint(const fs::path& hf_dir) {
 bool is_gemma4_checkpoint(const fs::path& hf_dir) {
   const fs::path p = hf_dir / "config.json";
   if (!fs::exists(p)) return false;
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  const auto j = nlohmann::json::parse(ss.str(), nullptr, /*allow_exceptions=*/false);
+  const auto j = nlohmann::json::parse(read_text(p), nullptr, /*allow_exceptions=*/false);
   return j.is_object() && j.contains("architectures") && j["architectures"].is_array() &&
          !j["architectures"].empty() && j["architectures"][0].is_string() &&
          is_gemma4_architecture(j["architectures"][0].get<std::string>());
@@ -373,10 +370,7 @@ ConvertResult convert_gemma4(const ConvertOptions& o, gguf::GgufWriter& w) {
   ConvertResult result;
   result.arch = "gemma4";
   const fs::path cfg = o.hf_dir / "config.json";
-  std::ifstream in(cfg, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  const Gemma4Hparams hp = parse_gemma4_config(ss.str(), cfg.string());
+  const Gemma4Hparams hp = parse_gemma4_config(read_text(cfg), cfg.string());
 
   // The tokenizer first: its token count is the number of embedding rows kept.
   gguf::GgufWriter tok;
@@ -512,11 +506,7 @@ ConvertResult convert_diffusion_gemma(const ConvertOptions& o, gguf::GgufWriter&
 
 // The architecture named first in config.json, "" when there is none (the parsers give the messages).
 std::string first_architecture(const fs::path& hf_dir) {
-  std::ifstream in(hf_dir / "config.json", std::ios::binary);
-  if (!in) return "";
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  const nlohmann::json j = nlohmann::json::parse(ss.str(), nullptr, false);
+  const nlohmann::json j = nlohmann::json::parse(read_text(hf_dir / "config.json"), nullptr, false);
   if (!j.is_object() || !j.contains("architectures") || !j["architectures"].is_array() ||
       j["architectures"].empty() || !j["architectures"][0].is_string())
     return "";
@@ -532,10 +522,7 @@ ConvertResult convert_dflash(const ConvertOptions& o, gguf::GgufWriter& w) {
                             "--target-model-dir (the drafter uses the target's vocabulary)");
   check(fs::is_directory(o.target_model_dir), o.target_model_dir.string() + ": not a directory");
   const fs::path cfg = o.hf_dir / "config.json";
-  std::ifstream in(cfg, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  const DflashConfig c = parse_dflash_config(ss.str(), cfg.string());
+  const DflashConfig c = parse_dflash_config(read_text(cfg), cfg.string());
   const ModelHparams target = load_hf_config(o.target_model_dir);
   check(target.n_embd == c.hp.n_embd,
         "the DFlash drafter's hidden_size (" + std::to_string(c.hp.n_embd) + ") differs from the target's (" +
@@ -595,17 +582,23 @@ ConvertResult convert_hf_to_gguf(const ConvertOptions& o) {
   check(fs::is_directory(out_dir),
         o.output.string() + ": the output directory " + out_dir.string() + " does not exist");
 
-  // Renaming the output over an input would destroy the checkpoint.
+  // Renaming the output over an input would destroy the checkpoint: every file convert may read (the JSON
+  // configs, the tokenizer files, the safetensors shards) of the checkpoint and of the DFlash target is
+  // refused as the output, however it is reached (another name, a symlink, a hard link: same inode).
   if (fs::exists(o.output)) {
-    for (const char* input : {"config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors",
-                              "model.safetensors.index.json"}) {
+    for (const fs::path& dir : {o.hf_dir, o.target_model_dir}) {
       std::error_code ec;
-      check(!fs::equivalent(o.output, o.hf_dir / input, ec),
-            o.output.string() + " is the checkpoint's " + input + "; choose another output file");
+      if (dir.empty() || !fs::is_directory(dir, ec)) continue;
+      for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+        const std::string ext = e.path().extension().string();
+        if (ext != ".json" && ext != ".safetensors" && ext != ".model" && ext != ".jinja" && ext != ".txt")
+          continue;
+        std::error_code eq;
+        check(!fs::equivalent(o.output, e.path(), eq), o.output.string() + " is " + e.path().string() +
+                                                           ", an input of the conversion; choose another " +
+                                                           "output file");
+      }
     }
-    if (fs::equivalent(o.output.parent_path().empty() ? fs::path(".") : o.output.parent_path(), o.hf_dir))
-      check(o.output.extension() != ".safetensors",
-            o.output.string() + " is a safetensors file of the checkpoint; choose another output file");
   }
 
   gguf::GgufWriter w;

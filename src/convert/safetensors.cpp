@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "core/half.h"
 
 namespace tandem::convert {
@@ -305,11 +306,7 @@ const StTensor* SafetensorsFile::find(std::string_view name) const {
 namespace {
 
 std::string read_text_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  check(bool(in), p.string() + ": cannot open");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return read_regular_file(p.string(), "the checkpoint's");  // a FIFO or directory is an error, not a hang
 }
 
 // Shard file names of an index, in first-seen order, and the tensor -> shard map.

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/file_io.h"
 #include "tokenizer/pre_patterns.h"
 
 namespace tandem::convert {
@@ -67,17 +68,16 @@ int nesting_depth(const json& root) {
 }
 
 std::optional<json> read_json(const fs::path& path, bool required) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) {
     check(!required,
           path.string() + ": cannot open (a Hugging Face tokenizer.json is needed for the vocabulary)");
     return std::nullopt;
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
+  const std::string text = read_regular_file(path.string(), "the checkpoint's");  // FIFO, directory: errors
   json j;
   try {
-    j = json::parse(ss.str());
+    j = json::parse(text);
   } catch (const json::exception& e) {
     throw Error(path.string() + ": not valid JSON: " + e.what());
   }
@@ -87,11 +87,9 @@ std::optional<json> read_json(const fs::path& path, bool required) {
 }
 
 std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return {};
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return {};
+  return read_regular_file(path.string(), "the checkpoint's");
 }
 
 // A special token in tokenizer_config.json is either a string or {"content": "..."}.

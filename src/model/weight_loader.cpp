@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "core/half.h"
+#include "core/out_of_memory.h"
 #include "parallel/row_split.h"
 #include "quant/quant.h"
 
@@ -50,11 +51,16 @@ WeightLoader::WeightLoader(const gguf::GgufFile& file, DeviceId device, ShardRul
   }
   const size_t free_b = upload_device_->free_memory(), total_b = upload_device_->total_memory();
   auto gib = [](double b) { return std::to_string(b / double(1u << 30)).substr(0, 5) + " GiB"; };
-  check(total <= free_b,
-        "the model's weights need " + gib(double(total)) + " on " + upload_device_->name() + ", which has " +
-            gib(double(free_b)) + " free of " + gib(double(total_b)) +
-            ": use a smaller quantization (q8_0, q4_k) or split the model over more devices");
-  device_weights_ = upload_device_->allocate(std::max<uint64_t>(total, 256));
+  const std::string does_not_fit =
+      "the model's weights need " + gib(double(total)) + " on " + upload_device_->name() + ", which has " +
+      gib(double(free_b)) + " free of " + gib(double(total_b)) +
+      ": use a smaller quantization (q8_0, q4_k) or split the model over more devices";
+  if (total > free_b) throw OutOfMemory(does_not_fit);
+  try {  // free memory is not always one block that fits
+    device_weights_ = upload_device_->allocate(std::max<uint64_t>(total, 256));
+  } catch (const OutOfMemory& e) {
+    throw OutOfMemory(does_not_fit + " (" + e.what() + ")");
+  }
 }
 
 WeightLoader::~WeightLoader() = default;

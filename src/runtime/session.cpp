@@ -9,6 +9,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "core/out_of_memory.h"
 #include "parallel/comm.h"
 #include "runtime/session_impl.h"
 
@@ -54,7 +55,10 @@ bool needs_host_sampler(const SamplingParams& p) {
 Session::Impl::Impl(std::shared_ptr<Model> mdl, const SessionParams& p)
     : model(std::move(mdl)), params(p), m(model->impl()), mode(m.mesh.mode) {}
 
-Session::Session(std::shared_ptr<Model> model, const SessionParams& params) {
+// (A function-try-block: an allocation the KV cache's own message does not cover is one of the working
+// buffers of a forward pass, which grow with --batch; the allocator's message has the bytes asked for and
+// free.)
+Session::Session(std::shared_ptr<Model> model, const SessionParams& params) try {
   check(model != nullptr, "a session needs a model");
   impl_ = std::make_unique<Impl>(std::move(model), params);
   Impl& s = *impl_;
@@ -156,10 +160,15 @@ Session::Session(std::shared_ptr<Model> model, const SessionParams& params) {
     };
     size_t kv_bytes = 0;
     for (size_t gi = 0; gi < s.groups.size(); ++gi) kv_bytes += group_bytes(gi);
+    // A batch larger than the context also takes KV room (its rows are written before older ones go): then
+    // --batch is named too (`--batch 2147483647` was reported as a --ctx problem).
+    const bool big_batch = p.n_batch > p.n_ctx;
     const auto kv_error = [&](const std::string& why) {
       return Error("the KV cache for a context of " + std::to_string(p.n_ctx) + " positions (--ctx) needs " +
                    std::to_string(kv_bytes) + " bytes (" + std::to_string(kv_bytes >> 20) + " MiB) on " +
-                   dev.name() + ": " + why + "; use a smaller --ctx");
+                   dev.name() +
+                   (big_batch ? " with batches of " + std::to_string(p.n_batch) + " rows (--batch)" : "") +
+                   ": " + why + "; use a smaller --ctx" + (big_batch ? " or --batch" : ""));
     };
     if (kv_bytes > dev.total_memory())
       throw kv_error("the device has " + std::to_string(dev.total_memory() >> 20) + " MiB in all");
@@ -221,6 +230,9 @@ Session::Session(std::shared_ptr<Model> model, const SessionParams& params) {
   s.seq_base.assign(size_t(p.n_seq_max), 0);
   s.seq_next.assign(size_t(p.n_seq_max), 0);
   s.seq_writes.assign(size_t(p.n_seq_max), 1);
+} catch (const OutOfMemory& e) {
+  throw OutOfMemory("the working buffers for batches of " + std::to_string(params.n_batch) +
+                    " rows (--batch) do not fit: " + e.what() + "; use a smaller --batch");
 }
 
 Session::~Session() = default;

@@ -38,6 +38,14 @@ struct ApiError {
   throw ApiError{400, "invalid_request_error", code, message};
 }
 
+// JSON text of an answer. Token text may end inside a UTF-8 character (a byte-level token, a piece cut at
+// max_tokens): such bytes become U+FFFD instead of the JSON library throwing (a 400 for a good request, or a
+// stream cut short without [DONE]; found by fuzz/fuzz_serve_request). OpenAI's answers do the same; the
+// logprobs' "bytes" fields keep the exact bytes.
+std::string to_text(const json& j) {
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
 json error_body(const std::string& message, const std::string& type, const std::string& code) {
   return json{{"error", {{"message", message}, {"type", type}, {"code", code}}}};
 }
@@ -45,7 +53,7 @@ json error_body(const std::string& message, const std::string& type, const std::
 void set_error(httplib::Response& res, int status, const std::string& type, const std::string& code,
                const std::string& message) {
   res.status = status;
-  res.set_content(error_body(message, type, code).dump(), "application/json");
+  res.set_content(to_text(error_body(message, type, code)), "application/json");
 }
 
 // Typed field access with a clear message naming the field.
@@ -384,7 +392,7 @@ struct HttpServer::Impl {
                       {{"prompt_tokens", job.n_prompt},
                        {"completion_tokens", completion_tokens},
                        {"total_tokens", job.n_prompt + completion_tokens}}}};
-      res.set_content(out.dump(), "application/json");
+      res.set_content(to_text(out), "application/json");
       return;
     }
 
@@ -399,7 +407,7 @@ struct HttpServer::Impl {
         [this, channel, pending, n, chat, n_logprobs, include_usage, id, created, n_prompt, client_fd](
             size_t, httplib::DataSink& sink) {
           auto send = [&](const json& chunk) {
-            const std::string s = "data: " + chunk.dump() + "\n\n";
+            const std::string s = "data: " + to_text(chunk) + "\n\n";
             if (!sink.write(s.data(), s.size())) throw std::runtime_error("client gone");
           };
           auto chunk_of = [&](json choices) {
@@ -598,7 +606,7 @@ struct HttpServer::Impl {
                                    {"object", "model"},
                                    {"created", int64_t(unix_now())},
                                    {"owned_by", "tandem"}}}}};
-                 res.set_content(out.dump(), "application/json");
+                 res.set_content(to_text(out), "application/json");
                }));
     server.Get("/metrics", route([this](const httplib::Request&, httplib::Response& res) {
                  res.set_content(sched.metrics().render(), "text/plain; version=0.0.4");
@@ -610,7 +618,7 @@ struct HttpServer::Impl {
                   const bool add_special = get_bool(body, "add_special", true);
                   const std::vector<int32_t> ids =
                       tokenizer().encode(body["content"].get<std::string>(), add_special, true);
-                  res.set_content(json{{"tokens", ids}}.dump(), "application/json");
+                  res.set_content(to_text(json{{"tokens", ids}}), "application/json");
                 }));
     server.Post("/detokenize", route([this](const httplib::Request& req, httplib::Response& res) {
                   const json body = parse_body(req);
@@ -624,7 +632,7 @@ struct HttpServer::Impl {
                       bad_request("token id " + std::to_string(v) + " is outside the vocabulary");
                     ids.push_back(int32_t(v));
                   }
-                  res.set_content(json{{"content", tokenizer().decode(ids)}}.dump(), "application/json");
+                  res.set_content(to_text(json{{"content", tokenizer().decode(ids)}}), "application/json");
                 }));
     server.Post("/v1/completions", route([this](const httplib::Request& req, httplib::Response& res) {
                   handle_completion(req, res, false);

@@ -12,6 +12,8 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/half.h"
+#include "core/interrupt_cleanup.h"
+#include "flag_checks.h"
 #include "gguf/gguf.h"
 #include "quant/quantize_model.h"
 
@@ -79,9 +81,11 @@ void write_random_weights(const std::string& in, const std::string& type_name, c
     throw Error(std::string("--random-weights: ") + e.what());
   }
   check(!out.empty(), "--random-weights needs --to OUT.gguf");
+  check_threads_flag(threads, "-t");  // a thread per count below: -t 100000 started 100000 threads a tensor
   check(!same_file(in, out), "--to '" + out +
                                  "' is the input model (-m); write the random-weight copy to a "
                                  "different path");
+  install_interrupt_cleanup();  // Ctrl-C leaves no OUTPUT.tmp behind
   const gguf::GgufFile f = gguf::GgufFile::open(in);
   gguf::GgufWriter w;
   for (const auto& [k, v] : f.metadata()) w.set(k, v);

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "eval/default_model.h"
+#include "flag_checks.h"
 #include "serve/scheduler.h"
 #include "split_options.h"
 #include "tandem/model.h"
@@ -51,7 +52,13 @@ void run_parallel(const ParallelArgs& a) {
             std::to_string(a.prompt_max));
   check(a.shared >= 0, "--shared must be >= 0, got " + std::to_string(a.shared));
   check(a.n_predict >= 1, "-n must be at least 1, got " + std::to_string(a.n_predict));
-  check(a.threads >= 0 && a.threads <= ThreadPool::kMaxThreads, "--threads out of range");
+  check(a.ctx >= 1, "--ctx must be at least 1, got " + std::to_string(a.ctx));
+  check(a.batch >= 1, "--batch must be at least 1, got " + std::to_string(a.batch));
+  check_threads_flag(a.threads);
+  check(a.seed >= 0, "--seed must be >= 0, got " + std::to_string(a.seed));
+  check(a.kv_unified || a.ctx / a.parallel >= 64,
+        "--ctx " + std::to_string(a.ctx) + " split over --parallel " + std::to_string(a.parallel) +
+            " slots leaves fewer than 64 positions each; raise --ctx or use --kv-unified");
   ModelParams mp;
   mp.n_threads = a.threads;
   apply(a.split, mp);

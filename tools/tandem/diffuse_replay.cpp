@@ -14,6 +14,7 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "core/file_io.h"
 #include "parallel/mesh.h"
 
 namespace tandem::cli {
@@ -87,6 +88,8 @@ void add_replay_options(CLI::App* cmd, ReplayOptions* o) {
 void run_replay(const ReplayOptions& r, const DiffuseOptions& o) {
   check_diffusion_options(o);
   check(!r.trace.empty(), "--replay-logits needs --trace FILE (the decisions are the output)");
+  check(!same_file(r.trace, r.logits),
+        "--trace '" + r.trace + "' is the --replay-logits file; write the trace to a different path");
   check(o.seed >= 0 && o.seed < (int64_t(1) << 32), "--replay-logits needs --seed in [0, 2^32)");
   ReplaySource src(r.logits, r.device);
   DiffusionParams p;

@@ -8,6 +8,7 @@
 
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/matmul_kernels.h"
+#include "core/out_of_memory.h"
 
 namespace tandem::cpu {
 
@@ -129,7 +130,7 @@ size_t CpuDevice::free_memory() const {
 Buffer CpuDevice::allocate(size_t bytes) {
   const size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
   void* p = std::aligned_alloc(64, rounded);
-  TANDEM_CPU_CHECK(p != nullptr, "out of host memory allocating " + std::to_string(bytes) + " bytes");
+  if (p == nullptr) throw OutOfMemory("out of host memory allocating " + std::to_string(bytes) + " bytes");
   return Buffer(p, bytes, id_, [](void* data, void*) { std::free(data); });
 }
 

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "backend/cuda/cuda_check.h"
+#include "core/out_of_memory.h"
 
 namespace tandem {
 
@@ -148,10 +149,10 @@ Buffer CudaDevice::allocate(size_t bytes) {
     cudaGetLastError();
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
-    throw Error(name_ + ": out of device memory allocating " + mib(bytes) + " (" + mib(free_b) + " free of " +
-                mib(total_b) +
-                "): use a smaller model or quantization, a shorter context, or split the model "
-                "over more GPUs");
+    throw OutOfMemory(name_ + ": out of device memory allocating " + mib(bytes) + " (" + mib(free_b) +
+                      " free of " + mib(total_b) +
+                      "): use a smaller model or quantization, a shorter context, or split the model "
+                      "over more GPUs");
   }
   return Buffer(
       p, bytes, id(),

@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/op_checks.h"
+#include "core/out_of_memory.h"
 #include "quant/quant.h"
 
 namespace tandem::cuda {
@@ -145,8 +146,12 @@ void CudaOps::reserve(const WorkspacePlan& p) {
     if (cudaMalloc(&ws_, total) != cudaSuccess) {
       cudaGetLastError();
       ws_ = nullptr;
-      throw Error("CUDA ops: cannot allocate a workspace of " + std::to_string(total >> 20) +
-                  " MiB on cuda:" + std::to_string(index_) + " (lower the batch size or the context)");
+      size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      throw OutOfMemory("CUDA ops: cannot allocate a workspace of " + std::to_string(total >> 20) +
+                        " MiB on cuda:" + std::to_string(index_) + " (" + std::to_string(free_b >> 20) +
+                        " MiB free of " + std::to_string(total_b >> 20) +
+                        " MiB; lower the batch size or the context)");
     }
     ws_bytes_ = total;
     ++ws_generation_;
