@@ -42,7 +42,14 @@ SPECS = [
          global_head_dim=32, global_kv=2, ff=128, window=4, softcap=30.0, canvas=8, fixture=True),
     dict(name="diffusion_gemma_small", vocab=1024, hidden=256, layers=6, heads=8, kv=4, head_dim=32,
          global_head_dim=64, global_kv=2, ff=512, window=8, softcap=30.0, canvas=32),
+    # The 26B-A4B shape (GGUF-ARCH-FACTS C.1/C.5) with 2 of its 30 layers (one sliding, one global): vocab
+    # 262144, n_embd 2816, 128 experts of 704, top 8; canvas 16 (its logits go to a binary file).
+    dict(name="diffusion_gemma_26b_a4b_2l", vocab=262144, hidden=2816, layers=2, heads=16, kv=8, head_dim=256,
+         global_head_dim=512, global_kv=2, ff=2112, window=1024, softcap=30.0, canvas=16, experts=128, top_k=8,
+         expert_ff=704),
 ]
+# Fixtures with more logits than this keep them in <spec>.f32 (steps x canvas x vocab float32) beside the json.
+INLINE_LOGITS_MAX = 200_000
 
 LOG = None
 
@@ -293,20 +300,32 @@ def run_spec(spec, args, results):
             log(f"step {k}: no SC forward ({e}); comparing step 0 only")
             break
         log(f"step {k}: transformers ran '{label}'")
-        steps.append({"canvas": canvas, "use_sc": k > 0, "temp_inv": TEMP_INV[k], "logits": logits.tolist()})
+        steps.append({"canvas": canvas, "use_sc": k > 0, "temp_inv": TEMP_INV[k], "logits": logits.tolist(),
+                      "max_abs_logit": float(logits.abs().max())})
         prev = logits
     fx = work / "fixture"
     fx.mkdir(exist_ok=True)
-    shutil.copy(gguf, fx / gguf.name)
-    (fx / f"{spec['name']}.json").write_text(json.dumps({"prompt": prompt, "canvas_length": C,
-                                                         "mask_token": mask_id, "tolerance": TOL,
-                                                         "note": "the SC temperature is applied by the caller: "
-                                                                 "steps give 1/t; transformers got prev * 1/t",
-                                                         "steps": steps}))
+    shutil.move(str(gguf), fx / gguf.name)  # moved, not copied: the 26B-shape file is ~9 GB
+    head = {"prompt": prompt, "canvas_length": C, "mask_token": mask_id, "tolerance": TOL,
+            "note": "step k > 0 was run by transformers with self_conditioning_logits = (the logits of step k-1 "
+                    "in this file) * temp_inv of step k; a check gives tandem the same previous logits "
+                    "(CanvasSource::set_sc_logits) so that every step is compared alone",
+            "transformers": __import__("transformers").__version__, "torch": torch.__version__}
+    if len(steps) * C * V > INLINE_LOGITS_MAX:
+        import array
+        with open(fx / f"{spec['name']}.f32", "wb") as f:
+            for st in steps:
+                f.write(array.array("f", [x for row in st.pop("logits") for x in row]).tobytes())
+        head["logits_f32"] = f"{spec['name']}.f32"
+    head["steps"] = steps
+    (fx / f"{spec['name']}.json").write_text(json.dumps(head))
     ok = True
     res = {"spec": spec["name"], "steps": len(steps)}
     for placement in args.placements.split(","):
-        env = dict(os.environ, TANDEM_DG_FIXTURE=str(fx / spec["name"]), TANDEM_DG_PLACEMENT=placement)
+        env = dict(os.environ, TANDEM_DG_FIXTURE=str(fx / spec["name"]), TANDEM_DG_PLACEMENT=placement,
+                   TANDEM_DG_THREADS="8")
+        if spec.get("experts", 4) > 8:  # the 26B shape: device SC only, no chained runs (host SC is minutes)
+            env["TANDEM_DG_MODES"] = "device"
         binary = args.gpu_tests if placement != "cpu" else args.tests
         cmd = [binary, "--gtest_filter=*DiffusionGemmaHf*"]
         t0 = time.time()
@@ -323,6 +342,8 @@ def run_spec(spec, args, results):
             shutil.copy(f, Path(args.fixtures) / f.name)
     res["pass"] = ok
     results.append(res)
+    if not spec.get("fixture"):  # the large files are not kept (the 26B shape: ~9 GB each)
+        shutil.rmtree(work, ignore_errors=True)
     return ok
 
 
