@@ -103,7 +103,8 @@ void bench_diffusion(const std::shared_ptr<Model>& model, const std::string& mod
   const double per_step = weights + sc_table + logits;
   const PathResult& best = results[1].ran_on_device ? results[1] : results[0];
   std::printf(
-      "\nbytes per step (at least): %.2f GB = weights %.2f + SC table %.2f + canvas logits %.2f; at the "
+      "\nbytes per step (all weights: every expert is read when canvas x top-k >> experts): %.2f GB = "
+      "weights %.2f + SC table %.2f + canvas logits %.2f; at the "
       "%s path's %.3f ms per step that is %.0f GB/s",
       per_step / 1e9, weights / 1e9, sc_table / 1e9, logits / 1e9, best.path.c_str(), best.step_s * 1e3,
       per_step / best.step_s / 1e9);
