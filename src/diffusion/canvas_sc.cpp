@@ -133,7 +133,8 @@ DeviceSelfCond::DeviceSelfCond(Device& device, const gguf::GgufFile& file, const
   // sc_embT: the F16-rounded embedding transposed, so that soft = sc_embT . p is one matmul over the vocab.
   {
     std::vector<uint8_t> t(rows.size() * el);
-    // In tiles, so that both sides stay in cache (a 262144 x 2816 table: ~1 s instead of ~10 s row by row).
+    // In tiles, so that both sides stay in cache: a 262144 x 2816 table took 84 s row by row, 5 s in tiles
+    // (measured on a loaded 2-core machine).
     constexpr int64_t kTile = 64;
     for (int64_t v0 = 0; v0 < V_; v0 += kTile)
       for (int64_t e0 = 0; e0 < E_; e0 += kTile)
