@@ -115,6 +115,17 @@ TEST(DiffuseCli, BadInputsWithTheShippedCanvasModel) {
   EXPECT_EQ(r.out.find("0 steps at most"), std::string::npos) << r.out;
 }
 
+// `bench --diffusion` on the shipped canvas model (CPU): the table of both paths and the bytes a step reads.
+TEST(DiffuseCli, BenchDiffusionReportsBothPathsAndTheBytesPerStep) {
+  const auto r = run_tandem("bench -m " + kCanvas +
+                            " --diffusion -p 8 --diffusion-steps 2 -r 1 --device cpu -t 2 --bw 100");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("| host reduction | host |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| device reduction | host |"), std::string::npos) << r.out;  // no GPU: the host path
+  EXPECT_NE(r.out.find("bytes per step"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("% of 100 GB/s (floor "), std::string::npos) << r.out;
+}
+
 class DiffuseReplay : public ::testing::Test {
  protected:
   void SetUp() override {
