@@ -11,6 +11,7 @@
 # for the peer, .peer (llama.cpp.tar.gz).
 # usage (from the repo root): TOPICS="step_seam hardening gemma4:240" PEER=1 bash scripts/device/run_all.sh
 #   BG_TOPICS="train_diffusion:330" runs topics in the background from the start (see below).
+#   BUILD_TARGETS="tandem_cli": build only those targets (a bench call that needs no test binaries).
 #   a topic may carry its budget in seconds after a colon (default 120).
 set -uo pipefail
 FINAL_OUT=${OUT:-/tmp/device_out}
@@ -34,7 +35,7 @@ if [ "${PEER:-0}" = 1 ] && [ -f .peer/llama.cpp.tar.gz ]; then
   mkdir -p /tmp/llama.cpp && tar xzf .peer/llama.cpp.tar.gz -C /tmp/llama.cpp
   (cd /tmp/llama.cpp && cmake -S . -B build -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF \
      -DLLAMA_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=Release >"$WORK/peer_build.log" 2>&1 &&
-   cmake --build build -j 6 --target llama-bench llama-server llama-cli >>"$WORK/peer_build.log" 2>&1;
+   cmake --build build -j ${PEER_JOBS:-6} --target ${PEER_TARGETS:-llama-bench llama-server llama-cli} >>"$WORK/peer_build.log" 2>&1;
    echo "peer build rc=$?" >>"$WORK/peer_build.log") &
   PEER_PID=$!
   export LLAMA_CPP_SRC=/tmp/llama.cpp LLAMA_CPP_BIN=/tmp/llama.cpp/build/bin
@@ -65,12 +66,12 @@ wait_background() {
 source bench/device_prep.sh >/dev/null
 t0=$SECONDS
 cmake -S . -B build-gpu -G Ninja -DTANDEM_CUDA=ON -DTANDEM_WERROR=ON -DTANDEM_MPI=OFF -DCMAKE_BUILD_TYPE=Release ${TANDEM_EXTRA_CMAKE:-} \
-  >"$WORK/build.log" 2>&1 && cmake --build build-gpu -j 12 >>"$WORK/build.log" 2>&1
+  >"$WORK/build.log" 2>&1 && cmake --build build-gpu -j 12 ${BUILD_TARGETS:+--target $BUILD_TARGETS} >>"$WORK/build.log" 2>&1
 rc=$?
 echo "=== $(date +%T) tandem build (-Werror) rc=$rc in $((SECONDS - t0)) s"
 if [ $rc -ne 0 ]; then  # keep the call useful: show the warnings, then build without -Werror
   grep -E "error:|warning:" "$WORK/build.log" | sort | uniq | head -30
-  cmake -S . -B build-gpu -DTANDEM_WERROR=OFF >>"$WORK/build.log" 2>&1 && cmake --build build-gpu -j 12 >>"$WORK/build.log" 2>&1
+  cmake -S . -B build-gpu -DTANDEM_WERROR=OFF >>"$WORK/build.log" 2>&1 && cmake --build build-gpu -j 12 ${BUILD_TARGETS:+--target $BUILD_TARGETS} >>"$WORK/build.log" 2>&1
   rc=$?
   echo "=== $(date +%T) tandem build without -Werror rc=$rc"
 fi
@@ -104,6 +105,7 @@ if [ "${PAR:-0}" = 1 ]; then
     pids+=($!)
   done
   ((${#pids[@]})) && wait "${pids[@]}"
+  pack  # the side-by-side topics' folders come back even when a later topic runs out of time
   for spec in ${TOPICS:-}; do
     echo "=== topic ${spec%%:*}: last lines"; tail -25 "$WORK/${spec%%:*}/stdout.log"
   done
@@ -123,7 +125,11 @@ for spec in ${TOPICS:-}; do
   tail -25 "$WORK/$topic/stdout.log"
   pack
 done
-wait_peer
+# No topic is left that needs the peer: stop its build rather than spend the call waiting for it.
+if [ -n "${PEER_PID:-}" ] && kill -0 "$PEER_PID" 2>/dev/null; then
+  echo "=== $(date +%T) peer build unfinished, stopped: $(tail -1 "$WORK/peer_build.log")"
+  kill "$PEER_PID" 2>/dev/null; pkill -f "llama.cpp/build" 2>/dev/null; pkill -f "ggml" 2>/dev/null
+fi
 wait_background
 pack
 echo "=== $(date +%T) done"
