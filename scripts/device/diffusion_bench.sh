@@ -37,7 +37,7 @@ run_one() {  # type layers
   if timeout 100 "$BIN/tandem" bench -m "$f" --diffusion -p 128 --diffusion-steps "$STEPS" -r 2 --device cuda:0 \
       --bw "$BW" >"$OUT/bench_${t}_$L.md" 2>"$OUT/bench_${t}_$L.log"; then
     echo "PASS bench --diffusion $t, $L layers ($((SECONDS - t0)) s)"
-    grep -E "^## |^source:|^\| (host|device)|speedup|did not run|bytes per step" "$OUT/bench_${t}_$L.md"
+    grep -E "^\| (host|device)|speedup|did not run|bytes per step" "$OUT/bench_${t}_$L.md"
     STEP_MS[$t.$L]=$(grep -E "^\| device reduction \| device" "$OUT/bench_${t}_$L.md" | awk -F'|' '{print $5}' | tr -d ' ')
   else
     echo "FAIL bench --diffusion $t, $L layers ($((SECONDS - t0)) s; see $OUT/bench_${t}_$L.*)"
