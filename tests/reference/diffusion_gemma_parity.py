@@ -325,6 +325,12 @@ def run_spec(spec, args, results):
         for f in fx.iterdir():
             shutil.copy(f, Path(args.fixtures) / f.name)
         log(f"fixture written to {args.fixtures}")
+        if os.environ.get("DG_FIXTURE_TAR"):  # one file for the device tool to bring back
+            import tarfile
+            with tarfile.open(os.environ["DG_FIXTURE_TAR"], "w:gz") as tf:
+                for f in sorted(Path(args.fixtures).iterdir()):
+                    tf.add(f, arcname=f.name)
+            log(f"fixture packed into {os.environ['DG_FIXTURE_TAR']}")
     ok = True
     res = {"spec": spec["name"], "steps": len(steps)}
     for placement in args.placements.split(","):
