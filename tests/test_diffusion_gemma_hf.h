@@ -54,9 +54,11 @@ inline std::vector<std::vector<float>> fixture_logits(const std::string& prefix,
     }
     return out;
   }
-  for (const auto& st : fx["steps"]) {
+  const nlohmann::json steps = fx["steps"];  // copies: no reference through operator[] (GCC 13)
+  for (const auto& st : steps) {
     std::vector<float> step;
-    for (const auto& row : st["logits"])
+    const nlohmann::json logits = st["logits"];
+    for (const auto& row : logits)
       for (const auto& v : row) step.push_back(v.get<float>());
     EXPECT_EQ(step.size(), C * size_t(n_vocab));
     out.push_back(std::move(step));
