@@ -8,8 +8,8 @@
 # With SLOPE_LAYERS set (e.g. 3), bf16 also runs at that many layers: the per-layer cost from the two points
 # gives the 30-layer estimate (printed). A layer count other than 30 is a measurement of fewer layers: say so.
 # Usage: BIN=build-gpu/bin OUT=<dir> [LAYERS=6] [SLOPE_LAYERS=] [STEPS=8] scripts/device/diffusion_bench.sh
-# Budget: about 200 s at 6 layers (templates 2 s, random bf16 ~10.6 GB ~30 s, q4_k_m ~3 GB ~25 s, each bench
-# ~40 s incl. load and the SC table), 240 s given; each part has a timeout so the script ends in time.
+# Budget: 45 s at 6 layers on the H200 (call B, 2026-12-04: random bf16 11 GB in 9 s, q4_k_m 3.9 GB in 3 s, each
+# bench ~16 s incl. load and the SC table); give 90 s (SLOPE_LAYERS adds ~20 s); each part has a timeout.
 set -uo pipefail
 BIN=${BIN:-build-gpu/bin}
 OUT=${OUT:-/tmp/diffusion_bench_out}
