@@ -73,6 +73,59 @@ TEST(DiffuseCli, ANonCanvasModelIsRefusedWithItsPath) {
   EXPECT_EQ(run_tandem("generate -m " + kSmall + " --prompt-ids 1,2 -n 2 --ids --temp 0").exit_code, 0);
 }
 
+const std::string kCanvas = std::string(TANDEM_SOURCE_DIR) + "/models/tandem-diffusion-q8_0.gguf";
+
+// What a user gets wrong with a real canvas model: each is one clear error naming the file, flag or value
+// (exit 1, no crash); --diffusion-steps 0 means the model's default; --visual and the device reduction asked
+// for where they cannot run are notes, and the run goes on.
+TEST(DiffuseCli, BadInputsWithTheShippedCanvasModel) {
+  expect_error("diffuse -m /nonexistent/dir/model.gguf -p hi", "/nonexistent/dir/model.gguf");
+  {
+    const std::string junk = (std::filesystem::temp_directory_path() /
+                              ("tandem_diffuse_junk_" + std::to_string(::getpid()) + ".gguf"))
+                                 .string();
+    std::ofstream(junk) << "this is not a GGUF file";
+    expect_error("diffuse -m " + junk + " -p hi", junk);
+    std::filesystem::remove(junk);
+  }
+  // A prompt longer than the positions the canvas runner holds before its canvas (2048).
+  std::string ids = "1";
+  for (int i = 0; i < 2100; ++i) ids += ",1";
+  expect_error("diffuse -m " + kCanvas + " --prompt-ids " + ids + " -n 4 --seed 1",
+               "the prompt has 2101 tokens, more than the 2048 positions");
+  expect_error("diffuse -m " + kCanvas + " --prompt-ids 1,99999999 -n 4 --seed 1", "outside the vocabulary");
+  expect_error("diffuse -m " + kCanvas + " --prompt-ids 1,x -n 4", "'x' is not a token id");
+  expect_error("diffuse -m " + kCanvas + " -p '' -n 4", "give a prompt with -p");
+  expect_error("diffuse -m " + kCanvas + " -p hi --devices cuda:97", "cuda:97");
+  expect_error("diffuse -m " + kCanvas + " -p hi --split-mode sideways --devices cpu:0,cpu:1", "sideways");
+  expect_error("diffuse -m " + kCanvas + " -p hi --chat-template /nonexistent/t.jinja",
+               "/nonexistent/t.jinja");
+  // The model's t_max with a --diffusion-t-min above it: the message says the two were combined.
+  expect_error("diffuse -m " + kCanvas + " -p hi -n 4 --diffusion-t-min 5",
+               "combined with the --diffusion-* flags");
+
+  // --diffusion-steps 0: the model's own step count (diffusion.eb_max_steps, else 48) is used.
+  const auto r = run_tandem("diffuse -m " + kCanvas +
+                                " --prompt-ids 1,2,3 -n 4 --seed 1 --ids --diffusion-steps 0 --visual "
+                                "--diffusion-gpu-sample-reduce on -t 2",
+                            test::Stderr::Merge);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("--visual is off: stdout is not a terminal"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("sampling reduction on the host"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("0 steps at most"), std::string::npos) << r.out;
+}
+
+// `bench --diffusion` on the shipped canvas model (CPU): the table of both paths and the bytes a step reads.
+TEST(DiffuseCli, BenchDiffusionReportsBothPathsAndTheBytesPerStep) {
+  const auto r = run_tandem("bench -m " + kCanvas +
+                            " --diffusion -p 8 --diffusion-steps 2 -r 1 --device cpu -t 2 --bw 100");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("| host reduction | host |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| device reduction | host |"), std::string::npos) << r.out;  // no GPU: the host path
+  EXPECT_NE(r.out.find("bytes per step"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("% of 100 GB/s (floor "), std::string::npos) << r.out;
+}
+
 class DiffuseReplay : public ::testing::Test {
  protected:
   void SetUp() override {

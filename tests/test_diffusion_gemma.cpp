@@ -6,6 +6,9 @@
 // cpu:0,cpu:1 equal one device; bad files and inputs are clear errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -42,8 +45,8 @@ struct Steps {
   std::vector<std::vector<std::vector<float>>> logits;  // per step, C rows
 };
 
-Steps run_steps(const std::shared_ptr<Model>& model, const CanvasOptions& o, const std::vector<int32_t>& prompt,
-                const std::vector<std::vector<int32_t>>& canvases) {
+Steps run_steps(const std::shared_ptr<Model>& model, const CanvasOptions& o,
+                const std::vector<int32_t>& prompt, const std::vector<std::vector<int32_t>>& canvases) {
   auto src = make_canvas_source(model, o);
   src->begin_block(prompt);
   Steps s;
@@ -81,7 +84,8 @@ TEST(DiffusionGemma, UnifiedAndPrefillDecodeMatchTheReference) {
   for (bool kv : {false, true}) {
     SCOPED_TRACE(kv ? "PREFILL + DECODE" : "UNIFIED");
     const Steps s = run_steps(model, options(kv, true, Toggle::Off), prompt, canvases);
-    // Step 0: no SC. Steps 1, 2: SC of the previous step's logits (tandem's own, so each step is checked alone).
+    // Step 0: no SC. Steps 1, 2: SC of the previous step's logits (tandem's own, so each step is checked
+    // alone).
     EXPECT_LE(row_error(s.logits[0], ref_canvas_logits(m, prompt, canvases[0], {})), 1e-4);
     const double temp_inv[] = {1.0, 1.25, 2.0};
     for (size_t k = 1; k < 3; ++k) {
@@ -129,7 +133,8 @@ TEST(DiffusionGemma, TheReferenceCanFail) {
   EXPECT_GT(row_error(s.logits[1], ref_canvas_logits(m, prompt, canvases[1], {})), 1e-3);  // SC ignored
   DgModel swapped = m;
   for (int64_t l = 0; l < m.g.c.n_layer; ++l)
-    std::swap(swapped.g.w[bn(l, "layer_output_scale.weight")], swapped.g.w[bn(l, "enc_layer_output_scale.weight")]);
+    std::swap(swapped.g.w[bn(l, "layer_output_scale.weight")],
+              swapped.g.w[bn(l, "enc_layer_output_scale.weight")]);
   EXPECT_GT(row_error(s.logits[0], ref_canvas_logits(swapped, prompt, canvases[0], {})), 1e-3);
   DgModel wide = m;
   wide.g.c.window = 64;
@@ -164,6 +169,65 @@ TEST(DiffusionGemma, UnifiedEqualsPrefillDecodeAndDeviceScEqualsHostSc) {
     const auto l1 = host_rows(src->forward(canvases[1], true, 1.25f));
     EXPECT_LE(row_error(l0, as_double(base.logits[0])), 3e-4);
     EXPECT_LE(row_error(l1, as_double(base.logits[1])), 3e-4);
+  }
+}
+
+// set_sc_logits replaces the logits the next step self-conditions on, on both SC paths: fed a chain's step 1
+// logits, a fresh source's step 2 is the chain's step 2, and fed other logits it is not. This is how the
+// transformers parity (tests/test_diffusion_gemma_hf.h) and the GPU tests compare each step alone: a relative
+// error e of step k's logits reaches step k+1 multiplied by about max|logit| * 1/t (printed here).
+TEST(DiffusionGemma, SetScLogitsFeedsTheNextStepsSelfConditioning) {
+  const DgModel m = make_dg(small_config(), 8);
+  TempFile f("dg_feed");
+  write_dg(m, f.path);
+  const auto model = load(f.path.string());
+  const std::vector<int32_t> prompt = prompt_of(m.g.c.n_vocab);
+  const auto canvases = three_canvases(m);
+  const Steps chain = run_steps(model, options(true, true, Toggle::Off), prompt, canvases);
+  auto flat = [](const std::vector<std::vector<float>>& rows) {
+    std::vector<float> out;
+    for (const auto& r : rows) out.insert(out.end(), r.begin(), r.end());
+    return out;
+  };
+  for (bool kv : {false, true})
+    for (Toggle dev : {Toggle::Off, Toggle::On}) {
+      SCOPED_TRACE(std::string(kv ? "kv" : "unified") + (dev == Toggle::On ? " device SC" : " host SC"));
+      auto src = make_canvas_source(model, options(kv, true, dev));
+      src->begin_block(prompt);
+      src->forward(canvases[0], false, 1.0f);
+      src->set_sc_logits(flat(chain.logits[1]));  // not step 0's own logits, which it would use otherwise
+      EXPECT_LE(row_error(host_rows(src->forward(canvases[2], true, 2.0f)), as_double(chain.logits[2])),
+                3e-4);
+      src->set_sc_logits(flat(chain.logits[0]));  // other logits: another step 2
+      EXPECT_GT(row_error(host_rows(src->forward(canvases[2], true, 2.0f)), as_double(chain.logits[2])),
+                1e-3);
+    }
+  {  // the growth of an error through one SC step (printed: why chained runs are not compared at 1e-4)
+    auto src = make_canvas_source(model, options(true, true, Toggle::Off));
+    src->begin_block(prompt);
+    std::vector<float> nudged = flat(chain.logits[1]);
+    double top = 0;
+    for (float x : nudged) top = std::max(top, double(std::abs(x)));
+    for (size_t i = 0; i < nudged.size(); ++i) nudged[i] += float((i % 2 ? 1e-5 : -1e-5) * top);
+    src->set_sc_logits(nudged);
+    const double e = row_error(host_rows(src->forward(canvases[2], true, 2.0f)), as_double(chain.logits[2]));
+    std::printf(
+        "  a 1e-5 relative error in step 1's logits gives %.2e at step 2 (x%.0f; max|logit| %.1f, 1/t 2)\n",
+        e, e / 1e-5, top);
+  }
+  auto src = make_canvas_source(model, options(true, true, Toggle::Off));
+  try {
+    src->set_sc_logits(std::vector<float>(5, 0.0f));
+    ADD_FAILURE() << "no error for 5 logits";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("canvas_length x n_vocab"), std::string::npos) << e.what();
+  }
+  auto no_sc = make_canvas_source(model, options(true, false, Toggle::Off));
+  try {
+    no_sc->set_sc_logits(flat(chain.logits[0]));
+    ADD_FAILURE() << "no error with self-conditioning off";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("self-conditioning is off"), std::string::npos) << e.what();
   }
 }
 
@@ -227,7 +291,8 @@ TEST(DiffusionGemma, BadFilesAndInputsAreClearErrors) {
   {  // no SC tensors: loads; SC refused with a message, runs with SC off
     TempFile f("dg_nosc");
     write_dg(m, f.path, {},
-             {"self_cond_pre_norm.weight", "self_cond_gate.weight", "self_cond_up.weight", "self_cond_down.weight"});
+             {"self_cond_pre_norm.weight", "self_cond_gate.weight", "self_cond_up.weight",
+              "self_cond_down.weight"});
     const auto model = load(f.path.string());
     expect_error([&] { make_canvas_source(model, options(true, true, Toggle::Off)); }, "self_cond_*");
     auto src = make_canvas_source(model, options(true, false, Toggle::Off));
@@ -237,8 +302,8 @@ TEST(DiffusionGemma, BadFilesAndInputsAreClearErrors) {
   {  // experts without expert_used_count
     TempFile f("dg_moe");
     write_g4(m.g, f.path,
-             {{"diffusion.canvas_length", Value::u32(6)}, {"diffusion-gemma.expert_count", Value::u32(4)}}, {},
-             "diffusion-gemma");
+             {{"diffusion.canvas_length", Value::u32(6)}, {"diffusion-gemma.expert_count", Value::u32(4)}},
+             {}, "diffusion-gemma");
     expect_error([&] { load(f.path.string()); }, "expert_used_count");
   }
   TempFile f("dg_inputs");

@@ -76,6 +76,11 @@ class CanvasSource {
   virtual const Tensor& forward(std::span<const int32_t> canvas, bool use_sc, float sc_temp_inv) = 0;
   // One line saying which paths run (kv cache on/off, SC device/host/off), for the log.
   virtual std::string describe() const = 0;
+  // Replaces the previous step's logits that the next forward()'s self-conditioning reads (C rows of n_vocab,
+  // raw: forward() applies sc_temp_inv): reference checks give every step the reference's own previous
+  // logits, so that each step is compared alone (errors of a chain of steps grow with max|logit| * 1/t per
+  // step). Throws Error when the sizes differ or the source has no self-conditioning.
+  virtual void set_sc_logits(std::span<const float> logits);
   // (sampler side, added) The Device that holds forward()'s logits when they are not host memory; nullptr
   // when they are on the host. forward() returns with the logits ordered before any work the caller then
   // enqueues on that device's default_stream(). The sampler reduces them there (Ops::diffusion_sample_rows)

@@ -1,47 +1,64 @@
 #!/usr/bin/env bash
-# Canvas diffusion speed on the H200 (issue 17): `tandem bench --diffusion` on a random-weight diffusion-gemma
-# file, bf16 and q4_k, canvas from the file, prompt 128: PREFILL ms, ms per denoising step (forward + SC +
-# sampling; 8 steps measured) and tokens/s at the default steps, host vs device sampling path.
-#   BIN=build-gpu/bin OUT=<dir> [DGM_GGUF=<file.gguf>] scripts/device/diffusion_bench.sh
-# The model file: $DGM_GGUF, else the first of the paths below that exists (the model side's parity run writes
-# its 26B-A4B-shaped file there). Prints SKIP (exit 0) when `tandem diffuse` reports the model side missing or
-# no file is found. Budget: about 150 s (180 s given).
+# Canvas diffusion speed on the H200 (issue 17): the DiffusionGemma 26B-A4B shape with LAYERS of its 30 layers
+# (default 6, to fit the budget: scripts/device/diffusion_gemma_template.py, then `tandem bench
+# --random-weights` bf16 and q4_k_m), canvas 256, prompt 128, `tandem bench --diffusion` on cuda:0: PREFILL ms,
+# ms per denoising step (DECODE + SC + sampling; STEPS steps measured, stop rule off), tokens/s of one canvas at
+# the default 48 steps, bytes per step against 4280 GB/s, for the host path (the whole canvas's logits cross to
+# the host and are reduced there) and the GPU path (SC and the EB reduction on the GPU, 3 numbers per row back).
+# With SLOPE_LAYERS set (e.g. 3), bf16 also runs at that many layers: the per-layer cost from the two points
+# gives the 30-layer estimate (printed). A layer count other than 30 is a measurement of fewer layers: say so.
+# Usage: BIN=build-gpu/bin OUT=<dir> [LAYERS=6] [SLOPE_LAYERS=] [STEPS=8] scripts/device/diffusion_bench.sh
+# Budget: 45 s at 6 layers on the H200 (call B, 2026-12-04: random bf16 11 GB in 9 s, q4_k_m 3.9 GB in 3 s, each
+# bench ~16 s incl. load and the SC table); give 90 s (SLOPE_LAYERS adds ~20 s); each part has a timeout.
 set -uo pipefail
 BIN=${BIN:-build-gpu/bin}
 OUT=${OUT:-/tmp/diffusion_bench_out}
+LAYERS=${LAYERS:-6}
+SLOPE_LAYERS=${SLOPE_LAYERS:-}
+STEPS=${STEPS:-8}
+BW=${BW:-4280}
 mkdir -p "$OUT"
-
-probe=$("$BIN/tandem" diffuse -m models/tandem-small-q8_0.gguf -p hi -n 1 2>&1)
-if echo "$probe" | grep -q "not supported yet"; then
-  echo "SKIP diffusion_bench: the diffusion-gemma model side is not in this build ($(echo "$probe" | tail -1))"
-  exit 0
-fi
-
-SRC=${DGM_GGUF:-}
-if [ -z "$SRC" ]; then
-  for f in /tmp/diffusion_gemma_work/*26b*.gguf /tmp/diffusion_gemma_work/*.gguf /tmp/dgm_parity_work/*/*.gguf \
-           tests/data/models/diffusion_gemma*.gguf; do
-    if [ -f "$f" ]; then SRC=$f; break; fi
-  done
-fi
-if [ -z "$SRC" ] || [ ! -f "$SRC" ]; then
-  echo "SKIP diffusion_bench: no diffusion-gemma GGUF found (set DGM_GGUF to one)"
-  exit 0
-fi
-echo "model: $SRC"
 status=0
-for t in bf16 q4_k; do
-  dst=/tmp/diffusion_bench_$t.gguf
-  if ! timeout 120 "$BIN/tandem" bench -m "$SRC" --random-weights $t --to "$dst" >"$OUT/random_$t.txt" 2>&1; then
-    echo "FAIL random-weight $t copy (see $OUT/random_$t.txt)"; tail -5 "$OUT/random_$t.txt"; status=1; continue
+declare -A STEP_MS
+
+run_one() {  # type layers
+  local t=$1 L=$2
+  local tmpl=/tmp/dgm_bench_template_$L.gguf f=/tmp/dgm_bench_${t}_$L.gguf t0=$SECONDS
+  if [ ! -f "$tmpl" ]; then
+    python3 scripts/device/diffusion_gemma_template.py "$tmpl" --layers "$L" --canvas 256 >"$OUT/template_$L.txt" 2>&1 ||
+      { echo "FAIL template ($L layers)"; cat "$OUT/template_$L.txt"; status=1; return; }
   fi
-  if timeout 150 "$BIN/tandem" bench -m "$dst" --diffusion -p 128 --diffusion-steps 8 -r 2 >"$OUT/bench_$t.md" 2>&1; then
-    echo "PASS bench --diffusion $t"
-    grep -E "^\| (host|device)|speedup|did not run" "$OUT/bench_$t.md"
+  if ! timeout 90 "$BIN/tandem" bench -m "$tmpl" --random-weights "$t" --to "$f" >"$OUT/make_${t}_$L.txt" 2>&1; then
+    echo "FAIL random-weight $t copy, $L layers (see $OUT/make_${t}_$L.txt)"; tail -5 "$OUT/make_${t}_$L.txt"
+    status=1; rm -f "$f"; return
+  fi
+  echo "made $f ($(du -h --apparent-size "$f" | cut -f1)) in $((SECONDS - t0)) s"
+  t0=$SECONDS
+  if timeout 100 "$BIN/tandem" bench -m "$f" --diffusion -p 128 --diffusion-steps "$STEPS" -r 2 --device cuda:0 \
+      --bw "$BW" >"$OUT/bench_${t}_$L.md" 2>"$OUT/bench_${t}_$L.log"; then
+    echo "PASS bench --diffusion $t, $L layers ($((SECONDS - t0)) s)"
+    grep -E "^\| (host|device)|speedup|did not run|bytes per step" "$OUT/bench_${t}_$L.md"
+    STEP_MS[$t.$L]=$(grep -E "^\| device reduction \| device" "$OUT/bench_${t}_$L.md" | awk -F'|' '{print $5}' | tr -d ' ')
   else
-    echo "FAIL bench --diffusion $t (see $OUT/bench_$t.md)"; tail -10 "$OUT/bench_$t.md"; status=1
+    echo "FAIL bench --diffusion $t, $L layers ($((SECONDS - t0)) s; see $OUT/bench_${t}_$L.*)"
+    tail -10 "$OUT/bench_${t}_$L.md" "$OUT/bench_${t}_$L.log"; status=1
   fi
-  rm -f "$dst"
-done
+  rm -f "$f"
+}
+
+run_one bf16 "$LAYERS"
+run_one q4_k_m "$LAYERS"
+if [ -n "$SLOPE_LAYERS" ] && [ "$SLOPE_LAYERS" != "$LAYERS" ]; then
+  run_one bf16 "$SLOPE_LAYERS"
+  a=${STEP_MS[bf16.$SLOPE_LAYERS]:-} b=${STEP_MS[bf16.$LAYERS]:-}
+  if [ -n "$a" ] && [ -n "$b" ]; then
+    python3 -c "
+a, b, la, lb = $a, $b, $SLOPE_LAYERS, $LAYERS
+per = (b - a) / (lb - la); base = b - per * lb
+print(f'bf16 GPU path: {per:.3f} ms per layer + {base:.3f} ms outside the layers (head, SC, reduction) '
+      f'-> estimate for 30 layers: {base + 30 * per:.2f} ms per step')" | tee "$OUT/estimate_30_layers.txt"
+  fi
+fi
+rm -f /tmp/dgm_bench_template_*.gguf
 if [ $status -eq 0 ]; then echo "diffusion_bench.sh: PASS"; else echo "diffusion_bench.sh: FAIL"; fi
 exit $status

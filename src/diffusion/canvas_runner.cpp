@@ -3,7 +3,8 @@
 //   PREFILL  begin_block: the prefix once, causal, writing K/V into the session's cache (the prompt-KV store:
 //            it lives with each layer, on that layer's device, under any split); logits of its last row only;
 //   DECODE   forward: the canvas at positions P.., kv_write = 0, PrefixRegion(P): every canvas row sees the
-//            cached prompt (from P - window + 1 on sliding layers) and every canvas row; the cache is unchanged;
+//            cached prompt (from P - window + 1 on sliding layers) and every canvas row; the cache is
+//            unchanged;
 //   UNIFIED  forward without the cache: [prefix | canvas] in one batch, kv_write = 0, PrefixRegion(P).
 // Self-conditioning (D.5) enters as the canvas rows' added embedding rows (Batch::embd_rows): computed on the
 // device from the persistent logits buffer (DeviceSelfCond, on the first rank's device, where the embedding
@@ -60,15 +61,18 @@ class CanvasRunner : public CanvasSource {
                               "(turn self-conditioning off)");
       Device& first = *m.ranks.front().device;
       const bool on_gpu = first.id().kind != DeviceKind::CPU;
-      const bool want_device = opt_.gpu_sampling == Toggle::On || (opt_.gpu_sampling == Toggle::Auto && on_gpu);
+      const bool want_device =
+          opt_.gpu_sampling == Toggle::On || (opt_.gpu_sampling == Toggle::Auto && on_gpu);
       sc_ = ScPath::Host;
       if (want_device) {
         try {
           dev_sc_ = std::make_unique<DeviceSelfCond>(first, *m.file, *w, E_, V_, C_, hp.rms_eps);
           sc_ = ScPath::Device;
         } catch (const Error& e) {
-          std::fprintf(stderr, "tandem: warning: self-conditioning buffers do not fit on %s (%s); using the "
-                               "host path\n", first.id().to_string().c_str(), e.what());
+          std::fprintf(stderr,
+                       "tandem: warning: self-conditioning buffers do not fit on %s (%s); using the "
+                       "host path\n",
+                       first.id().to_string().c_str(), e.what());
         }
       }
       if (sc_ == ScPath::Host) host_sc_ = std::make_unique<HostSelfCond>(*m.file, E_, V_, hp.rms_eps);
@@ -81,10 +85,11 @@ class CanvasRunner : public CanvasSource {
   void begin_block(std::span<const int32_t> prefix) override {
     check(int64_t(prefix.size()) <= opt_.max_prompt,
           "the prompt has " + std::to_string(prefix.size()) + " tokens, more than the " +
-              std::to_string(opt_.max_prompt) + " this canvas runner was made for (CanvasOptions::max_prompt)");
+              std::to_string(opt_.max_prompt) +
+              " this canvas runner was made for (CanvasOptions::max_prompt)");
     for (int32_t t : prefix)
-      check(t >= 0 && t < V_, "prompt token " + std::to_string(t) + " is outside the vocabulary of " +
-                                  std::to_string(V_));
+      check(t >= 0 && t < V_,
+            "prompt token " + std::to_string(t) + " is outside the vocabulary of " + std::to_string(V_));
     prefix_.assign(prefix.begin(), prefix.end());
     session_->clear();
     if (kv_cache_ && !prefix_.empty()) {
@@ -131,6 +136,21 @@ class CanvasRunner : public CanvasSource {
       result_ = Tensor::contiguous(DType::F32, {V_, C_}, host_logits_.data(), DeviceId{});
     }
     return result_;
+  }
+
+  void set_sc_logits(std::span<const float> logits) override {
+    check(sc_ != ScPath::Off, "set_sc_logits: self-conditioning is off for this canvas source");
+    check(int64_t(logits.size()) == V_ * C_, "set_sc_logits: " + std::to_string(logits.size()) +
+                                                 " values; the canvas needs " + std::to_string(V_ * C_) +
+                                                 " (canvas_length x n_vocab)");
+    if (dev_sc_) {
+      Device& d = dev_sc_->device();
+      d.synchronize();  // the last step's copy into the buffer may be in flight on the output rank's stream
+      d.copy_from_host(sc_stream(), dev_sc_->logits().data, logits.data(), logits.size() * sizeof(float));
+      sc_stream().synchronize();  // `logits` may be freed on return
+    } else {
+      std::copy(logits.begin(), logits.end(), host_logits_.begin());
+    }
   }
 
   // The device sampler reads the logits where they are: the SC buffer's device (its default stream, which the
@@ -194,6 +214,10 @@ class CanvasRunner : public CanvasSource {
 };
 
 }  // namespace
+
+void CanvasSource::set_sc_logits(std::span<const float>) {
+  throw Error("this canvas source takes no self-conditioning logits");
+}
 
 std::unique_ptr<CanvasSource> make_canvas_source(std::shared_ptr<Model> model, const CanvasOptions& options) {
   check(model != nullptr, "make_canvas_source: no model");

@@ -18,7 +18,8 @@ std::vector<float> dequantized(const gguf::GgufFile& file, const std::string& na
   check(t != nullptr, file.path() + ": missing tensor " + name);
   int64_t count = 1;
   for (int64_t d : t->ne) count *= d;
-  check(count == n, "tensor " + name + " has " + std::to_string(count) + " values, expected " + std::to_string(n));
+  check(count == n,
+        "tensor " + name + " has " + std::to_string(count) + " values, expected " + std::to_string(n));
   std::vector<float> out(static_cast<size_t>(n));
   const int64_t row = t->ne[0];
   const uint8_t* src = file.tensor_data(*t);
@@ -64,7 +65,8 @@ HostSelfCond::HostSelfCond(const gguf::GgufFile& file, int64_t n_embd, int64_t n
   down_ = dequantized(file, "self_cond_down.weight", E_ * F_);
 }
 
-void HostSelfCond::compute(std::span<const float> logits, int64_t C, float temp_inv, std::span<float> out) const {
+void HostSelfCond::compute(std::span<const float> logits, int64_t C, float temp_inv,
+                           std::span<float> out) const {
   check(int64_t(logits.size()) == V_ * C && int64_t(out.size()) == E_ * C, "internal: host SC sizes");
   std::vector<double> p(static_cast<size_t>(V_)), soft(static_cast<size_t>(E_)), act(static_cast<size_t>(F_));
   for (int64_t c = 0; c < C; ++c) {
@@ -131,17 +133,22 @@ DeviceSelfCond::DeviceSelfCond(Device& device, const gguf::GgufFile& file, const
   // sc_embT: the F16-rounded embedding transposed, so that soft = sc_embT . p is one matmul over the vocab.
   {
     std::vector<uint8_t> t(rows.size() * el);
-    for (int64_t v = 0; v < V_; ++v)
-      for (int64_t e = 0; e < E_; ++e) {
-        const float x = rows[size_t(v * E_ + e)];
-        const size_t at = size_t(e * V_ + v) * el;
-        if (f32) {
-          std::memcpy(t.data() + at, &x, 4);
-        } else {
-          const uint16_t h = fp32_to_fp16(x);
-          std::memcpy(t.data() + at, &h, 2);
-        }
-      }
+    // In tiles, so that both sides stay in cache: a 262144 x 2816 table took 84 s row by row, 5 s in tiles
+    // (measured on a loaded 2-core machine).
+    constexpr int64_t kTile = 64;
+    for (int64_t v0 = 0; v0 < V_; v0 += kTile)
+      for (int64_t e0 = 0; e0 < E_; e0 += kTile)
+        for (int64_t e = e0; e < std::min(E_, e0 + kTile); ++e)
+          for (int64_t v = v0; v < std::min(V_, v0 + kTile); ++v) {
+            const float x = rows[size_t(v * E_ + e)];
+            const size_t at = size_t(e * V_ + v) * el;
+            if (f32) {
+              std::memcpy(t.data() + at, &x, 4);
+            } else {
+              const uint16_t h = fp32_to_fp16(x);
+              std::memcpy(t.data() + at, &h, 2);
+            }
+          }
     Stream& st = device.default_stream();
     device.copy_from_host(st, emb_t_.data, t.data(), t.size());
     st.synchronize();  // t is freed on return

@@ -26,6 +26,7 @@ import inspect
 import json
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -42,7 +43,14 @@ SPECS = [
          global_head_dim=32, global_kv=2, ff=128, window=4, softcap=30.0, canvas=8, fixture=True),
     dict(name="diffusion_gemma_small", vocab=1024, hidden=256, layers=6, heads=8, kv=4, head_dim=32,
          global_head_dim=64, global_kv=2, ff=512, window=8, softcap=30.0, canvas=32),
+    # The 26B-A4B shape (GGUF-ARCH-FACTS C.1/C.5) with 2 of its 30 layers (one sliding, one global): vocab
+    # 262144, n_embd 2816, 128 experts of 704, top 8; canvas 16 (its logits go to a binary file).
+    dict(name="diffusion_gemma_26b_a4b_2l", vocab=262144, hidden=2816, layers=2, heads=16, kv=8, head_dim=256,
+         global_head_dim=512, global_kv=2, ff=2112, window=1024, softcap=30.0, canvas=16, experts=128, top_k=8,
+         expert_ff=704),
 ]
+# Fixtures with more logits than this keep them in <spec>.f32 (steps x canvas x vocab float32) beside the json.
+INLINE_LOGITS_MAX = 200_000
 
 LOG = None
 
@@ -293,36 +301,72 @@ def run_spec(spec, args, results):
             log(f"step {k}: no SC forward ({e}); comparing step 0 only")
             break
         log(f"step {k}: transformers ran '{label}'")
-        steps.append({"canvas": canvas, "use_sc": k > 0, "temp_inv": TEMP_INV[k], "logits": logits.tolist()})
+        steps.append({"canvas": canvas, "use_sc": k > 0, "temp_inv": TEMP_INV[k], "logits": logits.tolist(),
+                      "max_abs_logit": float(logits.abs().max())})
         prev = logits
     fx = work / "fixture"
     fx.mkdir(exist_ok=True)
-    shutil.copy(gguf, fx / gguf.name)
-    (fx / f"{spec['name']}.json").write_text(json.dumps({"prompt": prompt, "canvas_length": C,
-                                                         "mask_token": mask_id, "tolerance": TOL,
-                                                         "note": "the SC temperature is applied by the caller: "
-                                                                 "steps give 1/t; transformers got prev * 1/t",
-                                                         "steps": steps}))
+    shutil.move(str(gguf), fx / gguf.name)  # moved, not copied: the 26B-shape file is ~9 GB
+    head = {"prompt": prompt, "canvas_length": C, "mask_token": mask_id, "tolerance": TOL,
+            "note": "step k > 0 was run by transformers with self_conditioning_logits = (the logits of step k-1 "
+                    "in this file) * temp_inv of step k; a check gives tandem the same previous logits "
+                    "(CanvasSource::set_sc_logits) so that every step is compared alone",
+            "transformers": __import__("transformers").__version__, "torch": torch.__version__}
+    if len(steps) * C * V > INLINE_LOGITS_MAX:
+        import array
+        with open(fx / f"{spec['name']}.f32", "wb") as f:
+            for st in steps:
+                f.write(array.array("f", [x for row in st.pop("logits") for x in row]).tobytes())
+        head["logits_f32"] = f"{spec['name']}.f32"
+    head["steps"] = steps
+    (fx / f"{spec['name']}.json").write_text(json.dumps(head))
+    if spec.get("fixture") and args.fixtures:  # now, so that a run cut short still has it
+        Path(args.fixtures).mkdir(parents=True, exist_ok=True)
+        for f in fx.iterdir():
+            shutil.copy(f, Path(args.fixtures) / f.name)
+        log(f"fixture written to {args.fixtures}")
+        if os.environ.get("DG_FIXTURE_TAR"):  # one file for the device tool to bring back
+            import tarfile
+            with tarfile.open(os.environ["DG_FIXTURE_TAR"], "w:gz") as tf:
+                for f in sorted(Path(args.fixtures).iterdir()):
+                    tf.add(f, arcname=f.name)
+            log(f"fixture packed into {os.environ['DG_FIXTURE_TAR']}")
     ok = True
     res = {"spec": spec["name"], "steps": len(steps)}
     for placement in args.placements.split(","):
-        env = dict(os.environ, TANDEM_DG_FIXTURE=str(fx / spec["name"]), TANDEM_DG_PLACEMENT=placement)
+        env = dict(os.environ, TANDEM_DG_FIXTURE=str(fx / spec["name"]), TANDEM_DG_PLACEMENT=placement,
+                   TANDEM_DG_THREADS="8")
+        if spec.get("experts", 4) > 8:  # the 26B shape: device SC only, no chained runs (host SC is minutes)
+            env["TANDEM_DG_MODES"] = "device"
         binary = args.gpu_tests if placement != "cpu" else args.tests
         cmd = [binary, "--gtest_filter=*DiffusionGemmaHf*"]
         t0 = time.time()
         p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600)
         good = p.returncode == 0 and "[  PASSED  ] 1 test" in p.stdout and "SKIPPED" not in p.stdout
-        log(f"  {spec['name']} {placement}: {'PASS' if good else 'FAIL'} [{time.time() - t0:.1f}s]\n" +
-            "\n".join(l for l in p.stdout.splitlines() if "error" in l.lower() or "rel" in l or "FAIL" in l
-                      or "Skipped" in l)[-3000:])
+        # The detail to the log file; one line per placement to stdout: the worst error of each step compared
+        # alone, and of the chain (own logits fed back, not bounded).
+        per_step, chained = {}, {}
+        for line in p.stdout.splitlines():
+            m = re.search(r"step (\d+)( \(chained)?.*rel error ([0-9.e+-]+)", line)
+            if m:
+                d = chained if m.group(2) else per_step
+                d[int(m.group(1))] = max(d.get(int(m.group(1)), 0.0), float(m.group(3)))
+        detail = "\n".join(l for l in p.stdout.splitlines() if "error" in l.lower() or "rel" in l or "FAIL" in l
+                           or "Skipped" in l)[-3000:]
+        if LOG:
+            LOG.write(detail + "\n")
+        fmt = lambda d: " ".join(f"{d[k]:.1e}" for k in sorted(d)) or "-"  # noqa: E731
+        log(f"  {spec['name']} {placement}: {'PASS' if good else 'FAIL'} [{time.time() - t0:.1f}s] per step "
+            f"{fmt(per_step)}; chained {fmt(chained)}")
+        if not good:
+            print("\n".join(l for l in p.stdout.splitlines() if "Failure" in l or "Expected" in l or "rror" in l)
+                  [-1500:], flush=True)
         res[placement] = good
         ok = ok and good
-    if spec.get("fixture") and args.fixtures:
-        Path(args.fixtures).mkdir(parents=True, exist_ok=True)
-        for f in fx.iterdir():
-            shutil.copy(f, Path(args.fixtures) / f.name)
     res["pass"] = ok
     results.append(res)
+    if not spec.get("fixture"):  # the large files are not kept (the 26B shape: ~9 GB each)
+        shutil.rmtree(work, ignore_errors=True)
     return ok
 
 
@@ -337,6 +381,7 @@ def main():
     ap.add_argument("--placements", default="cpu,cuda,layer,tensor")
     ap.add_argument("--only", default="")
     ap.add_argument("--fixtures", default="")
+    ap.add_argument("--big", action="store_true", help="also the 26B-A4B-shape spec (~2 minutes)")
     args = ap.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -344,6 +389,9 @@ def main():
     results, all_ok = [], True
     for spec in SPECS:
         if args.only and spec["name"] not in args.only.split(","):
+            continue
+        if not args.only and spec.get("experts", 4) > 8 and not args.big:
+            log(f"== {spec['name']}: skipped (--big runs it)")
             continue
         log(f"== {spec['name']}")
         t0 = time.time()

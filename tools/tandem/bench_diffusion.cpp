@@ -53,7 +53,7 @@ PathResult run_path(CanvasSource& source, const std::vector<int32_t>& prompt, co
 }  // namespace
 
 void bench_diffusion(const std::shared_ptr<Model>& model, const std::string& model_path, int n_prompt,
-                     int steps, int reps) {
+                     int steps, int reps, double bw_gbs) {
   CanvasModelInfo info;
   try {
     info = canvas_model_info(*model);
@@ -92,6 +92,26 @@ void bench_diffusion(const std::shared_ptr<Model>& model, const std::string& mod
     std::printf("\ndevice path speedup per step: %.2fx\n", results[0].step_s / results[1].step_s);
   else
     std::printf("\nthe device reduction did not run (logits on the host): both rows are the host path\n");
+
+  // What one step reads at least: every weight (C canvas rows x top-k routes reach every expert of a
+  // 128-expert layer with near certainty at C = 256, and the tied head reads token_embd whole), the SC table
+  // (F16, n_vocab x n_embd, read by the soft-embedding matmul) and the canvas logits (written by the head,
+  // read by SC and by the reduction: 3 passes of C x n_vocab F32).
+  const double weights = double(mi.weight_bytes);
+  const double sc_table = double(mi.n_vocab) * double(mi.n_embd) * 2.0;
+  const double logits = 3.0 * double(info.canvas_length) * double(mi.n_vocab) * 4.0;
+  const double per_step = weights + sc_table + logits;
+  const PathResult& best = results[1].ran_on_device ? results[1] : results[0];
+  std::printf(
+      "\nbytes per step (all weights: every expert is read when canvas x top-k >> experts): %.2f GB = "
+      "weights %.2f + SC table %.2f + canvas logits %.2f; at the "
+      "%s path's %.3f ms per step that is %.0f GB/s",
+      per_step / 1e9, weights / 1e9, sc_table / 1e9, logits / 1e9, best.path.c_str(), best.step_s * 1e3,
+      per_step / best.step_s / 1e9);
+  if (bw_gbs > 0)
+    std::printf(" = %.0f%% of %.0f GB/s (floor %.3f ms per step)",
+                100.0 * per_step / best.step_s / 1e9 / bw_gbs, bw_gbs, per_step / (bw_gbs * 1e9) * 1e3);
+  std::printf("\n");
 }
 
 }  // namespace tandem::cli

@@ -9,9 +9,10 @@
 
 namespace tandem::cli {
 
-// Prints the markdown table of PREFILL time, ms per step, steps/s and tokens/s for both sampling paths.
+// Prints the markdown table of PREFILL time, ms per step, steps/s and tokens/s for both sampling paths, and
+// the bytes a step reads against bw_gbs (GB/s; 0: the fraction is not printed).
 // Throws Error when model is not a canvas model (naming model_path). steps 0: the model's default.
 void bench_diffusion(const std::shared_ptr<Model>& model, const std::string& model_path, int n_prompt,
-                     int steps, int reps);
+                     int steps, int reps, double bw_gbs = 0);
 
 }  // namespace tandem::cli

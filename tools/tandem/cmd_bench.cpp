@@ -102,7 +102,7 @@ void run_bench(const BenchArgs& a) {
   const MeshSpec mesh = apply(a.split, mp);
   if (a.diffusion) {
     const auto model = Model::load(a.model, mp);
-    return bench_diffusion(model, a.model, a.n_prompt, a.diffusion_steps, a.reps);
+    return bench_diffusion(model, a.model, a.n_prompt, a.diffusion_steps, a.reps, a.bw_gbs);
   }
   // The limits are measured on the main device, where the mode none runs and the logits land.
   const DeviceId dev_id = mesh.devices[size_t(mesh.main_device)];
