@@ -116,6 +116,7 @@ class CanvasRunner : public CanvasSource {
     for (int32_t i = 0; i < C_; ++i) b.add(canvas[size_t(i)], P + i, 0, true, false, sc ? i : -1);
     if (sc && sc_ == ScPath::Device) {
       dev_sc_->compute(sc_stream(), sc_temp_inv);
+      order_ranks_after_sc();
       b.embedding_source = EmbeddingSource{dev_sc_->device().id(), dev_sc_->rows().data, C_, 0};
     } else if (sc) {
       host_sc_->compute(host_logits_, C_, sc_temp_inv, sc_host_rows_);
@@ -178,6 +179,22 @@ class CanvasRunner : public CanvasSource {
  private:
   Stream& sc_stream() const { return dev_sc_->device().default_stream(); }
 
+  // Each rank reads the SC rows on its own device's stream. A rank of another Device object (tensor split over
+  // ranks sharing a GPU, layer split) is not ordered after the compute by stream order: make it wait for it.
+  // (Without this the H200 runs of 2026-12-04 saw tensor-split steps with SC read half-written rows.)
+  void order_ranks_after_sc() {
+    bool recorded = false;
+    for (const auto& r : session_->impl().ranks) {
+      if (&r->stream == &sc_stream()) continue;
+      if (!recorded) {
+        if (!sc_ready_) sc_ready_ = dev_sc_->device().create_event();
+        sc_ready_->record(sc_stream());
+        recorded = true;
+      }
+      sc_ready_->wait(r->stream);
+    }
+  }
+
   // The step's canvas logits into the persistent buffer the next step's SC reads (and the sampler reads).
   void keep_device_logits() {
     Session::Impl& s = session_->impl();
@@ -206,6 +223,7 @@ class CanvasRunner : public CanvasSource {
   std::unique_ptr<DeviceSelfCond> dev_sc_;
   std::unique_ptr<HostSelfCond> host_sc_;
   std::unique_ptr<Event> copied_;
+  std::unique_ptr<Event> sc_ready_;  // SC rows computed: the other ranks' streams wait for it
   std::vector<int32_t> prefix_;
   std::vector<float> host_logits_;   // host path: the last step's canvas logits, C rows of n_vocab
   std::vector<float> sc_host_rows_;  // host path: the SC rows of this step, C rows of n_embd
