@@ -179,9 +179,9 @@ class CanvasRunner : public CanvasSource {
  private:
   Stream& sc_stream() const { return dev_sc_->device().default_stream(); }
 
-  // Each rank reads the SC rows on its own device's stream. A rank of another Device object (tensor split over
-  // ranks sharing a GPU, layer split) is not ordered after the compute by stream order: make it wait for it.
-  // (Without this the H200 runs of 2026-12-04 saw tensor-split steps with SC read half-written rows.)
+  // Each rank reads the SC rows on its own device's stream. A rank of another Device object (tensor split
+  // over ranks sharing a GPU, layer split) is not ordered after the compute by stream order: make it wait for
+  // it. (Without this the H200 runs of 2026-12-04 saw tensor-split steps with SC read half-written rows.)
   void order_ranks_after_sc() {
     bool recorded = false;
     for (const auto& r : session_->impl().ranks) {

@@ -108,7 +108,16 @@ CudaDevice::CudaDevice(int index, const DeviceOptions&) : index_(index) {
   TANDEM_CUDA_CHECK(cudaGetDeviceProperties(&props_, index_));
   name_ = "cuda:" + std::to_string(index_) + " " + props_.name;
   cudaStream_t s = nullptr;
-  TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  const cudaError_t stream_err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  if (stream_err == cudaErrorMemoryAllocation) {  // a GPU full before we start: say so, with the numbers
+    cudaGetLastError();
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    throw OutOfMemory(name_ + ": out of device memory setting up the device (" + mib(free_b) + " free of " +
+                      mib(total_b) +
+                      "): other processes hold this GPU's memory; free it or use another device");
+  }
+  TANDEM_CUDA_CHECK(stream_err);
   stream_ = std::make_unique<CudaStream>(id(), s, true);
   ops_ = std::make_unique<CudaOps>(index_);
   const char* no_graphs = std::getenv("TANDEM_NO_GRAPHS");
