@@ -54,6 +54,14 @@ std::string mib(size_t bytes) {
   return buf;
 }
 
+// After an allocation failed on the current device: clear CUDA's error and say how much memory is free.
+std::string free_of_total() {
+  cudaGetLastError();
+  size_t free_b = 0, total_b = 0;
+  cudaMemGetInfo(&free_b, &total_b);
+  return mib(free_b) + " free of " + mib(total_b);
+}
+
 }  // namespace
 
 DeviceGuard::DeviceGuard(int index) : index_(index) {
@@ -109,14 +117,9 @@ CudaDevice::CudaDevice(int index, const DeviceOptions&) : index_(index) {
   name_ = "cuda:" + std::to_string(index_) + " " + props_.name;
   cudaStream_t s = nullptr;
   const cudaError_t stream_err = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
-  if (stream_err == cudaErrorMemoryAllocation) {  // a GPU full before we start: say so, with the numbers
-    cudaGetLastError();
-    size_t free_b = 0, total_b = 0;
-    cudaMemGetInfo(&free_b, &total_b);
-    throw OutOfMemory(name_ + ": out of device memory setting up the device (" + mib(free_b) + " free of " +
-                      mib(total_b) +
+  if (stream_err == cudaErrorMemoryAllocation)  // a GPU full before we start: say so, with the numbers
+    throw OutOfMemory(name_ + ": out of device memory setting up the device (" + free_of_total() +
                       "): other processes hold this GPU's memory; free it or use another device");
-  }
   TANDEM_CUDA_CHECK(stream_err);
   stream_ = std::make_unique<CudaStream>(id(), s, true);
   ops_ = std::make_unique<CudaOps>(index_);
@@ -154,15 +157,10 @@ Buffer CudaDevice::allocate(size_t bytes) {
   DeviceGuard g(index_);
   void* p = nullptr;
   const cudaError_t err = cudaMalloc(&p, std::max<size_t>(bytes, 1));
-  if (err != cudaSuccess) {
-    cudaGetLastError();
-    size_t free_b = 0, total_b = 0;
-    cudaMemGetInfo(&free_b, &total_b);
-    throw OutOfMemory(name_ + ": out of device memory allocating " + mib(bytes) + " (" + mib(free_b) +
-                      " free of " + mib(total_b) +
+  if (err != cudaSuccess)
+    throw OutOfMemory(name_ + ": out of device memory allocating " + mib(bytes) + " (" + free_of_total() +
                       "): use a smaller model or quantization, a shorter context, or split the model "
                       "over more GPUs");
-  }
   return Buffer(
       p, bytes, id(),
       [](void* data, void* ctx) {
