@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # tandem against llama.cpp on the same GGUF files (issue 19), on the GPU machine, in one call:
-#   1. llama-bench from $LLAMA_CPP_BIN, or built from $LLAMA_CPP_SRC (CUDA, sm_90) into $LLAMA_CPP_SRC/build;
+#   1. llama-bench from $LLAMA_CPP_BIN (a CUDA build of llama.cpp you made; this script does not build it);
 #   2. random-weight Qwen3-8B-shape files made or reused by bench/models.sh (FAST_QUANT=1: the q8_0 / q4_k files
 #      are random valid blocks from `tandem bench --random-weights`; every matrix of the q4_k file is Q4_K, where a
 #      real Q4_K_M keeps some in Q6_K: it stands for Q4_K_M here, slightly fewer bytes);
 #   3. `llama-bench -fa 1 -ngl 99 -p 512 -n 128` and `tandem bench -p 512 -n 128 -b 1` on each file;
 #   4. one table: t/s of both, tandem / llama.cpp, and each one's fraction of the bandwidth limit at tg
 #      (weight bytes read per token / time / the copy bandwidth tandem measured).
-# usage: [LLAMA_CPP_BIN=dir | LLAMA_CPP_SRC=dir] [TANDEM=build-gpu/bin/tandem] [MODEL_DIR=/dev/shm/tandem-models]
+# usage: [LLAMA_CPP_BIN=dir] [TANDEM=build-gpu/bin/tandem] [MODEL_DIR=/dev/shm/tandem-models]
 #        [TYPES="bf16 q8_0 q4_k"] [SHAPE=qwen3-8b] [REPS=2] [OUT=dir] bash bench/compare_llamacpp.sh
 set -uo pipefail
 TANDEM=${TANDEM:-build-gpu/bin/tandem}
@@ -24,14 +24,9 @@ find_lbench() {
   elif [ -n "${LLAMA_CPP_SRC:-}" ] && [ -x "$LLAMA_CPP_SRC/build/bin/llama-bench" ]; then echo "$LLAMA_CPP_SRC/build/bin/llama-bench"
   fi
 }
-# Build llama-bench from source only when no binary is given (scripts/device/run_all.sh PEER=1 builds it in the
-# background and sets LLAMA_CPP_BIN: then wait for it, up to LLAMA_WAIT seconds, after tandem's runs).
-if [ -z "$(find_lbench)" ] && [ -z "${LLAMA_CPP_BIN:-}" ] && [ -n "${LLAMA_CPP_SRC:-}" ] && [ -d "$LLAMA_CPP_SRC" ]; then
-  (cd "$LLAMA_CPP_SRC" && cmake -S . -B build -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-     -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=Release && cmake --build build -j 12 \
-     --target llama-bench) >"$OUT/llama_build.log" 2>&1
-fi
-
+# llama-bench is never built here: no committed script may build the fetched peer (the fetch library's rule), so
+# give a built one in LLAMA_CPP_BIN. When scripts/device/run_all.sh runs your PEER_BUILD in the background, wait
+# for it, up to LLAMA_WAIT seconds, after tandem's runs.
 FAST_QUANT=1 bash "$here/models.sh" "$MODEL_DIR" "$TANDEM" "$SHAPE" >"$OUT/models.log" 2>&1 || tail -5 "$OUT/models.log"
 
 for t in $TYPES; do
@@ -52,7 +47,7 @@ while { [ -z "$(find_lbench)" ] || peer_building; } && [ -n "${LLAMA_CPP_BIN:-}"
   sleep 5; waited=$((waited + 5))
 done
 lbench=$(find_lbench)
-[ -z "$lbench" ] && echo "no llama-bench (set LLAMA_CPP_BIN or LLAMA_CPP_SRC; waited ${waited}s): tandem only"
+[ -z "$lbench" ] && echo "no llama-bench (set LLAMA_CPP_BIN; waited ${waited}s): tandem only"
 for t in $TYPES; do
   f="$MODEL_DIR/$SHAPE-$t.gguf"
   [ -f "$f" ] && [ -n "$lbench" ] || continue

@@ -1,9 +1,7 @@
 #!/usr/bin/env bash
 # Issue 19's CPU goal: the shipped small model (models/tandem-small-q8_0.gguf, the embedded default) on the CPU at
 # least as fast as llama.cpp's CPU build on the same GGUF with the same threads. On the H200 machine's 16 cores,
-# run by scripts/device/run_all.sh with PEER=1 or PEER=src (LLAMA_CPP_SRC: the peer's sources). llama.cpp is
-# built here without CUDA (-DGGML_CUDA=OFF, its own build directory, llama-bench only): a CUDA build would
-# offload the prompt's matrix products to the GPU even with -ngl 0. Budget ~150 s (the build is ~60-90 s).
+# or here on the development machine (BIN=build/bin THREADS=2). Budget ~90 s.
 # Prints one row per thread count and "PASS cpu_compare" when tandem's tg128 >= llama.cpp's at every count
 # (pp512 is printed, not judged).
 set -uo pipefail
@@ -12,16 +10,11 @@ M=${MODEL:-models/tandem-small-q8_0.gguf}
 THREADS=${THREADS:-"4 8 16"}
 echo "model $M ($(stat -c %s "$M") bytes); CPU:$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2), $(nproc) cores"
 
+# llama.cpp's CPU llama-bench (-DGGML_CUDA=OFF: a CUDA build offloads the prompt's products to the GPU even with
+# -ngl 0) comes from LLAMA_CPP_CPU_BIN; no committed script builds the fetched peer (the fetch library's rule).
 lbench=""
-if [ -n "${LLAMA_CPP_SRC:-}" ] && [ -d "$LLAMA_CPP_SRC" ]; then
-  t0=$SECONDS
-  (cd "$LLAMA_CPP_SRC" && cmake -S . -B build-cpu -G Ninja -DGGML_CUDA=OFF -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
-     -DLLAMA_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=Release && cmake --build build-cpu -j "$(nproc)" --target llama-bench) \
-    >"$OUT/llama_cpu_build.log" 2>&1
-  echo "llama.cpp CPU build rc=$? in $((SECONDS - t0)) s"
-  [ -x "$LLAMA_CPP_SRC/build-cpu/bin/llama-bench" ] && lbench="$LLAMA_CPP_SRC/build-cpu/bin/llama-bench"
-fi
-[ -z "$lbench" ] && { tail -5 "$OUT/llama_cpu_build.log" 2>/dev/null; echo "no CPU llama-bench: tandem only"; }
+[ -n "${LLAMA_CPP_CPU_BIN:-}" ] && [ -x "$LLAMA_CPP_CPU_BIN/llama-bench" ] && lbench="$LLAMA_CPP_CPU_BIN/llama-bench"
+[ -z "$lbench" ] && { echo "no CPU llama-bench: tandem only"; }
 
 status=0
 for t in $THREADS; do

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Gemma 4 interop with llama.cpp (issue 16), on the H200 after run_all.sh built tandem (and, with PEER=1, the
+# Gemma 4 interop with llama.cpp (issue 16), on the H200 after run_all.sh built tandem (and, with a PEER_BUILD, the
 # peer's llama-server; PEER=src gives only its converter): tests/reference/gemma4_interop.py, dense and MoE:
 # the same random HF checkpoint converted by llama.cpp's convert_hf_to_gguf.py and by `tandem convert` (f32);
 # tandem runs both files (logits within 1e-3 of transformers, 32 greedy tokens equal); llama-server runs both
@@ -12,7 +12,7 @@ BIN=${BIN:-build-gpu/bin}
 OUT=${OUT:-/tmp/gemma4_interop_out}
 mkdir -p "$OUT"
 if [ -z "${LLAMA_CPP_SRC:-}" ] || [ ! -f "$LLAMA_CPP_SRC/convert_hf_to_gguf.py" ]; then
-  echo "FAIL: LLAMA_CPP_SRC is not a llama.cpp tree with convert_hf_to_gguf.py (run_all.sh with PEER=1 or PEER=src)"
+  echo "FAIL: LLAMA_CPP_SRC is not a llama.cpp tree with convert_hf_to_gguf.py (run_all.sh with PEER=src)"
   exit 1
 fi
 LB=()

@@ -4,7 +4,7 @@
 # `tandem bench --random-weights` for bf16 and q4_k_m) and `tandem bench` tg128 at batch 1 and pp512 on cuda:0.
 # tandem's report prints the weights a batch-1 decode step reads (the used experts only: 8/128 of every expert
 # tensor, plus everything else) and the tg fraction of 4.28 TB/s (--bw 4280) computed on those bytes. When
-# LLAMA_CPP_BIN has llama-bench (run_all.sh builds it with PEER=1), the same files run there too (-ngl 99
+# LLAMA_CPP_BIN has llama-bench (run_all.sh runs your PEER_BUILD), the same files run there too (-ngl 99
 # -fa 1), for the side-by-side rows of bench/BENCHMARKS.md.
 # Note: q4_k_m here is tandem quantize's mix; tensors whose row length is not a multiple of 256 (ffn_down_exps
 # 704, ffn_down 2112) fall back to q8_0, as `tandem quantize` does. Both engines read the same file.
@@ -46,7 +46,7 @@ for t in ${TYPES:-bf16 q4_k_m}; do
     echo "llama-bench $t rc=$? ($((SECONDS - t0)) s):"
     grep -E "^\|" "$OUT/llama_bench_$t.txt" | tail -4
   else
-    echo "llama-bench: LLAMA_CPP_BIN not set or no llama-bench there (run_all.sh PEER=1 builds it)"
+    echo "llama-bench: LLAMA_CPP_BIN not set or no llama-bench there (a built llama.cpp; run_all.sh runs your PEER_BUILD)"
   fi
   rm -f "$f"
 done

@@ -8,8 +8,8 @@
 # $OUT/summary.log.
 #
 # Carry: .debs (libpcre2-dev .deb: the image lacks PCRE2 headers; `apt-get download libpcre2-dev` here) and,
-# for the peer, .peer (llama.cpp.tar.gz).
-# usage (from the repo root): TOPICS="step_seam hardening gemma4:240" PEER=1 bash scripts/device/run_all.sh
+# for the peer, .peer (llama.cpp.tar.gz) and your PEER_BUILD script (see below).
+# usage (from the repo root): TOPICS="step_seam hardening gemma4:240" [PEER_BUILD=your-script] bash scripts/device/run_all.sh
 #   BG_TOPICS="train_diffusion:330" runs topics in the background from the start (see below).
 #   BUILD_TARGETS="tandem_cli": build only those targets (a bench call that needs no test binaries).
 #   a topic may carry its budget in seconds after a colon (default 120).
@@ -26,19 +26,17 @@ pack() { tar czf "$FINAL_OUT/results.tar.gz" -C "$WORK" . 2>/dev/null; }
 echo "=== $(date +%T) start; $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader)"
 gcc --version | head -1; nvcc --version | tail -1
 
-# PEER=src: the peer's sources only (its converter, for interop checks), no build.
+# The peer (llama.cpp) is never built by a committed script: the library that fetched it forbids committing any
+# recipe that builds fetched code. PEER_BUILD names a script of your own, kept out of the repository (carry it as
+# an ignored path), that builds the peer's tools into $LLAMA_CPP_BIN from .peer/llama.cpp.tar.gz; it runs in the
+# background beside tandem's build. PEER=src unpacks the peer's sources only (its converter, for interop checks).
 if [ "${PEER:-0}" = src ] && [ -f .peer/llama.cpp.tar.gz ]; then
   mkdir -p /tmp/llama.cpp && tar xzf .peer/llama.cpp.tar.gz -C /tmp/llama.cpp && export LLAMA_CPP_SRC=/tmp/llama.cpp
 fi
-# Peer build in the background (only the tools we compare with).
-if [ "${PEER:-0}" = 1 ] && [ -f .peer/llama.cpp.tar.gz ]; then
-  mkdir -p /tmp/llama.cpp && tar xzf .peer/llama.cpp.tar.gz -C /tmp/llama.cpp
-  (cd /tmp/llama.cpp && cmake -S . -B build -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DLLAMA_CURL=OFF \
-     -DLLAMA_BUILD_TESTS=OFF -DCMAKE_BUILD_TYPE=Release >"$WORK/peer_build.log" 2>&1 &&
-   cmake --build build -j ${PEER_JOBS:-6} --target ${PEER_TARGETS:-llama-bench llama-server llama-cli} >>"$WORK/peer_build.log" 2>&1;
-   echo "peer build rc=$?" >>"$WORK/peer_build.log") &
+if [ -n "${PEER_BUILD:-}" ] && [ -f "$PEER_BUILD" ]; then
+  export LLAMA_CPP_SRC=/tmp/llama.cpp LLAMA_CPP_BIN=${LLAMA_CPP_BIN:-/tmp/llama.cpp/build/bin}
+  (bash "$PEER_BUILD" >"$WORK/peer_build.log" 2>&1; echo "peer build rc=$?" >>"$WORK/peer_build.log") &
   PEER_PID=$!
-  export LLAMA_CPP_SRC=/tmp/llama.cpp LLAMA_CPP_BIN=/tmp/llama.cpp/build/bin
 fi
 
 # Background topics (BG_TOPICS="name:budget ..."): GPU work that needs no tandem build (training), started

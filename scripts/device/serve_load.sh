@@ -14,9 +14,9 @@
 # full output kept (serve_seed_tests_*.txt), and the batch-invariance test of the CPU forward behind it.
 # SEED_ONLY=1: only that (about 60 s, no model, no peer).
 #
-# Run after build-gpu/ (run_all.sh) with the peer: PEER=1 TOPICS="serve_load:460" bash scripts/device/run_all.sh
+# Run after build-gpu/ (run_all.sh) with the peer: PEER_BUILD=your-script TOPICS="serve_load:460" bash scripts/device/run_all.sh
 # env: BIN, OUT, MODELS (default /tmp/tandem-models; an existing qwen3-8b-q8_0.gguf there, e.g. made by
-# dflash_8b in the same call, is reused), LLAMA_CPP_BIN (the peer's bin/, from run_all.sh PEER=1), CLIENTS,
+# dflash_8b in the same call, is reused), LLAMA_CPP_BIN (the peer's bin/, from your PEER_BUILD), CLIENTS,
 # DURATION, PARALLEL, CTX, DEVICE. Budget: ~200 s to make the model when it is not there yet, + 2 x (DURATION + ~40 s).
 set -u
 BIN=${BIN:-build-gpu/bin}
@@ -126,7 +126,7 @@ if [ -x "$LS" ]; then
   fi
   kill $pid 2>/dev/null; wait $pid 2>/dev/null
 else
-  echo "no llama-server at $LS (run_all.sh PEER=1 builds it): tandem only"
+  echo "no llama-server at $LS (a built llama.cpp; run_all.sh runs your PEER_BUILD): tandem only"
 fi
 
 python3 - "$OUT" <<'EOF'

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 19 (batch-1 decode speed) on the GPU machine in one topic, run by scripts/device/run_all.sh (BIN, OUT set;
-# LLAMA_CPP_BIN / LLAMA_CPP_SRC set there by PEER=1): speed_check.sh (the GPU tests, ~150 s), then
+# LLAMA_CPP_BIN / LLAMA_CPP_SRC set by your PEER_BUILD): speed_check.sh (the GPU tests, ~150 s), then
 # speed_bench.sh (llama.cpp side by side, batch, depth, per-kernel times, ~300 s). A call short of time runs
 # the two as separate topics instead: TOPICS="speed_check:170 speed_bench:330".
 set -uo pipefail

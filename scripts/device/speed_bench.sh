@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 19, measurement half (run by scripts/device/run_all.sh, BIN and OUT set; LLAMA_CPP_BIN / LLAMA_CPP_SRC
-# set there by PEER=1; ~300 s; needs only the tandem binary). In order of importance:
+# set by your PEER_BUILD; ~300 s; needs only the tandem binary). In order of importance:
 #   0. a sanity check (the call may have no test binary): greedy ids of the shipped small model (q8_0, and
 #      q4_k / bf16 quantized from it) on the CPU and on CUDA, the number of equal leading ids of 48;
 #   1. bench/compare_llamacpp.sh: tandem bench and llama-bench (-fa 1 -ngl 99), tg128 and pp512, on the same
