@@ -39,9 +39,10 @@ const std::vector<PreType>& pre_types() {
       // The names llama.cpp's converter writes (tokenizer.ggml.pre), grouped by the regexes llama.cpp gives
       // them. The GPT-2 group's pattern there lacks the final "|\s+": the same pieces, because text no
       // alternative matches becomes a piece of its own here. Names not listed are refused with this list.
-      {"gpt2", {kGpt2Pattern}},
-      {"default", {kGpt2Pattern}},
+      // "gpt2" is not a name llama.cpp knows: tandem's converter wrote it before 2026-12-04, so it stays readable.
       {"gpt-2", {kGpt2Pattern}},
+      {"default", {kGpt2Pattern}},
+      {"gpt2", {kGpt2Pattern}},
       {"phi-2", {kGpt2Pattern}},
       {"jina-es", {kGpt2Pattern}},
       {"jina-de", {kGpt2Pattern}},
@@ -111,9 +112,10 @@ std::string match_pre_type(const std::vector<std::string>& steps) {
     // "[\r\n]" may be written with the characters themselves.
     if (x == "[\r\n]") x = R"([\r\n])";
   }
-  // The first name listed for a list of regexes is the one llama.cpp's converter writes.
+  // The name llama.cpp's converter writes for each list of regexes (a name llama.cpp does not know would make
+  // the file unloadable there: "gpt2" was, until llamacpp_runs_fixtures.py ran our files in llama.cpp).
   for (const char* name :
-       {"gpt2", "llama-bpe", "qwen2", "deepseek-llm", "deepseek-coder", "starcoder", "falcon"}) {
+       {"gpt-2", "llama-bpe", "qwen2", "deepseek-llm", "deepseek-coder", "starcoder", "falcon"}) {
     if (*pre_regexes(name) == s) return name;
   }
   // Falcon's tokenizer.json also splits digit runs (Digits) before cutting them in threes.
