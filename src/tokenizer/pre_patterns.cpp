@@ -41,8 +41,6 @@ const std::vector<PreType>& pre_types() {
       // alternative matches becomes a piece of its own here. Names not listed are refused with this list.
       // "gpt2" is not a name llama.cpp knows: tandem's converter wrote it before 2026-12-04, so it stays readable.
       {"gpt-2", {kGpt2Pattern}},
-      {"default", {kGpt2Pattern}},
-      {"gpt2", {kGpt2Pattern}},
       {"phi-2", {kGpt2Pattern}},
       {"jina-es", {kGpt2Pattern}},
       {"jina-de", {kGpt2Pattern}},
@@ -59,6 +57,8 @@ const std::vector<PreType>& pre_types() {
       {"mpt", {kGpt2Pattern}},
       {"olmo", {kGpt2Pattern}},
       {"jais", {kGpt2Pattern}},
+      {"default", {kGpt2Pattern}},
+      {"gpt2", {kGpt2Pattern}},
       {"trillion", {kGpt2Pattern}},
       {"granite-docling", {kGpt2Pattern}},
       {"llama-bpe", {kLlama3Pattern}},
