@@ -17,7 +17,8 @@
 # Run after build-gpu/ (run_all.sh) with the peer: PEER_BUILD=your-script TOPICS="serve_load:460" bash scripts/device/run_all.sh
 # env: BIN, OUT, MODELS (default /tmp/tandem-models; an existing qwen3-8b-q8_0.gguf there, e.g. made by
 # dflash_8b in the same call, is reused), LLAMA_CPP_BIN (the peer's bin/, from your PEER_BUILD), CLIENTS,
-# DURATION, PARALLEL, CTX, DEVICE. Budget: ~200 s to make the model when it is not there yet, + 2 x (DURATION + ~40 s).
+# DURATION, PARALLEL, CTX, DEVICE (cpu: both servers on the CPU with THREADS threads), MODEL (a file instead of
+# the 8B one), ABORT (fraction aborted, default 0.1). Budget: ~200 s to make the model when it is not there yet, + 2 x (DURATION + ~40 s).
 set -u
 BIN=${BIN:-build-gpu/bin}
 OUT=${OUT:-out/serve_load}
@@ -56,11 +57,15 @@ if [ "${SEED_ONLY:-0}" = 1 ]; then
   exit 0
 fi
 
-# 2. The 8B model.
+# 2. The 8B model (or MODEL=file: that file instead, e.g. the shipped small model for a CPU side-by-side).
 t0=$SECONDS
-FAST_QUANT=1 bash bench/models.sh "$MODELS" "$BIN/tandem" qwen3-8b > "$OUT/models.txt" 2>&1 || {
-  echo "FAIL making the qwen3-8b model (see models.txt)"; tail -5 "$OUT/models.txt"; exit 1; }
-M=$MODELS/qwen3-8b-q8_0.gguf
+if [ -n "${MODEL:-}" ]; then
+  M=$MODEL
+else
+  FAST_QUANT=1 bash bench/models.sh "$MODELS" "$BIN/tandem" qwen3-8b > "$OUT/models.txt" 2>&1 || {
+    echo "FAIL making the qwen3-8b model (see models.txt)"; tail -5 "$OUT/models.txt"; exit 1; }
+  M=$MODELS/qwen3-8b-q8_0.gguf
+fi
 echo "model $M ($(stat -c %s "$M") bytes) ready after $((SECONDS - t0)) s"
 if [ -n "${seed_pid:-}" ]; then
   wait "$seed_pid"
@@ -69,7 +74,13 @@ if [ -n "${seed_pid:-}" ]; then
   grep -q "rc=0" "$OUT/serve_seed_rc.txt" && echo "seed tests: PASS" || { echo "seed tests: FAIL"; fail=1; }
 fi
 
-LOAD="--concurrency $CLIENTS --duration $DURATION --max-tokens 64 --abort 0.1 --vram --timeout 600"
+LOAD="--concurrency $CLIENTS --duration $DURATION --max-tokens 64 --abort ${ABORT:-0.1} --timeout 600"
+[ "$DEVICE" != cpu ] && LOAD="$LOAD --vram"
+# On the CPU both servers get the same threads (THREADS, default all cores) and llama-server no GPU layers.
+NGL=99; T_ARGS=(); L_ARGS=()
+if [ "$DEVICE" = cpu ]; then
+  NGL=0; T_ARGS=(-t "${THREADS:-$(nproc)}"); L_ARGS=(-t "${THREADS:-$(nproc)}" -tb "${THREADS:-$(nproc)}")
+fi
 
 wait_port() {  # url pid log
   for _ in $(seq 600); do
@@ -84,7 +95,7 @@ wait_port() {  # url pid log
 # 3. tandem serve on the GPU.
 port=18080
 "$BIN/tandem" serve -m "$M" --devices "$DEVICE" --port $port --parallel "$PARALLEL" --ctx "$CTX" --kv-unified \
-  --queue-timeout 600 > "$OUT/tandem_server.log" 2>&1 &
+  "${T_ARGS[@]}" --queue-timeout 600 > "$OUT/tandem_server.log" 2>&1 &
 pid=$!
 if wait_port "http://127.0.0.1:$port" $pid "$OUT/tandem_server.log"; then
   echo "--- tandem serve: --devices $DEVICE --parallel $PARALLEL --ctx $CTX --kv-unified"
@@ -110,17 +121,17 @@ if [ ! -x "$LS" ] && [ -n "${LLAMA_CPP_BIN:-}" ]; then
 fi
 if [ -x "$LS" ]; then
   port=18081
-  "$LS" -m "$M" -ngl 99 --port $port -c "$CTX" -np "$PARALLEL" -kvu > "$OUT/llama_server.log" 2>&1 &
+  "$LS" -m "$M" -ngl $NGL "${L_ARGS[@]}" --port $port -c "$CTX" -np "$PARALLEL" -kvu > "$OUT/llama_server.log" 2>&1 &
   pid=$!
   if ! kill -0 $pid 2>/dev/null || ! wait_port "http://127.0.0.1:$port" $pid "$OUT/llama_server.log"; then
     # an older llama-server without -kvu
     kill $pid 2>/dev/null; wait $pid 2>/dev/null
-    "$LS" -m "$M" -ngl 99 --port $port -c "$CTX" -np "$PARALLEL" > "$OUT/llama_server.log" 2>&1 &
+    "$LS" -m "$M" -ngl $NGL "${L_ARGS[@]}" --port $port -c "$CTX" -np "$PARALLEL" > "$OUT/llama_server.log" 2>&1 &
     pid=$!
     wait_port "http://127.0.0.1:$port" $pid "$OUT/llama_server.log" || { echo "FAIL: llama-server did not come up"; fail=1; }
   fi
   if kill -0 $pid 2>/dev/null; then
-    echo "--- llama-server: -ngl 99 -c $CTX -np $PARALLEL"
+    echo "--- llama-server: -ngl $NGL ${L_ARGS[*]} -c $CTX -np $PARALLEL -kvu"
     python3 bench/serve_load.py --url "http://127.0.0.1:$port" --pid $pid $LOAD --no-kv-check \
       --json "$OUT/llama.json" 2>&1 | tee "$OUT/llama_load.txt" || fail=1
   fi
