@@ -1,10 +1,15 @@
 // Attention over the paged KV cache with an online softmax.
 //
 // Every row sees a contiguous range [lo, hi) of its sequence's cache positions (all mask kinds, the sliding
-// window and kv_begin only move the two ends), so a task walks that range in tiles of kTile positions: scores
-// of the tile for each of its query heads, then the running max / sum / accumulator update (flash-attention
-// style), so no T x seq_len matrix exists. A task is (row, KV head, a subset of the query heads of that KV
-// head's GQA group): each K/V row is loaded once for all the task's query heads and never copied or repeated.
+// window and kv_begin only move the two ends). A task is (a block of consecutive rows of one sequence, a KV
+// head, a subset of the query heads of that KV head's GQA group). It walks the positions its rows see in
+// tiles of kTile positions aligned to multiples of kTile: each tile's K and V rows are converted to f32 once
+// for all the task's rows and heads (a prompt's rows share almost all their keys), then for each row and head
+// the tile's scores, the running max / sum / accumulator update (flash-attention style; no T x seq_len
+// matrix) and the sum of the tile's V rows weighted by their probabilities.
+//
+// Batch invariance: a row's arithmetic depends only on its own range (the tiles are aligned to absolute
+// positions, not to where a block starts), so its output is the same bits whichever rows share its block.
 // An Explicit mask adds its bias to the scores; a tile whose scores (and all before it) are -inf is skipped,
 // so exp(-inf - -inf) never happens and a row with no finite score gets 0.
 #include <algorithm>
@@ -23,23 +28,37 @@ namespace tandem::cpu {
 namespace {
 
 constexpr int kTile = 32;
+// Rows of one sequence a task takes at most: they share each converted K/V tile.
+constexpr int64_t kRowBlock = 16;
 
-using DotKFn = float (*)(const float* q, const void* k, int64_t n);
-using AxpyVFn = void (*)(float* acc, float a, const void* v, int64_t n);  // acc += a * v
+// Row conversion of the cache into f32 (exact for f16 and bf16), and the two f32 products of a tile.
+using ConvertFn = void (*)(const void* src, float* dst, int64_t n);
+// scores[jj] = q . k[jj * n ..] for jj < m.
+using DotsFn = void (*)(const float* q, const float* k, int m, int64_t n, float* scores);
+// acc[0..n) += sum over jj < m of p[jj] * v[jj * n + i], jj in order (one pass over acc per 8 values).
+using WeightedSumFn = void (*)(float* acc, const float* p, const float* v, int m, int64_t n);
 
 template <class Load>
-float dot_scalar(const float* q, const void* k, int64_t n) {
+void convert_scalar(const void* src, float* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = Load::get(src, i);
+}
+
+float dot_scalar(const float* q, const float* k, int64_t n) {
   float s[4] = {0, 0, 0, 0};
   int64_t i = 0;
   for (; i + 4 <= n; i += 4)
-    for (int j = 0; j < 4; ++j) s[j] += q[i + j] * Load::get(k, i + j);
-  for (; i < n; ++i) s[0] += q[i] * Load::get(k, i);
+    for (int j = 0; j < 4; ++j) s[j] += q[i + j] * k[i + j];
+  for (; i < n; ++i) s[0] += q[i] * k[i];
   return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
-template <class Load>
-void axpy_scalar(float* acc, float a, const void* v, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) acc[i] += a * Load::get(v, i);
+void dots_scalar(const float* q, const float* k, int m, int64_t n, float* scores) {
+  for (int jj = 0; jj < m; ++jj) scores[jj] = dot_scalar(q, k + jj * n, n);
+}
+
+void weighted_sum_scalar(float* acc, const float* p, const float* v, int m, int64_t n) {
+  for (int jj = 0; jj < m; ++jj)
+    for (int64_t i = 0; i < n; ++i) acc[i] += p[jj] * v[jj * n + i];
 }
 
 struct ScalarF32 {
@@ -55,76 +74,120 @@ struct ScalarBF16 {
 #if TANDEM_HAVE_X86
 #define TANDEM_AVX2 __attribute__((target("avx2,fma,f16c")))
 
-struct VecF32 {
-  TANDEM_AVX2 static __m256 load(const void* p, int64_t i) {
-    return _mm256_loadu_ps(static_cast<const float*>(p) + i);
-  }
-  static float get(const void* p, int64_t i) { return ScalarF32::get(p, i); }
-};
-struct VecF16 {
-  TANDEM_AVX2 static __m256 load(const void* p, int64_t i) {
-    return _mm256_cvtph_ps(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(p) + i)));
-  }
-  static float get(const void* p, int64_t i) { return ScalarF16::get(p, i); }
-};
-struct VecBF16 {
-  TANDEM_AVX2 static __m256 load(const void* p, int64_t i) {
-    const __m256i h = _mm256_cvtepu16_epi32(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(p) + i)));
-    return _mm256_castsi256_ps(_mm256_slli_epi32(h, 16));
-  }
-  static float get(const void* p, int64_t i) { return ScalarBF16::get(p, i); }
-};
+TANDEM_AVX2 void convert_f16_avx2(const void* src, float* dst, int64_t n) {
+  const auto* h = static_cast<const uint16_t*>(src);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+  for (; i < n; ++i) dst[i] = ScalarF16::get(src, i);
+}
 
-template <class L>
-TANDEM_AVX2 float dot_avx2(const float* q, const void* k, int64_t n) {
+TANDEM_AVX2 void convert_bf16_avx2(const void* src, float* dst, int64_t n) {
+  const auto* h = static_cast<const uint16_t*>(src);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i)));
+    _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(w, 16)));
+  }
+  for (; i < n; ++i) dst[i] = ScalarBF16::get(src, i);
+}
+
+TANDEM_AVX2 float dot_avx2(const float* q, const float* k, int64_t n) {
   __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), L::load(k, i), a0);
-    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), L::load(k, i + 8), a1);
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), a0);
+    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i + 8), _mm256_loadu_ps(k + i + 8), a1);
   }
-  for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), L::load(k, i), a0);
+  for (; i + 8 <= n; i += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + i), _mm256_loadu_ps(k + i), a0);
   a0 = _mm256_add_ps(a0, a1);
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(a0), _mm256_extractf128_ps(a0, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
   s = _mm_add_ss(s, _mm_movehdup_ps(s));
   float r = _mm_cvtss_f32(s);
-  for (; i < n; ++i) r += q[i] * L::get(k, i);
+  for (; i < n; ++i) r += q[i] * k[i];
   return r;
 }
 
-template <class L>
-TANDEM_AVX2 void axpy_avx2(float* acc, float a, const void* v, int64_t n) {
-  const __m256 va = _mm256_set1_ps(a);
+// scores[jj] = dot(q, k + jj * n) for jj < m, four keys at a time: each key's sums are exactly dot_avx2's
+// (two chains over the same values in the same order), but four keys' chains run side by side instead of one
+// waiting on the FMA latency.
+TANDEM_AVX2 void dots_avx2(const float* q, const float* k, int m, int64_t n, float* scores) {
+  int jj = 0;
+  if (n % 16 == 0) {
+    for (; jj + 4 <= m; jj += 4) {
+      __m256 a0[4], a1[4];
+      for (int t = 0; t < 4; ++t) a0[t] = a1[t] = _mm256_setzero_ps();
+      for (int64_t i = 0; i < n; i += 16) {
+        const __m256 q0 = _mm256_loadu_ps(q + i), q1 = _mm256_loadu_ps(q + i + 8);
+        for (int t = 0; t < 4; ++t) {
+          const float* kt = k + (jj + t) * n + i;
+          a0[t] = _mm256_fmadd_ps(q0, _mm256_loadu_ps(kt), a0[t]);
+          a1[t] = _mm256_fmadd_ps(q1, _mm256_loadu_ps(kt + 8), a1[t]);
+        }
+      }
+      for (int t = 0; t < 4; ++t) {
+        const __m256 a = _mm256_add_ps(a0[t], a1[t]);
+        __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+        s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        scores[jj + t] = _mm_cvtss_f32(s);
+      }
+    }
+  }
+  for (; jj < m; ++jj) scores[jj] = dot_avx2(q, k + jj * n, n);
+}
+
+TANDEM_AVX2 void weighted_sum_avx2(float* acc, const float* p, const float* v, int m, int64_t n) {
+  // 64 values of acc at a time in 8 registers: eight independent FMA chains (one chain per 8 values would
+  // wait on the FMA latency at every key). Each value still adds the keys in order, as the scalar loop does.
   int64_t i = 0;
-  for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(acc + i, _mm256_fmadd_ps(va, L::load(v, i), _mm256_loadu_ps(acc + i)));
-  for (; i < n; ++i) acc[i] += a * L::get(v, i);
+  for (; i + 64 <= n; i += 64) {
+    __m256 a[8];
+    for (int c = 0; c < 8; ++c) a[c] = _mm256_loadu_ps(acc + i + 8 * c);
+    for (int jj = 0; jj < m; ++jj) {
+      const __m256 pj = _mm256_set1_ps(p[jj]);
+      const float* vj = v + jj * n + i;
+      for (int c = 0; c < 8; ++c) a[c] = _mm256_fmadd_ps(pj, _mm256_loadu_ps(vj + 8 * c), a[c]);
+    }
+    for (int c = 0; c < 8; ++c) _mm256_storeu_ps(acc + i + 8 * c, a[c]);
+  }
+  for (; i + 8 <= n; i += 8) {
+    __m256 a = _mm256_loadu_ps(acc + i);
+    for (int jj = 0; jj < m; ++jj)
+      a = _mm256_fmadd_ps(_mm256_set1_ps(p[jj]), _mm256_loadu_ps(v + jj * n + i), a);
+    _mm256_storeu_ps(acc + i, a);
+  }
+  for (; i < n; ++i)
+    for (int jj = 0; jj < m; ++jj) acc[i] += p[jj] * v[jj * n + i];
 }
 #endif
 
-DotKFn pick_dot(DType t, bool simd) {
+ConvertFn pick_convert(DType t, bool simd) {
+  if (t == DType::F32)
+    return
+        [](const void* src, float* dst, int64_t n) { std::copy_n(static_cast<const float*>(src), n, dst); };
 #if TANDEM_HAVE_X86
-  if (simd)
-    return t == DType::F32 ? dot_avx2<VecF32> : t == DType::F16 ? dot_avx2<VecF16> : dot_avx2<VecBF16>;
+  if (simd) return t == DType::F16 ? convert_f16_avx2 : convert_bf16_avx2;
 #endif
   (void)simd;
-  return t == DType::F32   ? dot_scalar<ScalarF32>
-         : t == DType::F16 ? dot_scalar<ScalarF16>
-                           : dot_scalar<ScalarBF16>;
+  return t == DType::F16 ? convert_scalar<ScalarF16> : convert_scalar<ScalarBF16>;
 }
 
-AxpyVFn pick_axpy(DType t, bool simd) {
+DotsFn pick_dots(bool simd) {
 #if TANDEM_HAVE_X86
-  if (simd)
-    return t == DType::F32 ? axpy_avx2<VecF32> : t == DType::F16 ? axpy_avx2<VecF16> : axpy_avx2<VecBF16>;
+  if (simd) return dots_avx2;
 #endif
   (void)simd;
-  return t == DType::F32   ? axpy_scalar<ScalarF32>
-         : t == DType::F16 ? axpy_scalar<ScalarF16>
-                           : axpy_scalar<ScalarBF16>;
+  return dots_scalar;
+}
+
+WeightedSumFn pick_weighted_sum(bool simd) {
+#if TANDEM_HAVE_X86
+  if (simd) return weighted_sum_avx2;
+#endif
+  (void)simd;
+  return weighted_sum_scalar;
 }
 
 bool is_cache_type(DType t) {
@@ -173,8 +236,10 @@ struct RowMeta {
 }  // namespace
 
 size_t attention_scratch_floats(int64_t n_head, int64_t head_dim) {
-  // per query head of a task: accumulator, tile scores, running max and sum
-  return size_t(n_head) * size_t(head_dim + kTile + 2);
+  // per (row, query head) of a task: accumulator, tile scores, running max and sum; per task: the tile's K
+  // and V rows in f32
+  return size_t(kRowBlock) * size_t(n_head) * size_t(head_dim + kTile + 2) +
+         size_t(2 * kTile) * size_t(head_dim);
 }
 
 void attention(ThreadPool& pool, Workspace& ws, const Tensor& q, const KvLayerView& kv,
@@ -277,100 +342,126 @@ void attention(ThreadPool& pool, Workspace& ws, const Tensor& q, const KvLayerVi
   if (T == 0 || n_head == 0) return;
 
   const int64_t group = n_head / n_kv;
-  // Split each GQA group so that there are enough tasks for the threads (decode of one sequence has T = 1).
+  // Rows per block and the split of each GQA group: enough tasks for the threads (decode of one sequence has
+  // T = 1), and blocks as long as that allows (a prompt's rows share their keys).
   const int64_t want_tasks = int64_t(pool.n_threads()) * 4;
-  const int64_t splits =
-      std::min<int64_t>(group, std::max<int64_t>(1, (want_tasks + T * n_kv - 1) / (T * n_kv)));
+  const int64_t row_block = std::clamp<int64_t>(T * n_kv / want_tasks, 1, kRowBlock);
+  const int64_t n_row_blocks = (T + row_block - 1) / row_block;
+  const int64_t splits = std::min<int64_t>(
+      group, std::max<int64_t>(1, (want_tasks + n_row_blocks * n_kv - 1) / (n_row_blocks * n_kv)));
   const int64_t heads_per_task = (group + splits - 1) / splits;
   const int64_t tasks_per_kv = (group + heads_per_task - 1) / heads_per_task;
 
   size_t stride = 0;
-  float* scratch_all = ws.per_thread(attention_scratch_floats(heads_per_task, std::max(hd_v, int64_t(1))),
-                                     pool.n_threads(), &stride);
+  float* scratch_all =
+      ws.per_thread(attention_scratch_floats(heads_per_task, std::max({hd_k, hd_v, int64_t(1)})),
+                    pool.n_threads(), &stride);
   const bool simd = simd_enabled();
-  const DotKFn dot = pick_dot(kv.k.type, simd);
-  const AxpyVFn axpy = pick_axpy(kv.v.type, simd);
+  const ConvertFn convert_k = pick_convert(kv.k.type, simd);
+  const ConvertFn convert_v = pick_convert(kv.v.type, simd);
+  const DotsFn dots = pick_dots(simd);
+  const WeightedSumFn weighted_sum = pick_weighted_sum(simd);
 
-  pool.parallel_for(T * n_kv * tasks_per_kv, [&](int64_t task, int tid) {
-    const int64_t r = task / (n_kv * tasks_per_kv);
+  pool.parallel_for(n_row_blocks * n_kv * tasks_per_kv, [&](int64_t task, int tid) {
+    const int64_t block = task / (n_kv * tasks_per_kv);
     const int64_t kvh = (task / tasks_per_kv) % n_kv;
     const int64_t h0 = kvh * group + (task % tasks_per_kv) * heads_per_task;
     const int64_t nh = std::min(heads_per_task, kvh * group + group - h0);
-    auto out_row = [&](int64_t h) {
+    const int64_t block_end_row = std::min(T, (block + 1) * row_block);
+    auto out_row = [&](int64_t r, int64_t h) {
       return reinterpret_cast<float*>(static_cast<char*>(out.data) + h * out.nb[1] + r * out.nb[2]);
     };
-    auto q_row = [&](int64_t h) {
+    auto q_row = [&](int64_t r, int64_t h) {
       return reinterpret_cast<const float*>(static_cast<const char*>(q.data) + h * q.nb[1] + r * q.nb[2]);
     };
-
-    int64_t lo = 0, hi = 0;
-    meta.range(r, &lo, &hi);
-    const int32_t s = seq[r];
-    if (hi <= lo) {
-      for (int64_t h = h0; h < h0 + nh; ++h) std::fill_n(out_row(h), hd_v, 0.0f);
-      return;
-    }
-
     float* scratch = scratch_all + size_t(tid) * stride;
-    float* acc = scratch;                  // [nh][hd_v]
-    float* scores = acc + nh * hd_v;       // [nh][kTile]
-    float* run_max = scores + nh * kTile;  // [nh]
-    float* run_sum = run_max + nh;         // [nh]
-    std::fill_n(acc, nh * hd_v, 0.0f);
-    std::fill_n(run_max, nh, -INFINITY);
-    std::fill_n(run_sum, nh, 0.0f);
-
-    const int32_t* table = tables + int64_t(s) * max_blocks;
-    auto slot_offset = [&](int64_t j) { return int64_t(table[j / bs]) * bs + j % bs; };
     const char* kbase = static_cast<const char*>(kv.k.data) + kvh * kv.k.nb[1];
     const char* vbase = static_cast<const char*>(kv.v.data) + kvh * kv.v.nb[1];
-    const void* vrows[kTile];
-    const float* bias =
-        explicit_mask ? reinterpret_cast<const float*>(static_cast<const char*>(batch.explicit_mask.data) +
-                                                       r * batch.explicit_mask.nb[1])
-                      : nullptr;
 
-    for (int64_t j0 = lo; j0 < hi; j0 += kTile) {
-      const int n = int(std::min<int64_t>(kTile, hi - j0));
-      for (int jj = 0; jj < n; ++jj) {
-        const int64_t slot = slot_offset(j0 + jj);
-        const void* krow = kbase + size_t(slot) * kv.k.nb[2];
-        vrows[jj] = vbase + size_t(slot) * kv.v.nb[2];
-        for (int64_t h = 0; h < nh; ++h) scores[h * kTile + jj] = scale * dot(q_row(h0 + h), krow, hd_k);
-        if (bias)
-          for (int64_t h = 0; h < nh; ++h) scores[h * kTile + jj] += bias[j0 + jj];
+    // The block's rows in runs of one sequence: a run shares the K/V tiles.
+    for (int64_t r0 = block * row_block, r1 = r0; r0 < block_end_row; r0 = r1) {
+      for (r1 = r0 + 1; r1 < block_end_row && seq[r1] == seq[r0]; ++r1) {
       }
-      for (int64_t h = 0; h < nh; ++h) {
-        float* sc = scores + h * kTile;
-        float m = run_max[h];
-        for (int jj = 0; jj < n; ++jj) m = std::max(m, sc[jj]);
-        if (m == -INFINITY) {  // every score so far is -inf (Explicit mask): this tile adds nothing
-          std::fill_n(sc, n, 0.0f);
+      const int64_t nr = r1 - r0, units = nr * nh;  // unit u = (row r0 + u / nh, head h0 + u % nh)
+      float* acc = scratch;                         // [units][hd_v]
+      float* scores = acc + units * hd_v;           // [units][kTile]
+      float* run_max = scores + units * kTile;      // [units]
+      float* run_sum = run_max + units;             // [units]
+      float* kf = run_sum + units;                  // [kTile][hd_k]
+      float* vf = kf + kTile * hd_k;                // [kTile][hd_v]
+      std::fill_n(acc, units * hd_v, 0.0f);
+      std::fill_n(run_max, units, -INFINITY);
+      std::fill_n(run_sum, units, 0.0f);
+
+      int64_t lo[kRowBlock], hi[kRowBlock];
+      int64_t first = INT64_MAX, last = INT64_MIN;
+      for (int64_t i = 0; i < nr; ++i) {
+        meta.range(r0 + i, &lo[i], &hi[i]);
+        if (hi[i] > lo[i]) {
+          first = std::min(first, lo[i]);
+          last = std::max(last, hi[i]);
+        }
+      }
+      const int32_t s = seq[r0];
+      const int32_t* table = s >= 0 ? tables + int64_t(s) * max_blocks : nullptr;
+
+      for (int64_t t0 = first < last ? first / kTile * kTile : 0; first < last && t0 < last; t0 += kTile) {
+        const int64_t t1 = std::min(t0 + kTile, last);
+        // Convert the tile's rows that some row of the run sees (others may sit in evicted blocks).
+        for (int64_t j = std::max(t0, first); j < t1; ++j) {
+          bool seen = false;
+          for (int64_t i = 0; i < nr && !seen; ++i) seen = lo[i] <= j && j < hi[i];
+          if (!seen) continue;
+          const int64_t slot = int64_t(table[j / bs]) * bs + j % bs;
+          convert_k(kbase + size_t(slot) * kv.k.nb[2], kf + (j - t0) * hd_k, hd_k);
+          convert_v(vbase + size_t(slot) * kv.v.nb[2], vf + (j - t0) * hd_v, hd_v);
+        }
+        for (int64_t i = 0; i < nr; ++i) {
+          const int64_t a = std::max(t0, lo[i]), b = std::min(t1, hi[i]);
+          if (a >= b) continue;
+          const int n = int(b - a), off = int(a - t0);
+          const float* bias =
+              explicit_mask
+                  ? reinterpret_cast<const float*>(static_cast<const char*>(batch.explicit_mask.data) +
+                                                   (r0 + i) * batch.explicit_mask.nb[1]) +
+                        a
+                  : nullptr;
+          for (int64_t h = 0; h < nh; ++h) {
+            const int64_t u = i * nh + h;
+            float* sc = scores + u * kTile;
+            const float* qr = q_row(r0 + i, h0 + h);
+            dots(qr, kf + off * hd_k, n, hd_k, sc);
+            for (int jj = 0; jj < n; ++jj) sc[jj] *= scale;
+            if (bias)
+              for (int jj = 0; jj < n; ++jj) sc[jj] += bias[jj];
+            float m = run_max[u];
+            for (int jj = 0; jj < n; ++jj) m = std::max(m, sc[jj]);
+            if (m == -INFINITY)
+              continue;  // every score so far is -inf (Explicit mask): this tile adds nothing
+            const float correction = std::exp(run_max[u] - m);  // 0 on the first visible tile (exp(-inf))
+            float sum = run_sum[u] * correction;
+            float* accu = acc + u * hd_v;
+            if (correction != 1.0f)
+              for (int64_t e = 0; e < hd_v; ++e) accu[e] *= correction;
+            for (int jj = 0; jj < n; ++jj) {
+              sc[jj] = std::exp(sc[jj] - m);
+              sum += sc[jj];
+            }
+            run_max[u] = m;
+            run_sum[u] = sum;
+            weighted_sum(accu, sc, vf + off * hd_v, n, hd_v);
+          }
+        }
+      }
+      for (int64_t u = 0; u < units; ++u) {
+        float* o = out_row(r0 + u / nh, h0 + u % nh);
+        if (run_sum[u] == 0.0f) {  // the row sees nothing, or every score it sees is -inf
+          std::fill_n(o, hd_v, 0.0f);
           continue;
         }
-        const float correction = std::exp(run_max[h] - m);  // 0 on the first visible tile (exp(-inf))
-        float sum = run_sum[h] * correction;
-        float* a = acc + h * hd_v;
-        if (correction != 1.0f)
-          for (int64_t i = 0; i < hd_v; ++i) a[i] *= correction;
-        for (int jj = 0; jj < n; ++jj) {
-          sc[jj] = std::exp(sc[jj] - m);
-          sum += sc[jj];
-        }
-        run_max[h] = m;
-        run_sum[h] = sum;
+        const float inv = 1.0f / run_sum[u];
+        for (int64_t e = 0; e < hd_v; ++e) o[e] = acc[u * hd_v + e] * inv;
       }
-      for (int jj = 0; jj < n; ++jj)
-        for (int64_t h = 0; h < nh; ++h) axpy(acc + h * hd_v, scores[h * kTile + jj], vrows[jj], hd_v);
-    }
-    for (int64_t h = 0; h < nh; ++h) {
-      float* o = out_row(h0 + h);
-      if (run_sum[h] == 0.0f) {  // every visible score was -inf
-        std::fill_n(o, hd_v, 0.0f);
-        continue;
-      }
-      const float inv = 1.0f / run_sum[h];
-      for (int64_t i = 0; i < hd_v; ++i) o[i] = acc[h * hd_v + i] * inv;
     }
   });
 }
