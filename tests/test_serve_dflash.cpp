@@ -2,7 +2,8 @@
 // its architecture) over real HTTP on loopback: greedy completions equal plain `tandem generate`; concurrent
 // streams (some forking a running request's prefix, with its drafter features) equal their solo texts; a
 // client that disconnects frees its target KV and its drafter cache (both in /metrics); drafts are accepted;
-// a seed repeats its sampled text alone and among others; drafters that do not fit are clear errors.
+// a seed repeats its sampled text alone and among others; drafters that do not fit are clear errors. The
+// prefix-forking streams also run with a draft model (its cache forked through the same Drafter::fork).
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <unistd.h>
@@ -86,31 +87,36 @@ TEST_F(ServeDflash, GreedyCompletionsEqualPlainGenerateAndDraftsAreAccepted) {
 }
 
 // Six greedy streams at once over four slots, while a long request holds the same 40-odd-token prefix: the
-// later ones fork its cells (and the drafter its features of those positions), some wait for a slot. Each
-// text equals the one the same request got alone.
-TEST_F(ServeDflash, ConcurrentStreamsEqualTheirSoloTextsAlsoWhenForkingAPrefix) {
-  ASSERT_GT(port(), 0);
+// later ones fork its cells (and the drafter its cache of those positions: DFlash its features, a draft
+// model its K/V), some wait for a slot. Each text equals the one the same request got alone.
+void expect_forking_streams_equal_solo(int port) {
+  auto complete = [&](const json& body) {
+    httplib::Client c("127.0.0.1", port);
+    c.set_read_timeout(300, 0);
+    auto r = c.Post("/v1/completions", body.dump(), "application/json");
+    if (!r || r->status != 200) return std::string("(failed: ") + (r ? r->body : "no answer") + ")";
+    return json::parse(r->body)["choices"][0]["text"].get<std::string>();
+  };
   std::string prefix;
   for (int i = 0; i < 4; ++i) prefix += "The quick brown fox jumps over the lazy dog. ";
   const int n = 6;
   std::vector<std::string> prompts, solo(n);
   for (int i = 0; i < n; ++i) prompts.push_back(prefix + "Story " + std::to_string(i) + ": once");
   for (int i = 0; i < n; ++i)
-    solo[size_t(i)] =
-        text_of(complete({{"prompt", prompts[size_t(i)]}, {"max_tokens", 24}, {"temperature", 0}}));
-  ASSERT_TRUE(wait_metric_at(port(), "tandem_kv_cells_used", 0));
-  const int64_t reused0 = metric("tandem_prompt_tokens_reused_total");
+    solo[size_t(i)] = complete({{"prompt", prompts[size_t(i)]}, {"max_tokens", 24}, {"temperature", 0}});
+  ASSERT_TRUE(wait_metric_at(port, "tandem_kv_cells_used", 0));
+  const int64_t reused0 = metric_at(port, "tandem_prompt_tokens_reused_total");
   std::vector<std::string> got(n);
-  std::vector<int> events(n, 0);
   std::vector<bool> done(n);
   {
-    RawStream holder(port(),
+    RawStream holder(port,
                      json{{"prompt", prefix + "A long one"}, {"max_tokens", 1000}, {"ignore_eos", true}});
     ASSERT_TRUE(holder.wait_for_tokens(1));  // its prompt is in the KV: a prefix to fork
     std::vector<std::thread> threads;
     for (int i = 0; i < n; ++i)
       threads.emplace_back([&, i] {
-        auto c = client();
+        httplib::Client c("127.0.0.1", port);
+        c.set_read_timeout(300, 0);
         auto r = c.Post(
             "/v1/completions",
             json{{"prompt", prompts[size_t(i)]}, {"max_tokens", 24}, {"temperature", 0}, {"stream", true}}
@@ -128,9 +134,22 @@ TEST_F(ServeDflash, ConcurrentStreamsEqualTheirSoloTextsAlsoWhenForkingAPrefix) 
     EXPECT_EQ(got[size_t(i)], solo[size_t(i)]) << i;
   }
   // The prefix (40-odd tokens, whole blocks of 16 at least) was forked for every one of them.
-  EXPECT_GE(metric("tandem_prompt_tokens_reused_total") - reused0, int64_t(n) * 32);
-  EXPECT_TRUE(wait_metric_at(port(), "tandem_kv_cells_used", 0));
-  EXPECT_TRUE(wait_metric_at(port(), "tandem_draft_kv_cells_used", 0));
+  EXPECT_GE(metric_at(port, "tandem_prompt_tokens_reused_total") - reused0, int64_t(n) * 32);
+  EXPECT_TRUE(wait_metric_at(port, "tandem_kv_cells_used", 0));
+  EXPECT_TRUE(wait_metric_at(port, "tandem_draft_kv_cells_used", 0));
+}
+
+TEST_F(ServeDflash, ConcurrentStreamsEqualTheirSoloTextsAlsoWhenForkingAPrefix) {
+  ASSERT_GT(port(), 0);
+  expect_forking_streams_equal_solo(port());
+}
+
+// The same with a draft model (Drafter::fork forks its cached K/V instead of decoding the prefix again).
+TEST(ServeDraftModel, ConcurrentStreamsEqualTheirSoloTextsAlsoWhenForkingAPrefix) {
+  ServerProcess s("-t 2 --parallel 4 --ctx 4096 --kv-unified --draft-max 4 --draft '" + kModels +
+                  "tandem-draft-q8_0.gguf'");
+  ASSERT_GT(s.port(), 0);
+  expect_forking_streams_equal_solo(s.port());
 }
 
 TEST_F(ServeDflash, DisconnectMidStreamFreesTargetKvAndDrafterCache) {

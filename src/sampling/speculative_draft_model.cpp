@@ -48,12 +48,12 @@ void DraftModelDrafter::reset(int32_t seq) {
 void DraftModelDrafter::fork(int32_t src, int32_t dst, int32_t n) {
   reset(dst);
   if (size_t(src) >= cached_.size() || n <= 0) return;
+  if (cached_.size() <= size_t(dst)) cached_.resize(size_t(dst) + 1);  // before taking a reference into it
   // The cached prefix of src that dst's history shares: forked, not decoded again.
   const std::vector<int32_t>& c = cached_[size_t(src)];
   const size_t k = std::min(size_t(n), c.size());
   if (k == 0) return;
   session_.seq_fork(src, dst, int32_t(k));
-  if (cached_.size() <= size_t(dst)) cached_.resize(size_t(dst) + 1);
   cached_[size_t(dst)].assign(c.begin(), c.begin() + ptrdiff_t(k));
 }
 
