@@ -75,7 +75,7 @@ class Stats:
 def client(args, host, port, headers, stats, stop_at, rng):
     while time.time() < stop_at:
         prompt = " ".join(rng.choice(WORDS) for _ in range(rng.randint(4, args.prompt_words)))
-        body = json.dumps({"prompt": prompt, "max_tokens": args.max_tokens, "temperature": 0.8,
+        body = json.dumps({"prompt": prompt, "max_tokens": args.max_tokens, "temperature": args.temperature,
                            "seed": rng.randint(0, 1 << 30), "stream": True, "ignore_eos": True})
         abort_after = rng.randint(1, args.max_tokens) if rng.random() < args.abort else None
         t0 = time.time()
@@ -132,6 +132,7 @@ def main():
     ap.add_argument("--concurrency", default="1,4,16,64", help="comma-separated client counts")
     ap.add_argument("--duration", type=float, default=30.0, help="seconds per concurrency level")
     ap.add_argument("--max-tokens", type=int, default=64)
+    ap.add_argument("--temperature", type=float, default=0.8, help="0: greedy clients")
     ap.add_argument("--prompt-words", type=int, default=48)
     ap.add_argument("--abort", type=float, default=0.0, help="fraction of requests aborted mid-stream")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds a request may take")

@@ -484,5 +484,42 @@ TEST(DflashShipped, TrainedDrafterAccepts) {
   EXPECT_GT(spec.stats().mean_accepted_length(), 1.5) << spec.stats().summary();
 }
 
+// Drafter::fork (the server's prefix sharing): a sequence forked from the first n positions of another drafts
+// what the source drafts from the same history, with no target decode of its own; a sequence that was neither
+// decoded nor forked, and a fork of more positions than the source holds, are clear errors.
+TEST(DflashFork, ForkedSequenceDraftsAsItsSource) {
+  const auto target = shipped_target();
+  const auto dm = load_drafter(shipped_drafter_file(), target);
+  Session ts(target, {.n_ctx = 256, .n_seq_max = 3}), ds(dm, {.n_ctx = 256, .n_seq_max = 3});
+  DflashDrafter drafter(ds, ts, {.log = false});
+  const std::vector<int32_t> prompt = {0, 417, 1210, 4145, 306, 258, 1210, 1327, 893, 417, 1210};
+  const int32_t n = int32_t(prompt.size()) - 1;  // the target holds all but the last token
+  Batch b;
+  for (int32_t j = 0; j < n; ++j) b.add(prompt[size_t(j)], j, 0, false);
+  ts.decode(b);
+  drafter.target_decoded(b);
+  ts.seq_fork(0, 1, n);
+  drafter.fork(0, 1, n);
+  const SamplingParams greedy = testing::greedy_sampling();
+  const std::vector<int32_t> seqs = {0, 1}, n_max = {7, 7};
+  const std::vector<const std::vector<int32_t>*> hist = {&prompt, &prompt};
+  const std::vector<SamplingParams> sampling(2, greedy);
+  std::vector<Draft> out;
+  drafter.draft(seqs, hist, n_max, sampling, 0.0f, out);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(out[0].tokens.size(), 7u);
+  EXPECT_EQ(out[1].tokens, out[0].tokens);
+  const std::vector<int32_t> seq2 = {2}, n2 = {7};
+  const std::vector<const std::vector<int32_t>*> h2 = {&prompt};
+  const std::vector<SamplingParams> s2(1, greedy);
+  EXPECT_NE(error_of([&] {
+              drafter.draft(seq2, h2, n2, s2, 0.0f, out);
+            }).find("has target features up to position 0"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { drafter.fork(0, 2, n + 5); }).find("fork of " + std::to_string(n + 5) + " positions"),
+      std::string::npos);
+}
+
 }  // namespace
 }  // namespace tandem

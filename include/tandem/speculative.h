@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -79,6 +80,15 @@ class Drafter {
                      std::vector<Draft>& out) = 0;
   // Forget a sequence (its cache rows).
   virtual void reset(int32_t seq) = 0;
+  // The target forked its cache (Session::seq_fork): dst's history now begins with the first n tokens of
+  // src's, whose target positions [0, n) dst shares; dst's own state is dropped first. The default forgets
+  // dst (a drafter that rebuilds its cache from the tokens catches up in draft()); a drafter whose cache
+  // cannot be rebuilt from tokens (DFlash: it holds target features) forks its cache too.
+  virtual void fork(int32_t src, int32_t dst, int32_t n) {
+    (void)src;
+    (void)n;
+    reset(dst);
+  }
   // Called by SpeculativeDecoder after every decode of the target (the prefill, each verify batch), with
   // that batch, before the next draft(): a DFlash drafter reads the target features of its rows here. The
   // default does nothing.
@@ -99,6 +109,7 @@ class DraftModelDrafter final : public Drafter {
              std::span<const int32_t> n_max, std::span<const SamplingParams> sampling, float p_min,
              std::vector<Draft>& out) override;
   void reset(int32_t seq) override;
+  void fork(int32_t src, int32_t dst, int32_t n) override;
 
  private:
   Session& session_;
@@ -136,6 +147,9 @@ class DflashDrafter final : public Drafter {
              std::span<const int32_t> n_max, std::span<const SamplingParams> sampling, float p_min,
              std::vector<Draft>& out) override;
   void reset(int32_t seq) override;
+  // Forks the injected features of src's positions [0, n) (the same tokens give the same features); throws
+  // Error when src's cache holds fewer than n positions.
+  void fork(int32_t src, int32_t dst, int32_t n) override;
   void target_decoded(const Batch& batch) override;
   int32_t max_target_rows() const override;
 
@@ -148,6 +162,19 @@ class DflashDrafter final : public Drafter {
  private:
   std::unique_ptr<Impl> impl_;
 };
+
+// The target's verdict on one sequence's draft d, the one implementation SpeculativeDecoder and the server's
+// scheduler share: rows row0 .. row0 + nd (nd = d.tokens.size()) of the target's last batch hold the logits
+// after the token before the draft and after each draft token. Walks the draft while it is accepted (a
+// greedy sampler: the draft token equals its pick; sampled: speculative_accept with the sampler's whole
+// chain and its generator, d.q the draft's distributions) and calls emit(token, j, accepted, logits) for
+// every token it emits, in order: the accepted drafts (j = their index), then the target's own token (the
+// correction at the first rejection, j = that index; or the bonus after a fully accepted draft, j = nd).
+// emit returns true to stop there (a stop token, max tokens). The sampler is not told the tokens (emit calls
+// Sampler::accept when its caller keeps them). Returns the number of accepted draft tokens.
+using VerifyEmit = std::function<bool(int32_t token, size_t j, bool accepted, std::span<const float> logits)>;
+size_t verify_draft(const Session& target, size_t row0, const Draft& d, Sampler& sampler,
+                    const VerifyEmit& emit);
 
 class SpeculativeDecoder {
  public:

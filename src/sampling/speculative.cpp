@@ -105,7 +105,6 @@ std::vector<std::vector<int32_t>> SpeculativeDecoder::generate(
   std::vector<const std::vector<int32_t>*> hptr;
   std::vector<SamplingParams> dsp;
   std::vector<Draft> drafts;
-  std::vector<TokenCandidate> p;
   for (;;) {
     seqs.clear();
     n_max.clear();
@@ -158,42 +157,21 @@ std::vector<std::vector<int32_t>> SpeculativeDecoder::generate(
         stats_.tried_at.resize(nd, 0);
         stats_.accepted_at.resize(nd, 0);
       }
-      for (size_t j = 0; j <= nd; ++j) {
-        const std::span<const float> logits = target_.logits(row0[k] + j);
-        int32_t token;
-        bool ok = false;
-        if (j == nd) {
-          token = s.sample(logits);  // the bonus (or, with no draft, the plain step)
-        } else if (sp[i].greedy()) {
-          token = s.sample(logits);
-          ok = token == d.tokens[j];
-        } else {
-          check(j < d.q.size(), "speculative generate: the drafter gave no distribution for a sampled draft");
-          s.sample_with_uniform(logits, 0.0);  // the chain's distribution; the uniforms come below
-          const auto cand = s.last_candidates();
-          p.assign(cand.begin(), cand.end());
-          const AcceptOutcome r = speculative_accept(p, d.q[j], d.tokens[j], s.rng());
-          token = r.token;
-          ok = r.accepted;
-        }
+      // Each emitted token: counted per draft position, kept in the history; a stop ends the sequence.
+      auto keep_token = [&](int32_t token, size_t j, bool ok, std::span<const float>) {
         if (j < nd) {
           ++stats_.tried_at[j];
-          if (ok) {
-            ++stats_.accepted_at[j];
-            ++stats_.accepted;
-          }
+          if (ok) ++stats_.accepted_at[j];
         }
         s.accept(token);
         hist[i].push_back(token);
         out[i].push_back(token);
         ++stats_.emitted;
-        if (int32_t(out[i].size()) >= n_predict ||
-            std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) {
-          done[i] = 1;
-          break;
-        }
-        if (!ok) break;
-      }
+        done[i] = int32_t(out[i].size()) >= n_predict ||
+                  std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end();
+        return done[i] != 0;
+      };
+      stats_.accepted += int64_t(verify_draft(target_, row0[k], d, s, keep_token));
       // The target keeps hist minus its last token; rows of rejected drafts go.
       const int32_t keep = int32_t(hist[i].size()) - 1;
       if (!done[i] && keep < target_.seq_len(int32_t(i))) target_.seq_remove(int32_t(i), keep);

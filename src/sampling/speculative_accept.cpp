@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "core/error.h"
 #include "tandem/speculative.h"
 
 namespace tandem {
@@ -58,6 +59,37 @@ AcceptOutcome speculative_accept(std::span<const TokenCandidate> p, std::span<co
   const double u2 = rng.uniform();
   if (total > 0.0) return {false, draw(residual, total, u2)};
   return {false, draw(plain, total_p, u2)};  // p == q on its support: p itself
+}
+
+size_t verify_draft(const Session& target, size_t row0, const Draft& d, Sampler& sampler,
+                    const VerifyEmit& emit) {
+  const size_t nd = d.tokens.size();
+  const bool greedy = sampler.params().greedy();
+  check(greedy || d.q.size() >= nd,
+        "speculative verify: the drafter gave no distribution for a sampled draft");
+  std::vector<TokenCandidate> p;
+  size_t accepted = 0;
+  for (size_t j = 0; j <= nd; ++j) {
+    const std::span<const float> logits = target.logits(row0 + j);
+    int32_t token;
+    bool ok = false;
+    if (j == nd) {
+      token = sampler.sample(logits);  // the bonus (or, with no draft, the plain step)
+    } else if (greedy) {
+      token = sampler.sample(logits);
+      ok = token == d.tokens[j];
+    } else {
+      sampler.sample_with_uniform(logits, 0.0);  // the chain's distribution; the uniforms come below
+      const auto cand = sampler.last_candidates();
+      p.assign(cand.begin(), cand.end());
+      const AcceptOutcome r = speculative_accept(p, d.q[j], d.tokens[j], sampler.rng());
+      token = r.token;
+      ok = r.accepted;
+    }
+    if (ok) ++accepted;
+    if (emit(token, j, ok, logits) || !ok) break;
+  }
+  return accepted;
 }
 
 }  // namespace tandem

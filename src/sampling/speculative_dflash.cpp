@@ -175,6 +175,17 @@ void DflashDrafter::reset(int32_t seq) {
   s.draft.seq_clear(seq);
 }
 
+void DflashDrafter::fork(int32_t src, int32_t dst, int32_t n) {
+  Impl& s = *impl_;
+  reset(dst);
+  if (n <= 0) return;
+  check(s.draft.seq_len(src) >= n,
+        "dflash: fork of " + std::to_string(n) + " positions of sequence " + std::to_string(src) +
+            ", whose drafter cache holds target features of " + std::to_string(s.draft.seq_len(src)) +
+            " (every target decode must be passed to target_decoded)");
+  s.draft.seq_fork(src, dst, n);
+}
+
 void DflashDrafter::target_decoded(const Batch& batch) {
   Impl& s = *impl_;
   const size_t n = batch.size();

@@ -1,6 +1,7 @@
 // Classic draft-model speculation (speculative.h): a small model with the target's vocabulary drafts token
 // by token, every sequence in one batch per step. Its cache follows the histories it is given: a tail that
 // is no longer in the history (rejected drafts) is removed, what is missing is decoded with the first step.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -42,6 +43,18 @@ void DraftModelDrafter::reset(int32_t seq) {
   if (size_t(seq) < cached_.size()) cached_[size_t(seq)].clear();
   if (size_t(seq) < samplers_.size()) samplers_[size_t(seq)].reset();
   session_.seq_clear(seq);
+}
+
+void DraftModelDrafter::fork(int32_t src, int32_t dst, int32_t n) {
+  reset(dst);
+  if (size_t(src) >= cached_.size() || n <= 0) return;
+  if (cached_.size() <= size_t(dst)) cached_.resize(size_t(dst) + 1);  // before taking a reference into it
+  // The cached prefix of src that dst's history shares: forked, not decoded again.
+  const std::vector<int32_t>& c = cached_[size_t(src)];
+  const size_t k = std::min(size_t(n), c.size());
+  if (k == 0) return;
+  session_.seq_fork(src, dst, int32_t(k));
+  cached_[size_t(dst)].assign(c.begin(), c.begin() + ptrdiff_t(k));
 }
 
 void DraftModelDrafter::draft(std::span<const int32_t> seqs,

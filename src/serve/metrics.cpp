@@ -111,6 +111,16 @@ void Metrics::on_speculative(int64_t drafted, int64_t accepted) {
   spec_drafted_ += uint64_t(drafted);
   spec_accepted_ += uint64_t(accepted);
 }
+void Metrics::set_speculative(const std::string& kind) {
+  std::lock_guard lock(mu_);
+  speculative_ = true;
+  spec_kind_ = kind;
+}
+void Metrics::on_draft_kv(int64_t used, int64_t total) {
+  std::lock_guard lock(mu_);
+  draft_kv_used_ = used;
+  draft_kv_total_ = total;
+}
 int64_t Metrics::kv_used() const {
   std::lock_guard lock(mu_);
   return kv_used_;
@@ -146,6 +156,16 @@ std::string Metrics::render() const {
                 double(spec_accepted_));
     s += metric("tandem_speculative_acceptance_rate", "gauge", "Accepted / drafted draft tokens.",
                 spec_drafted_ ? double(spec_accepted_) / double(spec_drafted_) : 0.0);
+    s += metric("tandem_speculative_mean_accepted_length", "gauge",
+                "Tokens per verify pass: (accepted + verifies) / verifies.",
+                spec_cycles_ ? double(spec_accepted_ + spec_cycles_) / double(spec_cycles_) : 0.0);
+    s += "# HELP tandem_speculative_drafter The drafter kind (draft: a draft model; dflash: a DFlash "
+         "drafter).\n# TYPE tandem_speculative_drafter gauge\ntandem_speculative_drafter{kind=\"" +
+         spec_kind_ + "\"} 1\n";
+    s += metric("tandem_draft_kv_cells_used", "gauge", "Drafter cache positions in use.",
+                double(draft_kv_used_));
+    s += metric("tandem_draft_kv_cells_total", "gauge", "Drafter cache positions in total.",
+                double(draft_kv_total_));
   }
   s += ttft_.render("tandem_time_to_first_token_seconds", "Time from arrival to the first token.");
   s += itl_.render("tandem_inter_token_latency_seconds", "Time between consecutive tokens of a request.");

@@ -41,7 +41,10 @@ class Metrics {
   void on_http_request();
   // Speculative decoding: one request's verify of `drafted` draft tokens, `accepted` of them kept.
   void on_speculative(int64_t drafted, int64_t accepted);
-  void set_speculative(bool on) { speculative_ = on; }
+  // Shows the speculative metrics; kind: "draft" (a draft model) or "dflash" (a DFlash drafter).
+  void set_speculative(const std::string& kind);
+  // The drafter's cache cells after a step (its own KV: the draft model's, or DFlash's injected features).
+  void on_draft_kv(int64_t used, int64_t total);
   int64_t kv_used() const;
   std::string render() const;
 
@@ -51,6 +54,8 @@ class Metrics {
   int64_t kv_used_ = 0, kv_total_ = 0;
   uint64_t prompt_tokens_ = 0, prompt_tokens_reused_ = 0, generated_tokens_ = 0;
   bool speculative_ = false;  // the speculative metrics are shown
+  std::string spec_kind_;
+  int64_t draft_kv_used_ = 0, draft_kv_total_ = 0;
   uint64_t spec_cycles_ = 0, spec_drafted_ = 0, spec_accepted_ = 0;
   uint64_t requests_done_ = 0, requests_cancelled_ = 0, requests_rejected_ = 0, http_requests_ = 0;
   double start_s_ = 0.0;

@@ -5,6 +5,8 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "model/dflash.h"
+#include "model/model_impl.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tandem::serve {
@@ -94,18 +96,31 @@ Scheduler::Scheduler(std::shared_ptr<Model> model, SessionParams sp, SchedulerPa
   block_ = sp.block_size;
   if (draft_model_) {
     params_.spec.validate();
-    check(draft_model_->info().arch != "dflash",
-          "--draft " + draft_model_->info().path +
-              " is a DFlash drafter; tandem serve takes a draft model (same vocabulary, its own layers)");
+    const bool dflash = draft_model_->info().arch == "dflash";
     SessionParams dsp;
     dsp.n_ctx = params_.n_ctx;  // holds what the target holds (the histories), block for block
     dsp.n_seq_max = params_.n_slots;
     dsp.n_batch = params_.n_batch;
     dsp.block_size = sp.block_size;
     dsp.kv_type = sp.kv_type;
-    draft_session_ = std::make_unique<Session>(draft_model_, dsp);
-    drafter_ = std::make_unique<DraftModelDrafter>(*draft_session_, session_->n_vocab());
-    metrics_.set_speculative(true);
+    if (dflash) {
+      // The drafter's cache holds the target's features at the positions the target holds, and keeps the
+      // features of a step's rejected drafts until its next call: room for one more draft per slot.
+      const int32_t n_draft = std::min(std::max(params_.spec.draft_max, 0),
+                                       read_dflash_info(*draft_model_->impl().file).block_size - 1);
+      dsp.n_ctx = params_.n_ctx + params_.n_slots * (n_draft + 2 * sp.block_size);
+      // One pass drafts a block [last, mask x n_draft] for every slot, all mask rows with logits; a feature
+      // injection has the target batch's rows.
+      dsp.n_batch = std::max(params_.n_batch, params_.n_slots * (n_draft + 1));
+      dsp.n_logits_max = std::max(1, params_.n_slots * n_draft);
+      draft_session_ = std::make_unique<Session>(draft_model_, dsp);
+      drafter_ = std::make_unique<DflashDrafter>(*draft_session_, *session_);
+    } else {
+      draft_session_ = std::make_unique<Session>(draft_model_, dsp);
+      drafter_ = std::make_unique<DraftModelDrafter>(*draft_session_, session_->n_vocab());
+    }
+    metrics_.set_speculative(dflash ? "dflash" : "draft");
+    metrics_.on_draft_kv(0, draft_session_->kv_capacity());
   }
   slots_.resize(size_t(params_.n_slots));
   metrics_.on_step(0, 0, 0, session_->kv_capacity());
@@ -218,6 +233,7 @@ void Scheduler::admit(Clock::time_point now) {
     if (drafter_) drafter_->reset(seq);
     if (best > 0) {
       session_->seq_fork(best_seq, seq, best);
+      if (drafter_) drafter_->fork(best_seq, seq, best);  // DFlash: the shared positions' features
       a->n_kv = best;
       metrics_.on_prompt_tokens_reused(best);
     }
@@ -268,6 +284,7 @@ void Scheduler::loop() {
       queued = int(waiting_.size());
       const bool any = std::any_of(slots_.begin(), slots_.end(), [](const auto& a) { return a != nullptr; });
       if (!any) {
+        note_draft_kv();
         metrics_.on_step(0, queued, session_->kv_capacity() - session_->kv_free_positions(),
                          session_->kv_capacity());
         cv_.wait_for(lock, std::chrono::milliseconds(queued ? 20 : 200));
@@ -291,6 +308,7 @@ void Scheduler::loop() {
     }
     int running = 0;
     for (const auto& a : slots_) running += a != nullptr;
+    note_draft_kv();
     metrics_.on_step(running, queued, session_->kv_capacity() - session_->kv_free_positions(),
                      session_->kv_capacity());
   }
@@ -377,6 +395,9 @@ bool Scheduler::step() {
   }
   if (batch_.empty()) return false;
   session_->decode(batch_);
+  // DFlash injects the features of every row (prefill chunks and verify rows) into its cache; rows of drafts
+  // rejected below are trimmed on its next call.
+  if (drafter_) drafter_->target_decoded(batch_);
   metrics_.on_kv(session_->kv_capacity() - session_->kv_free_positions(), session_->kv_capacity());
   // The generating requests: their pending token (and drafts) are now in the KV.
   for (size_t k = 0; k < gen.size(); ++k) {
@@ -485,42 +506,19 @@ void Scheduler::run_canvas(Waiting w) {
   }
 }
 
-// Speculative: row0 + j holds the logits after draft token j (row0: after the pending token). Walks the
-// draft while it is accepted, emitting each kept token and then the target's own token (the correction at
-// the first rejection, or a bonus after a fully accepted draft); the KV keeps every emitted token but the
-// last, which is the next step's pending token.
+// Speculative: row0 + j holds the logits after draft token j (row0: after the pending token). The library's
+// verify_draft (the same walk as SpeculativeDecoder's) emits each kept draft token and then the target's own
+// (the correction at the first rejection, or a bonus after a fully accepted draft); the KV keeps every
+// emitted token but the last, which is the next step's pending token.
 void Scheduler::accept_draft(Active& a, size_t row0, const Draft& d) {
-  const size_t nd = d.tokens.size();
-  Sampler& s = a.sampler;
-  const bool greedy = a.req.gen.sampling.greedy();
-  size_t accepted = 0;
-  const int32_t seq = a.seq;
   bool ended = false;
-  for (size_t j = 0; j <= nd && !ended; ++j) {
-    const std::span<const float> logits = session_->logits(row0 + j);
-    int32_t token;
-    bool ok = false;
-    if (j == nd) {
-      token = s.sample(logits);
-    } else if (greedy) {
-      token = s.sample(logits);
-      ok = token == d.tokens[j];
-    } else {
-      check(j < d.q.size(), "serve: the drafter gave no distribution for a sampled draft");
-      s.sample_with_uniform(logits, 0.0);  // the chain's distribution; the uniforms come below
-      const auto cand = s.last_candidates();
-      candidates_.assign(cand.begin(), cand.end());
-      const AcceptOutcome r = speculative_accept(candidates_, d.q[j], d.tokens[j], s.rng());
-      token = r.token;
-      ok = r.accepted;
-    }
-    if (ok) ++accepted;
-    ended = emit(a, token, logits);
-    if (!ok) break;
-  }
-  metrics_.on_speculative(int64_t(nd), int64_t(accepted));
+  const size_t accepted = verify_draft(
+      *session_, row0, d, a.sampler, [&](int32_t token, size_t, bool, std::span<const float> logits) {
+        ended = emit(a, token, logits);  // accepts the token into the request's sampler
+        return ended;
+      });
+  metrics_.on_speculative(int64_t(d.tokens.size()), int64_t(accepted));
   if (ended) return;  // finished: its cells are already free
-  (void)seq;
   // Rows of rejected drafts leave the KV: it keeps the history but its last token (the pending one).
   const int32_t keep = int32_t(a.tokens.size()) - 1;
   if (keep < session_->seq_len(a.seq)) session_->seq_remove(a.seq, keep);
@@ -639,6 +637,12 @@ void Scheduler::finish(Active& a, FinishReason reason) {
   if (seq < 0) return;  // a canvas request holds no slot
   release(a);
   slots_[size_t(seq)].reset();
+}
+
+void Scheduler::note_draft_kv() {
+  if (draft_session_)
+    metrics_.on_draft_kv(draft_session_->kv_capacity() - draft_session_->kv_free_positions(),
+                         draft_session_->kv_capacity());
 }
 
 void Scheduler::release(Active& a) {

@@ -22,11 +22,15 @@
 // tests/test_batch_invariance.cpp; on CUDA, SchedulerParams::batch_invariant asks the same of the GPU
 // kernels).
 //
-// Speculative decoding (a draft model: `--draft FILE`): each step the drafter proposes up to draft_max tokens
-// for every generating request, and the request's decode row becomes [pending, d1 .. dn], all with logits;
-// the longest acceptable prefix is kept (greedy: equal to the target's pick; sampled: the lossless
-// acceptance test, speculative_accept) plus one target token, and the rejected rows leave the KV
-// (Session::seq_remove). Prefill chunks of other requests share the step as before.
+// Speculative decoding (`--draft FILE`: a draft model, or a DFlash drafter, by its architecture): the
+// library's Drafter (speculative.h: DraftModelDrafter or DflashDrafter, one cache sequence per slot) drafts
+// for every generating request at the start of a step, all requests in one call, and the request's decode row
+// becomes [pending, d1 .. dn], all with logits; the longest acceptable prefix is kept (greedy: equal to the
+// target's pick; sampled: the lossless acceptance test, speculative_accept) plus one target token, and the
+// rejected rows leave the KV (Session::seq_remove). Prefill chunks of other requests share the step as
+// before. Every step's batch goes to Drafter::target_decoded after the target's decode (DFlash injects the
+// target features of all its rows, prompt chunks included: the target's taps write them); a prefix fork is
+// mirrored with Drafter::fork; a finished or cancelled request's drafter cache goes with Drafter::reset.
 //
 // Canvas diffusion (a model whose GGUF is a canvas model, diffusion.h): requests are answered one at a time
 // through the diffusion driver, one block of canvas_length tokens per call of diffuse() over the prompt and
@@ -115,8 +119,10 @@ struct ServeRequest {
 
 class Scheduler {
  public:
-  // draft: a draft model for speculative decoding (same vocabulary as model), or null. A canvas diffusion
-  // model is served through the diffusion driver (no draft then).
+  // draft: a draft model for speculative decoding (same vocabulary as model), a DFlash drafter (architecture
+  // dflash, loaded with ModelParams::share_weights_from = model), or null. A canvas diffusion model is served
+  // through the diffusion driver (no draft then). Throws Error for a drafter that does not fit the model
+  // (vocabulary, DFlash hidden size or target layers).
   Scheduler(std::shared_ptr<Model> model, SessionParams session_params, SchedulerParams params,
             std::shared_ptr<Model> draft = nullptr);
   ~Scheduler();
@@ -156,6 +162,7 @@ class Scheduler {
   void run_canvas(Waiting w);
   void finish(Active& a, FinishReason reason);
   void release(Active& a);
+  void note_draft_kv();  // the drafter's cache cells into the metrics
   bool push_text(Active& a, const std::string& piece, std::string& out);
   int64_t reserved_positions() const;
 
@@ -170,8 +177,7 @@ class Scheduler {
   std::shared_ptr<Model> draft_model_;
   std::unique_ptr<Session> draft_session_;
   std::unique_ptr<Drafter> drafter_;
-  std::vector<Draft> drafts_;               // per generating request of the step
-  std::vector<TokenCandidate> candidates_;  // the target's distribution of a verify row
+  std::vector<Draft> drafts_;  // per generating request of the step
   // Canvas diffusion (a canvas model given).
   std::unique_ptr<CanvasSource> canvas_;
   CanvasModelInfo canvas_info_{};

@@ -2,8 +2,9 @@
 // [--queue-timeout S] [--max-queue N] [--chat-template NAME] [--api-key KEY] [--devices LIST --split-mode
 // MODE] [--draft FILE --draft-max N ...] [--batch-invariant]`: an OpenAI-compatible HTTP server (src/serve/).
 //
-// --draft FILE: speculative decoding with a draft model (the scheduler verifies every generating request's
-// draft in the step's batch). A canvas diffusion model (-m) answers through the diffusion driver.
+// --draft FILE: speculative decoding with a draft model or a DFlash drafter (the kind from the file's
+// architecture, or --spec draft|dflash, which must agree); the scheduler verifies every generating request's
+// draft in the step's batch. A canvas diffusion model (-m) answers through the diffusion driver.
 //
 // Prints "listening on http://HOST:PORT" on stdout once it accepts connections (--port 0: a free port, so
 // tests read the port from that line). Runs until SIGINT/SIGTERM.
@@ -15,6 +16,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "gguf/gguf.h"
 #include "run_options.h"
 #include "serve/http_server.h"
 #include "serve/scheduler.h"
@@ -65,8 +67,10 @@ void run_serve(const ServeArgs& a) {
   check(a.max_queue >= 0, "--max-queue must be >= 0, got " + std::to_string(a.max_queue));
   check(a.max_body >= 1024, "--max-body must be at least 1024 bytes, got " + std::to_string(a.max_body));
   const SpeculativeParams spec = check_spec_options(a.spec);
-  check(a.spec.spec.empty() || a.spec.spec == "draft",
-        "tandem serve speculates with a draft model (--spec draft); a DFlash drafter is not supported here");
+  // The drafter kind from its architecture (as generate does), checked against --spec before any model loads.
+  std::string kind;
+  if (a.spec.enabled())
+    kind = spec_kind(a.spec, gguf::GgufFile::open(a.spec.draft).get_string("general.architecture"));
   const LoadedModel loaded = load_model(model_path_or_default(a.model), a.threads, a.split);
   const std::shared_ptr<Model>& model = loaded.model;
   const MeshSpec& mesh = loaded.mesh;
@@ -75,6 +79,8 @@ void run_serve(const ServeArgs& a) {
     ModelParams dmp;
     dmp.n_threads = a.threads;
     dmp.device = mesh.devices[size_t(mesh.main_device)].to_string();  // beside the target's logits
+    // A DFlash drafter reads the target's hidden states and usually borrows its token_embd / output.
+    if (kind == "dflash") dmp.share_weights_from = model;
     draft = Model::load(a.spec.draft, dmp);
   }
 
@@ -105,15 +111,15 @@ void run_serve(const ServeArgs& a) {
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   std::signal(SIGPIPE, SIG_IGN);
-  std::printf(
-      "listening on http://%s:%d (%s)\n", a.host.c_str(), port,
-      scheduler.is_canvas()
-          ? "canvas diffusion, one request at a time"
-          : (std::to_string(a.parallel) + " slots, ctx " + std::to_string(a.ctx) +
-             (a.kv_unified ? ", unified KV" : "") +
-             (scheduler.is_speculative() ? ", speculative (draft-max " + std::to_string(spec.draft_max) + ")"
-                                         : std::string()))
-                .c_str());
+  std::printf("listening on http://%s:%d (%s)\n", a.host.c_str(), port,
+              scheduler.is_canvas()
+                  ? "canvas diffusion, one request at a time"
+                  : (std::to_string(a.parallel) + " slots, ctx " + std::to_string(a.ctx) +
+                     (a.kv_unified ? ", unified KV" : "") +
+                     (scheduler.is_speculative()
+                          ? ", speculative (" + kind + ", draft-max " + std::to_string(spec.draft_max) + ")"
+                          : std::string()))
+                        .c_str());
   std::fflush(stdout);
   server.serve();
   g_server = nullptr;
