@@ -1,26 +1,10 @@
 #include "model/blocks.h"
 
 #include "core/error.h"
+#include "model/scratch_views.h"
 #include "parallel/comm.h"
 
 namespace tandem {
-
-namespace {
-
-// A contiguous {width, n} tensor at the start of a scratch slot planned for the widest layer.
-Tensor mat(const Tensor& slot, int64_t width, int64_t n) {
-  return Tensor::contiguous(DType::F32, {width, n}, slot.data, slot.device);
-}
-
-// {n_head * head_dim, T} seen as {head_dim, n_head, T}.
-Tensor heads(const Tensor& t, int64_t head_dim) {
-  Tensor v = t;
-  v.ne = {head_dim, t.ne[0] / head_dim, t.ne[1], 1};
-  v.nb = {t.nb[0], t.nb[0] * size_t(head_dim), t.nb[1], t.nb[1] * size_t(t.ne[1])};
-  return v;
-}
-
-}  // namespace
 
 void BlockRun::reduce(const Tensor& t) const {
   if (comm) comm->all_reduce_sum(rank, st, t);
@@ -44,12 +28,14 @@ void attention_block(const BlockRun& run, const AttentionWeights& w, const Layer
   Stream& st = run.st;
   Ops& ops = run.ops;
   const int64_t T = x.ne[1];
-  const Tensor h = mat(sc.h, x.ne[0], T), proj = mat(sc.proj, x.ne[0], T);
-  const Tensor q2 = mat(sc.q, d.n_head * d.head_dim_k, T), k2 = mat(sc.k, d.n_head_kv * d.head_dim_k, T);
-  const Tensor v2 = mat(sc.v, d.n_head_kv * d.head_dim_v, T),
-               attn2 = mat(sc.attn, d.n_head * d.head_dim_v, T);
-  const Tensor q = heads(q2, d.head_dim_k), k = heads(k2, d.head_dim_k), v = heads(v2, d.head_dim_v);
-  const Tensor attn = heads(attn2, d.head_dim_v);
+  const Tensor h = slot_view(sc.h, x.ne[0], T), proj = slot_view(sc.proj, x.ne[0], T);
+  const Tensor q2 = slot_view(sc.q, d.n_head * d.head_dim_k, T),
+               k2 = slot_view(sc.k, d.n_head_kv * d.head_dim_k, T);
+  const Tensor v2 = slot_view(sc.v, d.n_head_kv * d.head_dim_v, T),
+               attn2 = slot_view(sc.attn, d.n_head * d.head_dim_v, T);
+  const Tensor q = split_heads(q2, d.head_dim_k), k = split_heads(k2, d.head_dim_k),
+               v = split_heads(v2, d.head_dim_v);
+  const Tensor attn = split_heads(attn2, d.head_dim_v);
   // The norm and Q, K, V in one launch where the backend can (h read once; four small launches become one).
   const Tensor w_qkv[3] = {w.wq, w.wk, w.wv};
   const Tensor y_qkv[3] = {q2, k2, v2};
@@ -76,8 +62,9 @@ void dense_ffn_block(const BlockRun& run, const DenseFfnWeights& w, int64_t n_ff
   Stream& st = run.st;
   Ops& ops = run.ops;
   const int64_t T = x.ne[1];
-  const Tensor h = mat(sc.h, x.ne[0], T), proj = mat(sc.proj, x.ne[0], T);
-  const Tensor gate = mat(sc.gate, n_ff, T), up = mat(sc.up, n_ff, T), act = mat(sc.act, n_ff, T);
+  const Tensor h = slot_view(sc.h, x.ne[0], T), proj = slot_view(sc.proj, x.ne[0], T);
+  const Tensor gate = slot_view(sc.gate, n_ff, T), up = slot_view(sc.up, n_ff, T),
+               act = slot_view(sc.act, n_ff, T);
   if (!w.b_gate && !w.b_up) {  // the norm, gate and up in one launch, SwiGLU in its epilogue
     ops.norm_matmul_swiglu(st, x, w.norm, run.eps, h, w.gate, w.up, gate, up, act);
   } else {
@@ -103,7 +90,7 @@ void output_head(const BlockRun& run, const Tensor& output_norm, const Tensor& o
   // Only the rows that want logits: a long prompt never materialises T x vocab logits.
   if (in.n_out == 0) return;
   check(in.n_out <= xo_slot.ne[1], "more logit rows than planned");
-  const Tensor xo = mat(xo_slot, x.ne[0], in.n_out);
+  const Tensor xo = slot_view(xo_slot, x.ne[0], in.n_out);
   if (in.out_rows_all) {
     run.ops.rms_norm(run.st, x, &output_norm, run.eps, xo);
   } else {

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "model/scratch_views.h"
 #include "parallel/comm.h"
 
 namespace tandem {
@@ -19,19 +20,6 @@ struct TransformerScratch : ForwardScratch {
   BlockScratch blocks;
   Tensor xo;  // {n_embd, max_out}: rows gathered for the head
 };
-
-// The first n columns of a {width, max} scratch tensor.
-Tensor cols(const Tensor& t, int64_t n) {
-  Tensor v = t;
-  v.ne[1] = n;
-  v.nb[2] = v.nb[1] * size_t(n);
-  v.nb[3] = v.nb[2];
-  return v;
-}
-
-std::string blk(int64_t layer, const char* name) {
-  return "blk." + std::to_string(layer) + "." + name;
-}
 
 }  // namespace
 
@@ -87,7 +75,7 @@ int64_t Transformer::max_local(int64_t (*width)(const LocalLayer&)) const {
 }
 
 Tensor Transformer::hidden_state(ForwardScratch& scratch, int64_t n_rows) const {
-  return cols(static_cast<TransformerScratch&>(scratch).x, n_rows);
+  return first_cols(static_cast<TransformerScratch&>(scratch).x, n_rows);
 }
 
 std::unique_ptr<ForwardScratch> Transformer::plan_scratch(Device& device, int64_t max_rows, int64_t max_out,
@@ -135,7 +123,7 @@ void Transformer::forward(Stream& st, Ops& ops, const ForwardInputs& in, std::sp
         "batch of " + std::to_string(T) + " rows exceeds the planned " + std::to_string(sc.x.ne[1]));
   check(int64_t(kv.size()) == shard_.layers.size(), "KV cache has the wrong number of layers");
   const BlockRun run{st, ops, hp_.rms_eps, in.comm ? in.comm : comm_, shard_.rank};
-  const Tensor x = cols(sc.x, T);
+  const Tensor x = first_cols(sc.x, T);
   // Layer split: a rank that is not first starts from x, the previous rank's output (the session copied it).
   if (shard_.first) embed_block(run, w_.tok_embd, hp_.embedding_scale, in, x);
   auto tap = [&](int layer) {
@@ -207,29 +195,29 @@ std::unique_ptr<Transformer> load_transformer(const gguf::GgufFile& file, const 
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     const LayerHparams& P = hp.layers[size_t(il)];
     TransformerLayerWeights L;
-    L.attn.norm = ld.vector(blk(il, "attn_norm.weight"), E);
-    L.attn.wq = ld.matrix(blk(il, "attn_q.weight"), {E, P.n_embd_q()});
-    L.attn.wk = ld.matrix(blk(il, "attn_k.weight"), {E, P.n_embd_k()});
-    L.attn.wv = ld.matrix(blk(il, "attn_v.weight"), {E, P.n_embd_v()});
-    L.attn.wo = ld.matrix(blk(il, "attn_output.weight"), {P.n_head * P.head_dim_v, E});
+    L.attn.norm = ld.vector(layer_tensor_name(il, "attn_norm.weight"), E);
+    L.attn.wq = ld.matrix(layer_tensor_name(il, "attn_q.weight"), {E, P.n_embd_q()});
+    L.attn.wk = ld.matrix(layer_tensor_name(il, "attn_k.weight"), {E, P.n_embd_k()});
+    L.attn.wv = ld.matrix(layer_tensor_name(il, "attn_v.weight"), {E, P.n_embd_v()});
+    L.attn.wo = ld.matrix(layer_tensor_name(il, "attn_output.weight"), {P.n_head * P.head_dim_v, E});
     if (variant.allow_qkv_bias) {
-      L.attn.bq = ld.optional_vector(blk(il, "attn_q.bias"), P.n_embd_q());
-      L.attn.bk = ld.optional_vector(blk(il, "attn_k.bias"), P.n_embd_k());
-      L.attn.bv = ld.optional_vector(blk(il, "attn_v.bias"), P.n_embd_v());
+      L.attn.bq = ld.optional_vector(layer_tensor_name(il, "attn_q.bias"), P.n_embd_q());
+      L.attn.bk = ld.optional_vector(layer_tensor_name(il, "attn_k.bias"), P.n_embd_k());
+      L.attn.bv = ld.optional_vector(layer_tensor_name(il, "attn_v.bias"), P.n_embd_v());
     }
     if (variant.qk_norm) {
-      L.attn.q_norm = ld.vector(blk(il, "attn_q_norm.weight"), P.head_dim_k);
-      L.attn.k_norm = ld.vector(blk(il, "attn_k_norm.weight"), P.head_dim_k);
+      L.attn.q_norm = ld.vector(layer_tensor_name(il, "attn_q_norm.weight"), P.head_dim_k);
+      L.attn.k_norm = ld.vector(layer_tensor_name(il, "attn_k_norm.weight"), P.head_dim_k);
     }
-    L.ffn.norm = ld.vector(blk(il, "ffn_norm.weight"), E);
-    L.ffn.gate = ld.matrix(blk(il, "ffn_gate.weight"), {E, P.n_ff});
-    L.ffn.up = ld.matrix(blk(il, "ffn_up.weight"), {E, P.n_ff});
-    L.ffn.down = ld.matrix(blk(il, "ffn_down.weight"), {P.n_ff, E});
+    L.ffn.norm = ld.vector(layer_tensor_name(il, "ffn_norm.weight"), E);
+    L.ffn.gate = ld.matrix(layer_tensor_name(il, "ffn_gate.weight"), {E, P.n_ff});
+    L.ffn.up = ld.matrix(layer_tensor_name(il, "ffn_up.weight"), {E, P.n_ff});
+    L.ffn.down = ld.matrix(layer_tensor_name(il, "ffn_down.weight"), {P.n_ff, E});
     if (variant.allow_out_ffn_bias) {
-      L.attn.bo = ld.optional_vector(blk(il, "attn_output.bias"), E);
-      L.ffn.b_gate = ld.optional_vector(blk(il, "ffn_gate.bias"), P.n_ff);
-      L.ffn.b_up = ld.optional_vector(blk(il, "ffn_up.bias"), P.n_ff);
-      L.ffn.b_down = ld.optional_vector(blk(il, "ffn_down.bias"), E);
+      L.attn.bo = ld.optional_vector(layer_tensor_name(il, "attn_output.bias"), E);
+      L.ffn.b_gate = ld.optional_vector(layer_tensor_name(il, "ffn_gate.bias"), P.n_ff);
+      L.ffn.b_up = ld.optional_vector(layer_tensor_name(il, "ffn_up.bias"), P.n_ff);
+      L.ffn.b_down = ld.optional_vector(layer_tensor_name(il, "ffn_down.bias"), E);
     }
     w.layers.push_back(std::move(L));
   }

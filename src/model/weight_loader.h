@@ -33,6 +33,11 @@ namespace tandem {
 
 class RowSplitWeights;
 
+// The GGUF name of a per-layer tensor: "blk.<layer>.<name>".
+inline std::string layer_tensor_name(int64_t layer, const char* name) {
+  return "blk." + std::to_string(layer) + "." + name;
+}
+
 class WeightLoader {
  public:
   // Tensors for `device`. CPU: the views point into file's mapping, which must outlive them. Other devices
