@@ -1,10 +1,59 @@
 #include "model/blocks.h"
 
+#include <algorithm>
+#include <vector>
+
 #include "core/error.h"
 #include "model/scratch_views.h"
 #include "parallel/comm.h"
 
 namespace tandem {
+
+Buffer plan_block_scratch(Device& device, std::span<const LayerShape> layers, int64_t n_embd,
+                          int64_t max_rows, int64_t max_out, std::span<const ScratchSlot> extra, Tensor& x,
+                          BlockScratch& blocks, Tensor& xo, WorkspacePlan& plan) {
+  check(max_rows >= 1 && max_out >= 0 && max_out <= max_rows, "bad scratch plan");
+  auto widest = [&](auto width) {
+    int64_t m = 0;
+    for (const LayerShape& d : layers) m = std::max(m, int64_t(width(d)));
+    return m;
+  };
+  const int64_t q_w = widest([](const LayerShape& d) { return d.n_head * d.head_dim_k; });
+  const int64_t k_w = widest([](const LayerShape& d) { return d.n_head_kv * d.head_dim_k; });
+  const int64_t v_w = widest([](const LayerShape& d) { return d.n_head_kv * d.head_dim_v; });
+  const int64_t attn_w = widest([](const LayerShape& d) { return d.n_head * d.head_dim_v; });
+  const int64_t ff_w = widest([](const LayerShape& d) { return d.n_ff; });
+  BlockScratch& b = blocks;
+  std::vector<ScratchSlot> slots = {{&x, n_embd}};
+  slots.insert(slots.end(), extra.begin(), extra.end());
+  slots.insert(slots.end(), {{&b.h, n_embd},
+                             {&b.q, q_w},
+                             {&b.k, k_w},
+                             {&b.v, v_w},
+                             {&b.attn, attn_w},
+                             {&b.proj, n_embd},
+                             {&b.gate, ff_w},
+                             {&b.up, ff_w},
+                             {&b.act, ff_w}});
+  constexpr size_t kAlign = 256;
+  auto padded = [&](int64_t n) { return (size_t(n) * sizeof(float) + kAlign - 1) / kAlign * kAlign; };
+  const int64_t out_rows = std::max<int64_t>(max_out, 1);
+  size_t total = padded(n_embd * out_rows);
+  for (const ScratchSlot& slot : slots) total += padded(slot.width * max_rows);
+  Buffer buffer = device.allocate(total);
+  char* p = static_cast<char*>(buffer.data());
+  for (const ScratchSlot& slot : slots) {
+    *slot.tensor = Tensor::contiguous(DType::F32, {slot.width, max_rows}, p, device.id());
+    p += padded(slot.width * max_rows);
+  }
+  xo = Tensor::contiguous(DType::F32, {n_embd, out_rows}, p, device.id());
+  plan.max_rows = std::max(plan.max_rows, max_rows);
+  plan.max_matmul_in = std::max({plan.max_matmul_in, n_embd, ff_w, q_w, attn_w});
+  plan.max_head_dim = std::max({plan.max_head_dim, widest([](const LayerShape& d) { return d.head_dim_k; }),
+                                widest([](const LayerShape& d) { return d.head_dim_v; })});
+  plan.max_n_head = std::max(plan.max_n_head, widest([](const LayerShape& d) { return d.n_head; }));
+  return buffer;
+}
 
 void BlockRun::reduce(const Tensor& t) const {
   if (comm) comm->all_reduce_sum(rank, st, t);

@@ -110,38 +110,12 @@ class Dflash final : public DecoderModel {
 
   std::unique_ptr<ForwardScratch> plan_scratch(Device& device, int64_t max_rows, int64_t max_out,
                                                WorkspacePlan& plan) const override {
-    check(max_rows >= 1 && max_out >= 0 && max_out <= max_rows, "bad scratch plan");
     auto s = std::make_unique<DflashScratch>();
-    auto widest = [&](auto width) {
-      int64_t m = 0;
-      for (const LayerShape& d : local_) m = std::max(m, int64_t(width(d)));
-      return m;
-    };
-    const int64_t E = hp_.n_embd, F = hp_.n_embd_features;
-    const int64_t q_w = widest([](const LayerShape& d) { return d.n_head * d.head_dim_k; });
-    const int64_t k_w = widest([](const LayerShape& d) { return d.n_head_kv * d.head_dim_k; });
-    const int64_t v_w = widest([](const LayerShape& d) { return d.n_head_kv * d.head_dim_v; });
-    const int64_t attn_w = widest([](const LayerShape& d) { return d.n_head * d.head_dim_v; });
-    const int64_t ff_w = widest([](const LayerShape& d) { return d.n_ff; });
-    const int64_t widths[] = {E, F, E, q_w, k_w, v_w, attn_w, E, ff_w, ff_w, ff_w};
-    BlockScratch& b = s->blocks;
-    Tensor* slots[] = {&s->x, &s->feat, &b.h, &b.q, &b.k, &b.v, &b.attn, &b.proj, &b.gate, &b.up, &b.act};
-    constexpr size_t kAlign = 256;
-    auto padded = [&](int64_t n) { return (size_t(n) * sizeof(float) + kAlign - 1) / kAlign * kAlign; };
-    size_t total = padded(E * std::max<int64_t>(max_out, 1));
-    for (int64_t w : widths) total += padded(w * max_rows);
-    s->buffer = device.allocate(total);
-    char* p = static_cast<char*>(s->buffer.data());
-    for (size_t i = 0; i < std::size(widths); ++i) {
-      *slots[i] = Tensor::contiguous(DType::F32, {widths[i], max_rows}, p, device.id());
-      p += padded(widths[i] * max_rows);
-    }
-    s->xo = Tensor::contiguous(DType::F32, {E, std::max<int64_t>(max_out, 1)}, p, device.id());
-    plan.max_rows = std::max(plan.max_rows, max_rows);
-    plan.max_matmul_in = std::max({plan.max_matmul_in, E, F, ff_w, q_w, attn_w});
-    plan.max_head_dim = std::max({plan.max_head_dim, widest([](const LayerShape& d) { return d.head_dim_k; }),
-                                  widest([](const LayerShape& d) { return d.head_dim_v; })});
-    plan.max_n_head = std::max(plan.max_n_head, widest([](const LayerShape& d) { return d.n_head; }));
+    const int64_t F = hp_.n_embd_features;
+    const ScratchSlot feat[] = {{&s->feat, F}};  // the feature rows, between x and the blocks' scratch
+    s->buffer =
+        plan_block_scratch(device, local_, hp_.n_embd, max_rows, max_out, feat, s->x, s->blocks, s->xo, plan);
+    plan.max_matmul_in = std::max(plan.max_matmul_in, F);  // fc . features
     plan.max_vocab = std::max(plan.max_vocab, hp_.n_vocab);
     return s;
   }

@@ -68,48 +68,15 @@ std::vector<KvLayerShape> Transformer::kv_layer_shapes() const {
   return shapes;
 }
 
-int64_t Transformer::max_local(int64_t (*width)(const LocalLayer&)) const {
-  int64_t m = 0;
-  for (const LocalLayer& d : local_) m = std::max(m, width(d));
-  return m;
-}
-
 Tensor Transformer::hidden_state(ForwardScratch& scratch, int64_t n_rows) const {
   return first_cols(static_cast<TransformerScratch&>(scratch).x, n_rows);
 }
 
 std::unique_ptr<ForwardScratch> Transformer::plan_scratch(Device& device, int64_t max_rows, int64_t max_out,
                                                           WorkspacePlan& plan) const {
-  check(max_rows >= 1 && max_out >= 0 && max_out <= max_rows, "bad scratch plan");
   auto s = std::make_unique<TransformerScratch>();
-  const int64_t q_w = max_local([](const LocalLayer& d) { return d.n_head * d.head_dim_k; });
-  const int64_t k_w = max_local([](const LocalLayer& d) { return d.n_head_kv * d.head_dim_k; });
-  const int64_t v_w = max_local([](const LocalLayer& d) { return d.n_head_kv * d.head_dim_v; });
-  const int64_t attn_w = max_local([](const LocalLayer& d) { return d.n_head * d.head_dim_v; });
-  const int64_t ff_w = max_local([](const LocalLayer& d) { return d.n_ff; });
-  const int64_t widths[] = {hp_.n_embd, hp_.n_embd, q_w, k_w, v_w, attn_w, hp_.n_embd, ff_w, ff_w, ff_w};
-  BlockScratch& b = s->blocks;
-  Tensor* slots[] = {&s->x, &b.h, &b.q, &b.k, &b.v, &b.attn, &b.proj, &b.gate, &b.up, &b.act};
-  constexpr size_t kAlign = 256;
-  auto padded = [&](int64_t n_floats) {
-    return (size_t(n_floats) * sizeof(float) + kAlign - 1) / kAlign * kAlign;
-  };
-  size_t total = padded(hp_.n_embd * std::max<int64_t>(max_out, 1));
-  for (int64_t w : widths) total += padded(w * max_rows);
-  s->buffer = device.allocate(total);
-  char* p = static_cast<char*>(s->buffer.data());
-  for (size_t i = 0; i < std::size(widths); ++i) {
-    *slots[i] = Tensor::contiguous(DType::F32, {widths[i], max_rows}, p, device.id());
-    p += padded(widths[i] * max_rows);
-  }
-  s->xo = Tensor::contiguous(DType::F32, {hp_.n_embd, std::max<int64_t>(max_out, 1)}, p, device.id());
-
-  plan.max_rows = std::max(plan.max_rows, max_rows);
-  plan.max_matmul_in = std::max({plan.max_matmul_in, hp_.n_embd, ff_w, q_w, attn_w});
-  plan.max_head_dim =
-      std::max({plan.max_head_dim, max_local([](const LocalLayer& d) { return d.head_dim_k; }),
-                max_local([](const LocalLayer& d) { return d.head_dim_v; })});
-  plan.max_n_head = std::max(plan.max_n_head, max_local([](const LocalLayer& d) { return d.n_head; }));
+  s->buffer =
+      plan_block_scratch(device, local_, hp_.n_embd, max_rows, max_out, {}, s->x, s->blocks, s->xo, plan);
   plan.max_vocab = std::max(plan.max_vocab, n_vocab_);
   if (comm_) comm_->reserve(size_t(hp_.n_embd) * size_t(max_rows) * sizeof(float));
   return s;

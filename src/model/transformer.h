@@ -60,7 +60,6 @@ class Transformer : public DecoderModel {
   TransformerWeights w_;
   std::unique_ptr<WeightLoader> loader_;  // owns converted vectors the weights may point to
   using LocalLayer = LayerShape;
-  int64_t max_local(int64_t (*width)(const LocalLayer&)) const;
 
   std::vector<LayerShape> local_;  // every layer of the model, at this rank's widths
   RankShard shard_;
