@@ -9,6 +9,31 @@
 
 namespace tandem {
 
+LayerShape layer_shape(const LayerHparams& L, const RankShard& shard, int64_t il) {
+  // A tensor split gives each layer this rank's heads and rows of it (the same ranges when uniform).
+  const bool tensor_split = shard.mode == SplitMode::Tensor;
+  const RankShard::LayerRanges lr = shard.ranges_of(il);
+  LayerShape d;
+  d.n_head = tensor_split ? lr.q_heads.size() : L.n_head;
+  d.n_head_kv = tensor_split ? lr.kv_heads.size() : L.n_head_kv;
+  d.n_ff = tensor_split ? lr.ff.size() : L.n_ff;
+  d.head_dim_k = L.head_dim_k;
+  d.head_dim_v = L.head_dim_v;
+  d.sliding_window = L.sliding_window;
+  d.rope.n_rot = int(L.n_rot);
+  d.rope.freq_base = L.rope_freq_base;
+  return d;
+}
+
+std::vector<KvLayerShape> kv_layer_shapes_of(std::span<const LayerShape> layers, int64_t begin, int64_t end) {
+  std::vector<KvLayerShape> shapes;
+  for (int64_t il = begin; il < end; ++il) {
+    const LayerShape& d = layers[size_t(il)];
+    shapes.push_back(KvLayerShape{d.head_dim_k, d.head_dim_v, d.n_head_kv, d.sliding_window});
+  }
+  return shapes;
+}
+
 Buffer plan_block_scratch(Device& device, std::span<const LayerShape> layers, int64_t n_embd,
                           int64_t max_rows, int64_t max_out, std::span<const ScratchSlot> extra, Tensor& x,
                           BlockScratch& blocks, Tensor& xo, WorkspacePlan& plan) {

@@ -7,6 +7,7 @@
 
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "backend/backend.h"
 #include "model/decoder.h"
@@ -33,6 +34,14 @@ struct LayerShape {
   float attn_scale = 1.0f;
   RopeParams rope;
 };
+
+// A layer's shape from its hparams (GGUF-ARCH-FACTS: its own heads, head dims, window, rotary dims and rope
+// base); under a tensor split of `shard`, the rank's query / KV heads and feed-forward rows instead. The
+// caller sets what its architecture decides: the attention scale and the rest of the rope.
+LayerShape layer_shape(const LayerHparams& L, const RankShard& shard, int64_t il);
+
+// The KV cache's shapes of the layers [begin, end) of `layers`.
+std::vector<KvLayerShape> kv_layer_shapes_of(std::span<const LayerShape> layers, int64_t begin, int64_t end);
 
 struct AttentionWeights {
   Tensor norm;  // {n_embd}

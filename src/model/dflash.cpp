@@ -76,18 +76,11 @@ class Dflash final : public DecoderModel {
   Dflash(ModelHparams hp, DflashWeights w, std::unique_ptr<WeightLoader> loader,
          const DecoderLoadContext& ctx)
       : hp_(std::move(hp)), w_(std::move(w)), loader_(std::move(loader)), shard_(ctx.shard) {
-    for (const LayerHparams& L : hp_.layers) {
-      LayerShape d;
-      d.n_head = L.n_head;
-      d.n_head_kv = L.n_head_kv;
-      d.n_ff = L.n_ff;
-      d.head_dim_k = L.head_dim_k;
-      d.head_dim_v = L.head_dim_v;
-      d.sliding_window = L.sliding_window;
+    for (size_t il = 0; il < hp_.layers.size(); ++il) {
+      const LayerHparams& L = hp_.layers[il];
+      LayerShape d = layer_shape(L, RankShard{}, int64_t(il));  // the drafter runs unsplit
       d.attn_scale = 1.0f / std::sqrt(float(L.head_dim_k));
-      d.rope.n_rot = int(L.n_rot);
       d.rope.mode = RopeMode::Neox;
-      d.rope.freq_base = L.rope_freq_base;
       d.rope.freq_scale = hp_.rope_freq_scale;
       d.rope.attn_factor = hp_.rope_attn_factor;
       local_.push_back(d);
@@ -98,10 +91,7 @@ class Dflash final : public DecoderModel {
   const RankShard& shard() const override { return shard_; }
 
   std::vector<KvLayerShape> kv_layer_shapes() const override {
-    std::vector<KvLayerShape> s;
-    for (const LayerShape& d : local_)
-      s.push_back(KvLayerShape{d.head_dim_k, d.head_dim_v, d.n_head_kv, d.sliding_window});
-    return s;
+    return kv_layer_shapes_of(local_, 0, int64_t(local_.size()));
   }
 
   Tensor hidden_state(ForwardScratch& scratch, int64_t n_rows) const override {

@@ -36,22 +36,11 @@ Transformer::Transformer(ModelHparams hp, TransformerWeights weights, std::uniqu
   n_vocab_ = shard_.vocab.size();
   check(shard_.mode != SplitMode::Tensor || shard_.n_ranks == 1 || comm_ != nullptr,
         "a tensor-split rank needs a communicator");
-  const bool tensor_split = shard_.mode == SplitMode::Tensor;
   for (size_t il = 0; il < hp_.layers.size(); ++il) {
     const LayerHparams& L = hp_.layers[il];
-    LocalLayer d;
-    // A tensor split gives each layer this rank's heads and rows of it (the same ranges when uniform).
-    const RankShard::LayerRanges lr = shard_.ranges_of(int64_t(il));
-    d.n_head = tensor_split ? lr.q_heads.size() : L.n_head;
-    d.n_head_kv = tensor_split ? lr.kv_heads.size() : L.n_head_kv;
-    d.n_ff = tensor_split ? lr.ff.size() : L.n_ff;
-    d.head_dim_k = L.head_dim_k;
-    d.head_dim_v = L.head_dim_v;
-    d.sliding_window = L.sliding_window;
+    LayerShape d = layer_shape(L, shard_, int64_t(il));
     d.attn_scale = hp_.attn_scale != 0.0f ? hp_.attn_scale : 1.0f / std::sqrt(float(L.head_dim_k));
-    d.rope.n_rot = int(L.n_rot);
     d.rope.mode = hp_.rope_mode;
-    d.rope.freq_base = L.rope_freq_base;
     d.rope.freq_scale = hp_.rope_freq_scale;
     d.rope.attn_factor = hp_.rope_attn_factor;
     d.rope.freq_factors = w_.rope_freqs && L.rope_freq_factors ? &*w_.rope_freqs : nullptr;
@@ -60,12 +49,7 @@ Transformer::Transformer(ModelHparams hp, TransformerWeights weights, std::uniqu
 }
 
 std::vector<KvLayerShape> Transformer::kv_layer_shapes() const {
-  std::vector<KvLayerShape> shapes;
-  for (int64_t il = shard_.layers.begin; il < shard_.layers.end; ++il) {
-    const LocalLayer& d = local_[size_t(il)];
-    shapes.push_back(KvLayerShape{d.head_dim_k, d.head_dim_v, d.n_head_kv, d.sliding_window});
-  }
-  return shapes;
+  return kv_layer_shapes_of(local_, shard_.layers.begin, shard_.layers.end);
 }
 
 Tensor Transformer::hidden_state(ForwardScratch& scratch, int64_t n_rows) const {

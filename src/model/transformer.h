@@ -59,7 +59,6 @@ class Transformer : public DecoderModel {
   ModelHparams hp_;
   TransformerWeights w_;
   std::unique_ptr<WeightLoader> loader_;  // owns converted vectors the weights may point to
-  using LocalLayer = LayerShape;
 
   std::vector<LayerShape> local_;  // every layer of the model, at this rank's widths
   RankShard shard_;
