@@ -327,22 +327,10 @@ std::unique_ptr<DecoderModel> load_dflash(const gguf::GgufFile& file, const Mode
   }
   w.enc_norm = ld.vector("enc.output_norm.weight", E);
   check(int64_t(hp.layers.size()) == hp.n_layer, "the per-layer hparams are not set");
-  for (int64_t il = 0; il < hp.n_layer; ++il) {
-    const LayerHparams& P = hp.layers[size_t(il)];
-    TransformerLayerWeights L;
-    L.attn.norm = ld.vector(layer_tensor_name(il, "attn_norm.weight"), E);
-    L.attn.wq = ld.matrix(layer_tensor_name(il, "attn_q.weight"), {E, P.n_embd_q()});
-    L.attn.wk = ld.matrix(layer_tensor_name(il, "attn_k.weight"), {E, P.n_embd_k()});
-    L.attn.wv = ld.matrix(layer_tensor_name(il, "attn_v.weight"), {E, P.n_embd_v()});
-    L.attn.wo = ld.matrix(layer_tensor_name(il, "attn_output.weight"), {P.n_head * P.head_dim_v, E});
-    L.attn.q_norm = ld.vector(layer_tensor_name(il, "attn_q_norm.weight"), P.head_dim_k);
-    L.attn.k_norm = ld.vector(layer_tensor_name(il, "attn_k_norm.weight"), P.head_dim_k);
-    L.ffn.norm = ld.vector(layer_tensor_name(il, "ffn_norm.weight"), E);
-    L.ffn.gate = ld.matrix(layer_tensor_name(il, "ffn_gate.weight"), {E, P.n_ff});
-    L.ffn.up = ld.matrix(layer_tensor_name(il, "ffn_up.weight"), {E, P.n_ff});
-    L.ffn.down = ld.matrix(layer_tensor_name(il, "ffn_down.weight"), {P.n_ff, E});
-    w.layers.push_back(std::move(L));
-  }
+  TransformerVariant qwen3_layers;  // Q/K norms, no biases
+  qwen3_layers.qk_norm = true;
+  for (int64_t il = 0; il < hp.n_layer; ++il)
+    w.layers.push_back(load_transformer_layer(ld, hp.layers[size_t(il)], il, E, qwen3_layers));
   std::string list;
   for (const std::string& name : ld.unused())
     if (name != "d2t") list += (list.empty() ? "" : ", ") + name;

@@ -101,6 +101,36 @@ std::optional<Tensor> Transformer::shared_weight(const std::string& name) const 
   return std::nullopt;
 }
 
+TransformerLayerWeights load_transformer_layer(WeightLoader& ld, const LayerHparams& P, int64_t il, int64_t E,
+                                               const TransformerVariant& variant) {
+  TransformerLayerWeights L;
+  L.attn.norm = ld.vector(layer_tensor_name(il, "attn_norm.weight"), E);
+  L.attn.wq = ld.matrix(layer_tensor_name(il, "attn_q.weight"), {E, P.n_embd_q()});
+  L.attn.wk = ld.matrix(layer_tensor_name(il, "attn_k.weight"), {E, P.n_embd_k()});
+  L.attn.wv = ld.matrix(layer_tensor_name(il, "attn_v.weight"), {E, P.n_embd_v()});
+  L.attn.wo = ld.matrix(layer_tensor_name(il, "attn_output.weight"), {P.n_head * P.head_dim_v, E});
+  if (variant.allow_qkv_bias) {
+    L.attn.bq = ld.optional_vector(layer_tensor_name(il, "attn_q.bias"), P.n_embd_q());
+    L.attn.bk = ld.optional_vector(layer_tensor_name(il, "attn_k.bias"), P.n_embd_k());
+    L.attn.bv = ld.optional_vector(layer_tensor_name(il, "attn_v.bias"), P.n_embd_v());
+  }
+  if (variant.qk_norm) {
+    L.attn.q_norm = ld.vector(layer_tensor_name(il, "attn_q_norm.weight"), P.head_dim_k);
+    L.attn.k_norm = ld.vector(layer_tensor_name(il, "attn_k_norm.weight"), P.head_dim_k);
+  }
+  L.ffn.norm = ld.vector(layer_tensor_name(il, "ffn_norm.weight"), E);
+  L.ffn.gate = ld.matrix(layer_tensor_name(il, "ffn_gate.weight"), {E, P.n_ff});
+  L.ffn.up = ld.matrix(layer_tensor_name(il, "ffn_up.weight"), {E, P.n_ff});
+  L.ffn.down = ld.matrix(layer_tensor_name(il, "ffn_down.weight"), {P.n_ff, E});
+  if (variant.allow_out_ffn_bias) {
+    L.attn.bo = ld.optional_vector(layer_tensor_name(il, "attn_output.bias"), E);
+    L.ffn.b_gate = ld.optional_vector(layer_tensor_name(il, "ffn_gate.bias"), P.n_ff);
+    L.ffn.b_up = ld.optional_vector(layer_tensor_name(il, "ffn_up.bias"), P.n_ff);
+    L.ffn.b_down = ld.optional_vector(layer_tensor_name(il, "ffn_down.bias"), E);
+  }
+  return L;
+}
+
 std::unique_ptr<Transformer> load_transformer(const gguf::GgufFile& file, const ModelHparams& hp,
                                               const TransformerVariant& variant,
                                               const DecoderLoadContext& ctx) {
@@ -143,35 +173,8 @@ std::unique_ptr<Transformer> load_transformer(const gguf::GgufFile& file, const 
   if (variant.allow_rope_freqs) w.rope_freqs = ld.optional_vector("rope_freqs.weight", hp.n_rot / 2);
 
   check(int64_t(hp.layers.size()) == hp.n_layer, "the per-layer hparams are not set (read_decoder_hparams)");
-  for (int64_t il = 0; il < hp.n_layer; ++il) {
-    const LayerHparams& P = hp.layers[size_t(il)];
-    TransformerLayerWeights L;
-    L.attn.norm = ld.vector(layer_tensor_name(il, "attn_norm.weight"), E);
-    L.attn.wq = ld.matrix(layer_tensor_name(il, "attn_q.weight"), {E, P.n_embd_q()});
-    L.attn.wk = ld.matrix(layer_tensor_name(il, "attn_k.weight"), {E, P.n_embd_k()});
-    L.attn.wv = ld.matrix(layer_tensor_name(il, "attn_v.weight"), {E, P.n_embd_v()});
-    L.attn.wo = ld.matrix(layer_tensor_name(il, "attn_output.weight"), {P.n_head * P.head_dim_v, E});
-    if (variant.allow_qkv_bias) {
-      L.attn.bq = ld.optional_vector(layer_tensor_name(il, "attn_q.bias"), P.n_embd_q());
-      L.attn.bk = ld.optional_vector(layer_tensor_name(il, "attn_k.bias"), P.n_embd_k());
-      L.attn.bv = ld.optional_vector(layer_tensor_name(il, "attn_v.bias"), P.n_embd_v());
-    }
-    if (variant.qk_norm) {
-      L.attn.q_norm = ld.vector(layer_tensor_name(il, "attn_q_norm.weight"), P.head_dim_k);
-      L.attn.k_norm = ld.vector(layer_tensor_name(il, "attn_k_norm.weight"), P.head_dim_k);
-    }
-    L.ffn.norm = ld.vector(layer_tensor_name(il, "ffn_norm.weight"), E);
-    L.ffn.gate = ld.matrix(layer_tensor_name(il, "ffn_gate.weight"), {E, P.n_ff});
-    L.ffn.up = ld.matrix(layer_tensor_name(il, "ffn_up.weight"), {E, P.n_ff});
-    L.ffn.down = ld.matrix(layer_tensor_name(il, "ffn_down.weight"), {P.n_ff, E});
-    if (variant.allow_out_ffn_bias) {
-      L.attn.bo = ld.optional_vector(layer_tensor_name(il, "attn_output.bias"), E);
-      L.ffn.b_gate = ld.optional_vector(layer_tensor_name(il, "ffn_gate.bias"), P.n_ff);
-      L.ffn.b_up = ld.optional_vector(layer_tensor_name(il, "ffn_up.bias"), P.n_ff);
-      L.ffn.b_down = ld.optional_vector(layer_tensor_name(il, "ffn_down.bias"), E);
-    }
-    w.layers.push_back(std::move(L));
-  }
+  for (int64_t il = 0; il < hp.n_layer; ++il)
+    w.layers.push_back(load_transformer_layer(ld, hp.layers[size_t(il)], il, E, variant));
   const std::vector<std::string> unused = ld.unused();
   if (!unused.empty()) {
     std::string list;

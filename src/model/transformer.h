@@ -74,6 +74,11 @@ class Transformer : public DecoderModel {
 // The shard rules of this decoder's tensors (transformer_rules.cpp): llama and qwen3 use them.
 ShardRuleTable transformer_shard_rules();
 
+// Layer il's attention and SwiGLU tensors (GGUF-ARCH-FACTS B.2) at hparams P, with the optional ones
+// `variant` allows (dflash's Qwen3 layers load through it too).
+TransformerLayerWeights load_transformer_layer(WeightLoader& ld, const LayerHparams& P, int64_t il, int64_t E,
+                                               const TransformerVariant& variant);
+
 std::unique_ptr<Transformer> load_transformer(const gguf::GgufFile& file, const ModelHparams& hp,
                                               const TransformerVariant& variant,
                                               const DecoderLoadContext& ctx);
