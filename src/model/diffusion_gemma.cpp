@@ -163,7 +163,7 @@ std::unique_ptr<DecoderModel> load_diffusion_gemma(const gguf::GgufFile& file, c
     // A rank that is not first (layer split) does not hold them; its optional_* give nothing.
     if (s.pre_norm.data && s.gate.data && s.up.data && s.down.data) sc = s;
   }
-  check_all_used(ld, kArch);
+  ld.check_all_used(kArch);
   return std::make_unique<DiffusionGemmaModel>(hp, std::move(w), std::move(enc), std::move(sc), softcap,
                                                std::move(loader), ctx);
 }

@@ -254,13 +254,4 @@ Gemma4Weights load_gemma4_weights(const gguf::GgufFile& file, WeightLoader& ld, 
   return w;
 }
 
-void check_all_used(const WeightLoader& ld, const std::string& arch) {
-  const std::vector<std::string> unused = ld.unused();
-  if (unused.empty()) return;
-  std::string list;
-  for (size_t i = 0; i < unused.size() && i < 4; ++i) list += (i ? ", " : "") + unused[i];
-  if (unused.size() > 4) list += ", ... (" + std::to_string(unused.size()) + " in all)";
-  throw Error("the " + arch + " model has tensors tandem does not know how to use: " + list);
-}
-
 }  // namespace tandem

@@ -103,7 +103,4 @@ float read_scalar_tensor(const gguf::GgufFile& file, const std::string& name);
 // attention.shared_kv_layers / embedding_length_per_layer_input say so (C.7).
 Gemma4Weights load_gemma4_weights(const gguf::GgufFile& file, WeightLoader& ld, const ModelHparams& hp);
 
-// Throws Error naming up to four tensors the loader did not use.
-void check_all_used(const WeightLoader& ld, const std::string& arch);
-
 }  // namespace tandem

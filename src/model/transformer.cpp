@@ -175,14 +175,7 @@ std::unique_ptr<Transformer> load_transformer(const gguf::GgufFile& file, const 
   check(int64_t(hp.layers.size()) == hp.n_layer, "the per-layer hparams are not set (read_decoder_hparams)");
   for (int64_t il = 0; il < hp.n_layer; ++il)
     w.layers.push_back(load_transformer_layer(ld, hp.layers[size_t(il)], il, E, variant));
-  const std::vector<std::string> unused = ld.unused();
-  if (!unused.empty()) {
-    std::string list;
-    for (size_t i = 0; i < unused.size() && i < 4; ++i) list += (i ? ", " : "") + unused[i];
-    if (unused.size() > 4) list += ", ... (" + std::to_string(unused.size()) + " in all)";
-    throw Error("the " + hp.arch + " model has tensors tandem does not know how to use: " + list +
-                " (an unsupported variant of the architecture?)");
-  }
+  ld.check_all_used(hp.arch, " (an unsupported variant of the architecture?)");
   return std::make_unique<Transformer>(hp, std::move(w), std::move(loader), ctx);
 }
 
