@@ -20,6 +20,7 @@
 #include "tandem/batch.h"
 #include "tandem/model.h"
 #include "tandem/rng.h"
+#include "tandem/sampling.h"
 #include "tandem/session.h"
 
 namespace tandem::g4test {
@@ -473,9 +474,6 @@ inline G4Run run(const std::shared_ptr<Model>& model, const std::vector<int32_t>
   s.decode(b);
   G4Run out;
   for (size_t i = 0; i < b.size(); ++i) out.prompt.emplace_back(s.logits(i).begin(), s.logits(i).end());
-  auto argmax = [](std::span<const float> l) {
-    return int32_t(std::max_element(l.begin(), l.end()) - l.begin());
-  };
   int32_t t = argmax(s.logits(b.size() - 1));
   out.tokens.push_back(t);  // the fed tokens: this one, then each step's argmax
   int32_t pos = int32_t(prompt.size());
