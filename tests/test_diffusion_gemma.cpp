@@ -60,6 +60,22 @@ std::vector<std::vector<int32_t>> three_canvases(const DgModel& m) {
   return {canvas_of(m, 1), canvas_of(m, 2), canvas_of(m, 3)};
 }
 
+// What most tests here run: a random model of small_config() (seed) written to a temporary file and loaded on
+// the CPU, the prompt (11 tokens, more than the window) and three canvases.
+struct SmallDg {
+  DgModel m;
+  TempFile f;
+  std::shared_ptr<Model> model;
+  std::vector<int32_t> prompt;
+  std::vector<std::vector<int32_t>> canvases;
+  SmallDg(uint64_t seed, const std::string& file_tag) : m(make_dg(small_config(), seed)), f(file_tag) {
+    write_dg(m, f.path);
+    model = load(f.path.string());
+    prompt = prompt_of(m.g.c.n_vocab);
+    canvases = three_canvases(m);
+  }
+};
+
 TEST(DiffusionGemma, CanvasInfoReadsTheKeys) {
   const DgModel m = make_dg(small_config(), 5);
   TempFile f("dg_info");
@@ -75,22 +91,18 @@ TEST(DiffusionGemma, CanvasInfoReadsTheKeys) {
 }
 
 TEST(DiffusionGemma, UnifiedAndPrefillDecodeMatchTheReference) {
-  const DgModel m = make_dg(small_config(), 5);
-  TempFile f("dg_ref");
-  write_dg(m, f.path);
-  const auto model = load(f.path.string());
-  const std::vector<int32_t> prompt = prompt_of(m.g.c.n_vocab);  // 11 tokens > window
-  const auto canvases = three_canvases(m);
+  const SmallDg dg(5, "dg_ref");
   for (bool kv : {false, true}) {
     SCOPED_TRACE(kv ? "PREFILL + DECODE" : "UNIFIED");
-    const Steps s = run_steps(model, options(kv, true, Toggle::Off), prompt, canvases);
+    const Steps s = run_steps(dg.model, options(kv, true, Toggle::Off), dg.prompt, dg.canvases);
     // Step 0: no SC. Steps 1, 2: SC of the previous step's logits (tandem's own, so each step is checked
     // alone).
-    EXPECT_LE(row_error(s.logits[0], ref_canvas_logits(m, prompt, canvases[0], {})), 1e-4);
+    EXPECT_LE(row_error(s.logits[0], ref_canvas_logits(dg.m, dg.prompt, dg.canvases[0], {})), 1e-4);
     const double temp_inv[] = {1.0, 1.25, 2.0};
     for (size_t k = 1; k < 3; ++k) {
-      const std::vector<Vec> sc = ref_self_cond(m, s.logits[k - 1], temp_inv[k]);
-      EXPECT_LE(row_error(s.logits[k], ref_canvas_logits(m, prompt, canvases[k], sc)), 1e-4) << "step " << k;
+      const std::vector<Vec> sc = ref_self_cond(dg.m, s.logits[k - 1], temp_inv[k]);
+      EXPECT_LE(row_error(s.logits[k], ref_canvas_logits(dg.m, dg.prompt, dg.canvases[k], sc)), 1e-4)
+          << "step " << k;
     }
     for (const auto& row : s.logits[0])
       for (float v : row) ASSERT_LT(std::abs(v), 12.0f);  // softcap
@@ -123,50 +135,41 @@ TEST(DiffusionGemma, MoeLayersMatchTheReference) {
 // The reference is sensitive to each region rule: without SC, with the scalars swapped, or with the canvas
 // seeing the whole prompt on sliding layers, the logits differ.
 TEST(DiffusionGemma, TheReferenceCanFail) {
-  const DgModel m = make_dg(small_config(), 5);
-  TempFile f("dg_fail");
-  write_dg(m, f.path);
-  const auto model = load(f.path.string());
-  const std::vector<int32_t> prompt = prompt_of(m.g.c.n_vocab);
-  const auto canvases = three_canvases(m);
-  const Steps s = run_steps(model, options(true, true, Toggle::Off), prompt, canvases);
-  EXPECT_GT(row_error(s.logits[1], ref_canvas_logits(m, prompt, canvases[1], {})), 1e-3);  // SC ignored
-  DgModel swapped = m;
-  for (int64_t l = 0; l < m.g.c.n_layer; ++l)
+  const SmallDg dg(5, "dg_fail");
+  const Steps s = run_steps(dg.model, options(true, true, Toggle::Off), dg.prompt, dg.canvases);
+  // SC ignored:
+  EXPECT_GT(row_error(s.logits[1], ref_canvas_logits(dg.m, dg.prompt, dg.canvases[1], {})), 1e-3);
+  DgModel swapped = dg.m;
+  for (int64_t l = 0; l < dg.m.g.c.n_layer; ++l)
     std::swap(swapped.g.w[bn(l, "layer_output_scale.weight")],
               swapped.g.w[bn(l, "enc_layer_output_scale.weight")]);
-  EXPECT_GT(row_error(s.logits[0], ref_canvas_logits(swapped, prompt, canvases[0], {})), 1e-3);
-  DgModel wide = m;
+  EXPECT_GT(row_error(s.logits[0], ref_canvas_logits(swapped, dg.prompt, dg.canvases[0], {})), 1e-3);
+  DgModel wide = dg.m;
   wide.g.c.window = 64;
-  EXPECT_GT(row_error(s.logits[0], ref_canvas_logits(wide, prompt, canvases[0], {})), 1e-3);
+  EXPECT_GT(row_error(s.logits[0], ref_canvas_logits(wide, dg.prompt, dg.canvases[0], {})), 1e-3);
 }
 
 TEST(DiffusionGemma, UnifiedEqualsPrefillDecodeAndDeviceScEqualsHostSc) {
-  const DgModel m = make_dg(small_config(), 6);
-  TempFile f("dg_eq");
-  write_dg(m, f.path);
-  const auto model = load(f.path.string());
-  const std::vector<int32_t> prompt = prompt_of(m.g.c.n_vocab);
-  const auto canvases = three_canvases(m);
-  const Steps base = run_steps(model, options(false, true, Toggle::Off), prompt, canvases);
+  const SmallDg dg(6, "dg_eq");
+  const Steps base = run_steps(dg.model, options(false, true, Toggle::Off), dg.prompt, dg.canvases);
   for (bool kv : {false, true})
     for (Toggle dev : {Toggle::Off, Toggle::On}) {
       SCOPED_TRACE(std::string(kv ? "kv" : "unified") + (dev == Toggle::On ? " device SC" : " host SC"));
-      auto src = make_canvas_source(model, options(kv, true, dev));
+      auto src = make_canvas_source(dg.model, options(kv, true, dev));
       EXPECT_NE(src->describe().find(dev == Toggle::On ? "self-conditioning on cpu" : "on the host"),
                 std::string::npos)
           << src->describe();
-      const Steps s = run_steps(model, options(kv, true, dev), prompt, canvases);
+      const Steps s = run_steps(dg.model, options(kv, true, dev), dg.prompt, dg.canvases);
       // f32 on the device path vs double on the host path, amplified by the layers: ~1e-4 at most, while
       // any rule broken (TheReferenceCanFail) moves the logits by > 1e-3.
       for (size_t k = 0; k < 3; ++k) EXPECT_LE(row_error(s.logits[k], as_double(base.logits[k])), 3e-4);
     }
   // A second block starts clean: the same steps again give the same logits (SC state and cache reset).
-  auto src = make_canvas_source(model, options(true, true, Toggle::On));
+  auto src = make_canvas_source(dg.model, options(true, true, Toggle::On));
   for (int block = 0; block < 2; ++block) {
-    src->begin_block(prompt);
-    const auto l0 = host_rows(src->forward(canvases[0], false, 1.0f));
-    const auto l1 = host_rows(src->forward(canvases[1], true, 1.25f));
+    src->begin_block(dg.prompt);
+    const auto l0 = host_rows(src->forward(dg.canvases[0], false, 1.0f));
+    const auto l1 = host_rows(src->forward(dg.canvases[1], true, 1.25f));
     EXPECT_LE(row_error(l0, as_double(base.logits[0])), 3e-4);
     EXPECT_LE(row_error(l1, as_double(base.logits[1])), 3e-4);
   }
@@ -177,13 +180,8 @@ TEST(DiffusionGemma, UnifiedEqualsPrefillDecodeAndDeviceScEqualsHostSc) {
 // transformers parity (tests/test_diffusion_gemma_hf.h) and the GPU tests compare each step alone: a relative
 // error e of step k's logits reaches step k+1 multiplied by about max|logit| * 1/t (printed here).
 TEST(DiffusionGemma, SetScLogitsFeedsTheNextStepsSelfConditioning) {
-  const DgModel m = make_dg(small_config(), 8);
-  TempFile f("dg_feed");
-  write_dg(m, f.path);
-  const auto model = load(f.path.string());
-  const std::vector<int32_t> prompt = prompt_of(m.g.c.n_vocab);
-  const auto canvases = three_canvases(m);
-  const Steps chain = run_steps(model, options(true, true, Toggle::Off), prompt, canvases);
+  const SmallDg dg(8, "dg_feed");
+  const Steps chain = run_steps(dg.model, options(true, true, Toggle::Off), dg.prompt, dg.canvases);
   auto flat = [](const std::vector<std::vector<float>>& rows) {
     std::vector<float> out;
     for (const auto& r : rows) out.insert(out.end(), r.begin(), r.end());
@@ -192,37 +190,38 @@ TEST(DiffusionGemma, SetScLogitsFeedsTheNextStepsSelfConditioning) {
   for (bool kv : {false, true})
     for (Toggle dev : {Toggle::Off, Toggle::On}) {
       SCOPED_TRACE(std::string(kv ? "kv" : "unified") + (dev == Toggle::On ? " device SC" : " host SC"));
-      auto src = make_canvas_source(model, options(kv, true, dev));
-      src->begin_block(prompt);
-      src->forward(canvases[0], false, 1.0f);
+      auto src = make_canvas_source(dg.model, options(kv, true, dev));
+      src->begin_block(dg.prompt);
+      src->forward(dg.canvases[0], false, 1.0f);
       src->set_sc_logits(flat(chain.logits[1]));  // not step 0's own logits, which it would use otherwise
-      EXPECT_LE(row_error(host_rows(src->forward(canvases[2], true, 2.0f)), as_double(chain.logits[2])),
+      EXPECT_LE(row_error(host_rows(src->forward(dg.canvases[2], true, 2.0f)), as_double(chain.logits[2])),
                 3e-4);
       src->set_sc_logits(flat(chain.logits[0]));  // other logits: another step 2
-      EXPECT_GT(row_error(host_rows(src->forward(canvases[2], true, 2.0f)), as_double(chain.logits[2])),
+      EXPECT_GT(row_error(host_rows(src->forward(dg.canvases[2], true, 2.0f)), as_double(chain.logits[2])),
                 1e-3);
     }
   {  // the growth of an error through one SC step (printed: why chained runs are not compared at 1e-4)
-    auto src = make_canvas_source(model, options(true, true, Toggle::Off));
-    src->begin_block(prompt);
+    auto src = make_canvas_source(dg.model, options(true, true, Toggle::Off));
+    src->begin_block(dg.prompt);
     std::vector<float> nudged = flat(chain.logits[1]);
     double top = 0;
     for (float x : nudged) top = std::max(top, double(std::abs(x)));
     for (size_t i = 0; i < nudged.size(); ++i) nudged[i] += float((i % 2 ? 1e-5 : -1e-5) * top);
     src->set_sc_logits(nudged);
-    const double e = row_error(host_rows(src->forward(canvases[2], true, 2.0f)), as_double(chain.logits[2]));
+    const double e =
+        row_error(host_rows(src->forward(dg.canvases[2], true, 2.0f)), as_double(chain.logits[2]));
     std::printf(
         "  a 1e-5 relative error in step 1's logits gives %.2e at step 2 (x%.0f; max|logit| %.1f, 1/t 2)\n",
         e, e / 1e-5, top);
   }
-  auto src = make_canvas_source(model, options(true, true, Toggle::Off));
+  auto src = make_canvas_source(dg.model, options(true, true, Toggle::Off));
   try {
     src->set_sc_logits(std::vector<float>(5, 0.0f));
     ADD_FAILURE() << "no error for 5 logits";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("canvas_length x n_vocab"), std::string::npos) << e.what();
   }
-  auto no_sc = make_canvas_source(model, options(true, false, Toggle::Off));
+  auto no_sc = make_canvas_source(dg.model, options(true, false, Toggle::Off));
   try {
     no_sc->set_sc_logits(flat(chain.logits[0]));
     ADD_FAILURE() << "no error with self-conditioning off";

@@ -90,18 +90,7 @@ TEST(Gemma4, LayerTensorAndRowSplitsOverTwoCpuRanksGiveTheSingleDeviceLogits) {
   const G4Model m = make_g4(c, 9);
   TempFile f("split");
   write_g4(m, f.path);
-  const std::vector<int32_t> p = prompt_of(c.n_vocab);
-  const G4Run single = run(load(f.path.string()), p);
-  for (const char* mode : {"layer", "tensor", "row"}) {
-    SCOPED_TRACE(mode);
-    const auto model = load(f.path.string(), mode, "cpu:0,cpu:1");
-    EXPECT_EQ(model->info().split_mode, mode);
-    EXPECT_EQ(model->info().devices.size(), 2u);
-    const G4Run split = run(model, p);
-    EXPECT_LE(row_error(split.prompt, as_double(single.prompt)), 1e-5);
-    EXPECT_LE(row_error(split.steps, as_double(single.steps)), 1e-5);
-    EXPECT_EQ(split.tokens, single.tokens);
-  }
+  expect_cpu_splits_give_single_device_run(f.path.string(), prompt_of(c.n_vocab), {"layer", "tensor", "row"});
 }
 
 // E2B/E4B (C.7): per-layer inputs (a per-layer token embedding mixed with a projection of the layer-0 input,
@@ -153,15 +142,7 @@ TEST(Gemma4, PerLayerInputsAndKvSharingSplitByTensorAndRow) {
   const G4Model m = make_g4(e2b_config(), 33);
   TempFile f("e2b_split");
   write_g4(m, f.path);
-  const std::vector<int32_t> p = prompt_of(m.c.n_vocab);
-  const G4Run single = run(load(f.path.string()), p);
-  for (const char* mode : {"tensor", "row"}) {
-    SCOPED_TRACE(mode);
-    const G4Run split = run(load(f.path.string(), mode, "cpu:0,cpu:1"), p);
-    EXPECT_LE(row_error(split.prompt, as_double(single.prompt)), 1e-5);
-    EXPECT_LE(row_error(split.steps, as_double(single.steps)), 1e-5);
-    EXPECT_EQ(split.tokens, single.tokens);
-  }
+  expect_cpu_splits_give_single_device_run(f.path.string(), prompt_of(m.c.n_vocab), {"tensor", "row"});
   try {
     load(f.path.string(), "layer", "cpu:0,cpu:1");
     FAIL() << "a per-layer-input model was split by layer";

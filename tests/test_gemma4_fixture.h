@@ -3,12 +3,14 @@
 // tests/test_gemma4.cpp (CPU, splits over cpu ranks) and tests/gpu/test_gpu_gemma4.cpp (CUDA).
 #pragma once
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <span>
@@ -20,6 +22,7 @@
 #include "tandem/batch.h"
 #include "tandem/model.h"
 #include "tandem/rng.h"
+#include "tandem/sampling.h"
 #include "tandem/session.h"
 
 namespace tandem::g4test {
@@ -473,9 +476,6 @@ inline G4Run run(const std::shared_ptr<Model>& model, const std::vector<int32_t>
   s.decode(b);
   G4Run out;
   for (size_t i = 0; i < b.size(); ++i) out.prompt.emplace_back(s.logits(i).begin(), s.logits(i).end());
-  auto argmax = [](std::span<const float> l) {
-    return int32_t(std::max_element(l.begin(), l.end()) - l.begin());
-  };
   int32_t t = argmax(s.logits(b.size() - 1));
   out.tokens.push_back(t);  // the fed tokens: this one, then each step's argmax
   int32_t pos = int32_t(prompt.size());
@@ -515,6 +515,23 @@ inline std::vector<Vec> as_double(const std::vector<std::vector<float>>& v) {
   std::vector<Vec> out;
   for (const auto& r : v) out.emplace_back(r.begin(), r.end());
   return out;
+}
+
+// The model at `path` split over cpu:0,cpu:1 by each of `modes` gives the single-device run of prompt p: its
+// prompt and step logits within 1e-5 relative (f32 sums in another order) and the same greedy tokens.
+inline void expect_cpu_splits_give_single_device_run(const std::string& path, const std::vector<int32_t>& p,
+                                                     std::initializer_list<const char*> modes) {
+  const G4Run single = run(load(path), p);
+  for (const char* mode : modes) {
+    SCOPED_TRACE(mode);
+    const auto model = load(path, mode, "cpu:0,cpu:1");
+    EXPECT_EQ(model->info().split_mode, mode);
+    EXPECT_EQ(model->info().devices.size(), 2u);
+    const G4Run split = run(model, p);
+    EXPECT_LE(row_error(split.prompt, as_double(single.prompt)), 1e-5);
+    EXPECT_LE(row_error(split.steps, as_double(single.steps)), 1e-5);
+    EXPECT_EQ(split.tokens, single.tokens);
+  }
 }
 
 }  // namespace tandem::g4test

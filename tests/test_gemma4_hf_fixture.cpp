@@ -15,6 +15,7 @@
 
 #include "tandem/batch.h"
 #include "tandem/model.h"
+#include "tandem/sampling.h"
 #include "tandem/session.h"
 
 namespace tandem {
@@ -59,9 +60,6 @@ TEST_P(Gemma4HfFixture, LogitsAndGreedyTokensMatchTransformers) {
     }
     EXPECT_LE(num / den, 1e-3) << "prompt row " << r;
   }
-  auto argmax = [](std::span<const float> l) {
-    return int32_t(std::max_element(l.begin(), l.end()) - l.begin());
-  };
   std::vector<int32_t> out{argmax(s.logits(prompt.size() - 1))};
   int32_t pos = int32_t(prompt.size());
   while (out.size() < greedy.size()) {

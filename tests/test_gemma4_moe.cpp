@@ -82,17 +82,8 @@ TEST(Gemma4Moe, LayerTensorAndRowSplitsOverTwoCpuRanksGiveTheSingleDeviceLogits)
     const G4Model m = make_g4(c, 23);
     TempFile f("moe_split");
     write_g4(m, f.path);
-    const std::vector<int32_t> p = prompt_of(c.n_vocab);
-    const G4Run single = run(load(f.path.string()), p);
-    for (const char* mode : {"layer", "tensor", "row"}) {
-      SCOPED_TRACE(mode);
-      const auto model = load(f.path.string(), mode, "cpu:0,cpu:1");
-      EXPECT_EQ(model->info().split_mode, mode);
-      const G4Run split = run(model, p);
-      EXPECT_LE(row_error(split.prompt, as_double(single.prompt)), 1e-5);
-      EXPECT_LE(row_error(split.steps, as_double(single.steps)), 1e-5);
-      EXPECT_EQ(split.tokens, single.tokens);
-    }
+    expect_cpu_splits_give_single_device_run(f.path.string(), prompt_of(c.n_vocab),
+                                             {"layer", "tensor", "row"});
   }
 }
 

@@ -23,6 +23,7 @@
 #include "tandem/model.h"
 #include "tandem/session.h"
 #include "test_cli_util.h"
+#include "test_greedy.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tandem {
@@ -64,28 +65,6 @@ Shipped load(const std::string& path) {
   return s;
 }
 
-std::vector<int32_t> greedy(const std::shared_ptr<Model>& model, const std::vector<int32_t>& prompt, int n) {
-  SessionParams sp;
-  sp.n_ctx = 128;
-  Session session(model, sp);
-  Batch batch;
-  batch.add_sequence(prompt, 0, 0, true);
-  std::vector<int32_t> out;
-  int32_t pos = int32_t(prompt.size());
-  for (int i = 0; i < n; ++i) {
-    session.decode(batch);
-    auto logits = session.logits(batch.size() - 1);
-    int32_t best = 0;
-    for (size_t v = 1; v < logits.size(); ++v) {
-      if (logits[v] > logits[size_t(best)]) best = int32_t(v);
-    }
-    out.push_back(best);
-    batch.clear();
-    batch.add(best, pos++, 0, true);
-  }
-  return out;
-}
-
 TEST(ShippedModel, FilesAndShapes) {
   for (const std::string& path : {kModelPath, kDraftPath}) {
     auto s = load(path);
@@ -101,7 +80,7 @@ TEST(ShippedModel, GreedyTokensAreStable) {
   auto s = load(kModelPath);
   const std::vector<int32_t> prompt = s.tok->encode(kPrompt, /*add_special=*/true);
   ASSERT_EQ(prompt, kExpectedPromptIds);
-  const std::vector<int32_t> got = greedy(s.model, prompt, 32);
+  const std::vector<int32_t> got = testing::plain_greedy(s.model, prompt, 32);
   EXPECT_EQ(got, kExpectedGreedyIds) << "text: " << s.tok->decode(got);
 }
 
@@ -145,7 +124,9 @@ TEST(ShippedModel, PerplexityMatchesDirectLoop) {
 }
 
 // Runs a shell command, returns its exit status and what it wrote (stdout and stderr).
-test::CommandResult run(const std::string& cmd) { return test::run_command(cmd); }
+test::CommandResult run(const std::string& cmd) {
+  return test::run_command(cmd);
+}
 
 TEST(ShippedModel, PerplexityCommand) {
   const std::string base = std::string(TANDEM_BIN) + " perplexity -m " + kModelPath + " --no-progress ";

@@ -25,6 +25,7 @@
 #include "tandem/session.h"
 #include "tandem/speculative.h"
 #include "test_dflash_fixture.h"
+#include "test_greedy.h"
 
 namespace tandem::testing {
 
@@ -36,26 +37,6 @@ inline SamplingParams greedy_sampling() {
   SamplingParams g;
   g.temperature = 0.0f;
   return g;
-}
-
-// n tokens of plain greedy decoding after prompt, one row per step (batch_invariant: the session flag, for
-// GPU runs compared with a batch-invariant speculative target).
-inline std::vector<int32_t> plain_greedy(const std::shared_ptr<Model>& model,
-                                         const std::vector<int32_t>& prompt, int n,
-                                         bool batch_invariant = false) {
-  Session session(model, {.n_ctx = 256, .batch_invariant = batch_invariant});
-  Batch batch;
-  batch.add_sequence(prompt, 0, 0, true);
-  std::vector<int32_t> out;
-  int32_t pos = int32_t(prompt.size());
-  for (int i = 0; i < n; ++i) {
-    session.decode(batch);
-    const int32_t t = argmax(session.logits(batch.size() - 1));
-    out.push_back(t);
-    batch.clear();
-    batch.add(t, pos++, 0, true);
-  }
-  return out;
 }
 
 // Pearson's chi-square of observed counts against expected probabilities; a token outside p's support is an

@@ -16,6 +16,7 @@
 #include "parallel/mesh.h"
 #include "quant/quantize_model.h"
 #include "tandem/model.h"
+#include "tandem/sampling.h"
 #include "tandem/session.h"
 #include "test_model_fixture.h"
 
@@ -134,9 +135,6 @@ RunResult run(const std::shared_ptr<Model>& model) {
   s.decode(b);
   RunResult out;
   for (size_t i = 0; i < b.size(); ++i) out.logits.emplace_back(s.logits(i).begin(), s.logits(i).end());
-  auto argmax = [](std::span<const float> l) {
-    return int32_t(std::max_element(l.begin(), l.end()) - l.begin());
-  };
   int32_t t0 = argmax(s.logits(p0.size() - 1)), t1 = argmax(s.logits(b.size() - 1));
   // A fork of sequence 0 at 6 positions continues too (shared KV blocks, copy on write).
   s.seq_fork(0, 2, 6);

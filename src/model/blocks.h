@@ -6,6 +6,8 @@
 #pragma once
 
 #include <optional>
+#include <span>
+#include <vector>
 
 #include "backend/backend.h"
 #include "model/decoder.h"
@@ -33,6 +35,14 @@ struct LayerShape {
   RopeParams rope;
 };
 
+// A layer's shape from its hparams (GGUF-ARCH-FACTS: its own heads, head dims, window, rotary dims and rope
+// base); under a tensor split of `shard`, the rank's query / KV heads and feed-forward rows instead. The
+// caller sets what its architecture decides: the attention scale and the rest of the rope.
+LayerShape layer_shape(const LayerHparams& L, const RankShard& shard, int64_t il);
+
+// The KV cache's shapes of the layers [begin, end) of `layers`.
+std::vector<KvLayerShape> kv_layer_shapes_of(std::span<const LayerShape> layers, int64_t begin, int64_t end);
+
 struct AttentionWeights {
   Tensor norm;  // {n_embd}
   Tensor wq, wk, wv, wo;
@@ -51,6 +61,21 @@ struct DenseFfnWeights {
 struct BlockScratch {
   Tensor h, q, k, v, attn, proj, gate, up, act;
 };
+
+// A scratch slot of a model's own beside the blocks' (dflash's gathered feature rows): {width, max_rows}.
+struct ScratchSlot {
+  Tensor* tensor;
+  int64_t width;
+};
+
+// One forward pass's scratch for a decoder built from these blocks, in one device allocation (every slot
+// 256-byte aligned, in this order): x {n_embd, max_rows} (the residual stream), the `extra` slots, the
+// blocks' scratch at the widths of the widest of `layers`, and xo {n_embd, max(max_out, 1)} for the output
+// head. Records in `plan` what the blocks run (rows, widest matmul input, head dim, heads); the caller adds
+// its vocabulary and whatever it runs beside the blocks.
+Buffer plan_block_scratch(Device& device, std::span<const LayerShape> layers, int64_t n_embd,
+                          int64_t max_rows, int64_t max_out, std::span<const ScratchSlot> extra, Tensor& x,
+                          BlockScratch& blocks, Tensor& xo, WorkspacePlan& plan);
 
 // x = token rows (tok_embd[id] * scale, kNoToken: none) plus the added rows of `in` (ForwardInputs).
 void embed_block(const BlockRun& run, const Tensor& tok_embd, float scale, const ForwardInputs& in,

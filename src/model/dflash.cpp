@@ -14,37 +14,13 @@
 #include "core/half.h"
 #include "model/blocks.h"
 #include "model/hparams.h"
+#include "model/scratch_views.h"
 #include "model/transformer.h"
 #include "model/weight_loader.h"
 
 namespace tandem {
 
 namespace {
-
-std::string blk(int64_t layer, const char* name) {
-  return "blk." + std::to_string(layer) + "." + name;
-}
-
-// The first n columns of a {width, max} scratch tensor.
-Tensor cols(const Tensor& t, int64_t n) {
-  Tensor v = t;
-  v.ne[1] = n;
-  v.nb[2] = v.nb[1] * size_t(n);
-  v.nb[3] = v.nb[2];
-  return v;
-}
-
-Tensor mat(const Tensor& slot, int64_t width, int64_t n) {
-  return Tensor::contiguous(DType::F32, {width, n}, slot.data, slot.device);
-}
-
-// {n_head * head_dim, T} seen as {head_dim, n_head, T}.
-Tensor heads(const Tensor& t, int64_t head_dim) {
-  Tensor v = t;
-  v.ne = {head_dim, t.ne[0] / head_dim, t.ne[1], 1};
-  v.nb = {t.nb[0], t.nb[0] * size_t(head_dim), t.nb[1], t.nb[1] * size_t(t.ne[1])};
-  return v;
-}
 
 using enum LayerPlacement;
 using enum TensorCut;
@@ -79,8 +55,8 @@ constexpr ShardRule kShardRules[] = {
 struct DflashWeights {
   Tensor tok_embd;  // {n_embd, n_token_ids}: the draft's own or the target's
   Tensor output_norm;
-  Tensor output;  // {n_embd, n_vocab}
-  Tensor fc;      // {n_taps * n_embd, n_embd}
+  Tensor output;                       // {n_embd, n_vocab}
+  Tensor fc;                           // {n_taps * n_embd, n_embd}
   std::optional<Tensor> fc_scale_vec;  // fc.scale of n_embd values (per channel), on the device
   float fc_scale = 1.0f;               // fc.scale of one value (a scalar, read at load)
   Tensor enc_norm;                     // {n_embd}
@@ -97,20 +73,14 @@ struct DflashScratch : ForwardScratch {
 
 class Dflash final : public DecoderModel {
  public:
-  Dflash(ModelHparams hp, DflashWeights w, std::unique_ptr<WeightLoader> loader, const DecoderLoadContext& ctx)
+  Dflash(ModelHparams hp, DflashWeights w, std::unique_ptr<WeightLoader> loader,
+         const DecoderLoadContext& ctx)
       : hp_(std::move(hp)), w_(std::move(w)), loader_(std::move(loader)), shard_(ctx.shard) {
-    for (const LayerHparams& L : hp_.layers) {
-      LayerShape d;
-      d.n_head = L.n_head;
-      d.n_head_kv = L.n_head_kv;
-      d.n_ff = L.n_ff;
-      d.head_dim_k = L.head_dim_k;
-      d.head_dim_v = L.head_dim_v;
-      d.sliding_window = L.sliding_window;
+    for (size_t il = 0; il < hp_.layers.size(); ++il) {
+      const LayerHparams& L = hp_.layers[il];
+      LayerShape d = layer_shape(L, RankShard{}, int64_t(il));  // the drafter runs unsplit
       d.attn_scale = 1.0f / std::sqrt(float(L.head_dim_k));
-      d.rope.n_rot = int(L.n_rot);
       d.rope.mode = RopeMode::Neox;
-      d.rope.freq_base = L.rope_freq_base;
       d.rope.freq_scale = hp_.rope_freq_scale;
       d.rope.attn_factor = hp_.rope_attn_factor;
       local_.push_back(d);
@@ -121,50 +91,21 @@ class Dflash final : public DecoderModel {
   const RankShard& shard() const override { return shard_; }
 
   std::vector<KvLayerShape> kv_layer_shapes() const override {
-    std::vector<KvLayerShape> s;
-    for (const LayerShape& d : local_)
-      s.push_back(KvLayerShape{d.head_dim_k, d.head_dim_v, d.n_head_kv, d.sliding_window});
-    return s;
+    return kv_layer_shapes_of(local_, 0, int64_t(local_.size()));
   }
 
   Tensor hidden_state(ForwardScratch& scratch, int64_t n_rows) const override {
-    return cols(static_cast<DflashScratch&>(scratch).x, n_rows);
+    return first_cols(static_cast<DflashScratch&>(scratch).x, n_rows);
   }
 
   std::unique_ptr<ForwardScratch> plan_scratch(Device& device, int64_t max_rows, int64_t max_out,
                                                WorkspacePlan& plan) const override {
-    check(max_rows >= 1 && max_out >= 0 && max_out <= max_rows, "bad scratch plan");
     auto s = std::make_unique<DflashScratch>();
-    auto widest = [&](auto width) {
-      int64_t m = 0;
-      for (const LayerShape& d : local_) m = std::max(m, int64_t(width(d)));
-      return m;
-    };
-    const int64_t E = hp_.n_embd, F = hp_.n_embd_features;
-    const int64_t q_w = widest([](const LayerShape& d) { return d.n_head * d.head_dim_k; });
-    const int64_t k_w = widest([](const LayerShape& d) { return d.n_head_kv * d.head_dim_k; });
-    const int64_t v_w = widest([](const LayerShape& d) { return d.n_head_kv * d.head_dim_v; });
-    const int64_t attn_w = widest([](const LayerShape& d) { return d.n_head * d.head_dim_v; });
-    const int64_t ff_w = widest([](const LayerShape& d) { return d.n_ff; });
-    const int64_t widths[] = {E, F, E, q_w, k_w, v_w, attn_w, E, ff_w, ff_w, ff_w};
-    BlockScratch& b = s->blocks;
-    Tensor* slots[] = {&s->x, &s->feat, &b.h, &b.q, &b.k, &b.v, &b.attn, &b.proj, &b.gate, &b.up, &b.act};
-    constexpr size_t kAlign = 256;
-    auto padded = [&](int64_t n) { return (size_t(n) * sizeof(float) + kAlign - 1) / kAlign * kAlign; };
-    size_t total = padded(E * std::max<int64_t>(max_out, 1));
-    for (int64_t w : widths) total += padded(w * max_rows);
-    s->buffer = device.allocate(total);
-    char* p = static_cast<char*>(s->buffer.data());
-    for (size_t i = 0; i < std::size(widths); ++i) {
-      *slots[i] = Tensor::contiguous(DType::F32, {widths[i], max_rows}, p, device.id());
-      p += padded(widths[i] * max_rows);
-    }
-    s->xo = Tensor::contiguous(DType::F32, {E, std::max<int64_t>(max_out, 1)}, p, device.id());
-    plan.max_rows = std::max(plan.max_rows, max_rows);
-    plan.max_matmul_in = std::max({plan.max_matmul_in, E, F, ff_w, q_w, attn_w});
-    plan.max_head_dim = std::max({plan.max_head_dim, widest([](const LayerShape& d) { return d.head_dim_k; }),
-                                  widest([](const LayerShape& d) { return d.head_dim_v; })});
-    plan.max_n_head = std::max(plan.max_n_head, widest([](const LayerShape& d) { return d.n_head; }));
+    const int64_t F = hp_.n_embd_features;
+    const ScratchSlot feat[] = {{&s->feat, F}};  // the feature rows, between x and the blocks' scratch
+    s->buffer =
+        plan_block_scratch(device, local_, hp_.n_embd, max_rows, max_out, feat, s->x, s->blocks, s->xo, plan);
+    plan.max_matmul_in = std::max(plan.max_matmul_in, F);  // fc . features
     plan.max_vocab = std::max(plan.max_vocab, hp_.n_vocab);
     return s;
   }
@@ -177,22 +118,22 @@ class Dflash final : public DecoderModel {
           "batch of " + std::to_string(T) + " rows exceeds the planned " + std::to_string(sc.x.ne[1]));
     check(kv.size() == local_.size(), "KV cache has the wrong number of layers");
     const BlockRun run{st, ops, hp_.rms_eps, nullptr, 0};
-    const Tensor x = cols(sc.x, T);
+    const Tensor x = first_cols(sc.x, T);
     if (in.added != nullptr) {  // feature rows: K/V injection (the session checked that every row is one)
       check(in.added_rows != nullptr && in.n_out == 0, "dflash: feature rows compute no logits");
-      const Tensor feat = cols(sc.feat, T);
+      const Tensor feat = first_cols(sc.feat, T);
       ops.get_rows(st, *in.added, *in.added_rows, feat);
       ops.matmul(st, w_.fc, feat, x);
       if (w_.fc_scale_vec) ops.mul(st, x, *w_.fc_scale_vec, x);
       if (w_.fc_scale != 1.0f) ops.scale(st, x, w_.fc_scale, x);
-      const Tensor g = mat(sc.blocks.h, hp_.n_embd, T);
+      const Tensor g = slot_view(sc.blocks.h, hp_.n_embd, T);
       ops.rms_norm(st, x, &w_.enc_norm, hp_.rms_eps, g);
       for (size_t il = 0; il < local_.size(); ++il) {
         const LayerShape& d = local_[il];
         const AttentionWeights& a = w_.layers[il].attn;
-        const Tensor k2 = mat(sc.blocks.k, d.n_head_kv * d.head_dim_k, T);
-        const Tensor v2 = mat(sc.blocks.v, d.n_head_kv * d.head_dim_v, T);
-        const Tensor k = heads(k2, d.head_dim_k), v = heads(v2, d.head_dim_v);
+        const Tensor k2 = slot_view(sc.blocks.k, d.n_head_kv * d.head_dim_k, T);
+        const Tensor v2 = slot_view(sc.blocks.v, d.n_head_kv * d.head_dim_v, T);
+        const Tensor k = split_heads(k2, d.head_dim_k), v = split_heads(v2, d.head_dim_v);
         ops.matmul(st, a.wk, g, k2);
         ops.matmul(st, a.wv, g, v2);
         ops.rms_norm(st, k, &*a.k_norm, hp_.rms_eps, k);
@@ -234,11 +175,13 @@ DflashInfo read_dflash_info(const gguf::GgufFile& f) {
   check(info.block_size >= 2 && info.block_size <= 4096,
         "GGUF key dflash.block_size must be in [2, 4096], got " + std::to_string(info.block_size));
   const gguf::Value* tl = f.find("dflash.target_layers");
-  check(tl != nullptr, "missing GGUF key dflash.target_layers (the target layers whose inputs the drafter reads)");
+  check(tl != nullptr,
+        "missing GGUF key dflash.target_layers (the target layers whose inputs the drafter reads)");
   check(tl->type() == gguf::ValueType::ARRAY, "GGUF key dflash.target_layers must be an array of integers");
   std::set<int64_t> seen;
   for (int64_t l : tl->as_int_array()) {
-    check(l >= 0 && l <= (int64_t(1) << 20), "GGUF key dflash.target_layers has a bad layer " + std::to_string(l));
+    check(l >= 0 && l <= (int64_t(1) << 20),
+          "GGUF key dflash.target_layers has a bad layer " + std::to_string(l));
     check(seen.insert(l).second, "GGUF key dflash.target_layers lists layer " + std::to_string(l) + " twice");
     info.target_layers.push_back(int32_t(l));
   }
@@ -256,8 +199,8 @@ DflashInfo read_dflash_info(const gguf::GgufFile& f) {
     for (int64_t i = 0; i < t->ne[0]; ++i) {
       int64_t v;
       std::memcpy(&v, data + size_t(i) * 8, 8);
-      check(v >= 0 && v < (int64_t(1) << 31), "tensor d2t: entry " + std::to_string(i) + " = " +
-                                                   std::to_string(v) + " is not a token id");
+      check(v >= 0 && v < (int64_t(1) << 31),
+            "tensor d2t: entry " + std::to_string(i) + " = " + std::to_string(v) + " is not a token id");
       check(ids.insert(v).second, "tensor d2t maps two draft ids to target id " + std::to_string(v));
       info.d2t.push_back(int32_t(v));
     }
@@ -294,12 +237,14 @@ std::unique_ptr<DecoderModel> load_dflash(const gguf::GgufFile& file, const Mode
   const int64_t E = hp.n_embd, F = hp.n_embd_features;
   if (ctx.borrow) {
     const int64_t target_embd = ctx.borrow->hparams().n_embd;
-    check(target_embd == E, "the dflash drafter's hidden size (" + std::to_string(E) +
-                                ") differs from its target's (" + std::to_string(target_embd) +
-                                "): the drafter reads the target's hidden states at its own width, so the two "
-                                "must be equal");
+    check(target_embd == E,
+          "the dflash drafter's hidden size (" + std::to_string(E) + ") differs from its target's (" +
+              std::to_string(target_embd) +
+              "): the drafter reads the target's hidden states at its own width, so the two "
+              "must be equal");
   }
-  auto loader = std::make_unique<WeightLoader>(file, ctx.device, ctx.rules, ctx.shard, ctx.dims, ctx.row_split);
+  auto loader =
+      std::make_unique<WeightLoader>(file, ctx.device, ctx.rules, ctx.shard, ctx.dims, ctx.row_split);
   WeightLoader& ld = *loader;
   // A lender's file (a split target): its token_embd / output read whole onto this device.
   std::unique_ptr<WeightLoader> lender_ld;
@@ -352,9 +297,9 @@ std::unique_ptr<DecoderModel> load_dflash(const gguf::GgufFile& file, const Mode
             std::to_string(hp.n_vocab));
   hp.n_vocab = w.output.ne[1];
   if (!info.d2t.empty())
-    check(int64_t(info.d2t.size()) == hp.n_vocab,
-          "tensor d2t has " + std::to_string(info.d2t.size()) + " entries for a draft vocabulary of " +
-              std::to_string(hp.n_vocab));
+    check(int64_t(info.d2t.size()) == hp.n_vocab, "tensor d2t has " + std::to_string(info.d2t.size()) +
+                                                      " entries for a draft vocabulary of " +
+                                                      std::to_string(hp.n_vocab));
   if (w.tok_embd.ne[1] != hp.n_vocab) hp.n_vocab_input = w.tok_embd.ne[1];
   check(info.mask_token_id < hp.n_token_ids(),
         "tokenizer.ggml.mask_token_id " + std::to_string(info.mask_token_id) +
@@ -362,9 +307,8 @@ std::unique_ptr<DecoderModel> load_dflash(const gguf::GgufFile& file, const Mode
   w.output_norm = ld.vector("output_norm.weight", E);
   w.fc = ld.matrix("fc.weight", {F, E});
   if (const gguf::TensorInfo* s = ld.info("fc.scale")) {
-    check(s->nelements() == 1 || s->nelements() == E,
-          "tensor fc.scale must hold 1 or " + std::to_string(E) + " values, has " +
-              std::to_string(s->nelements()));
+    check(s->nelements() == 1 || s->nelements() == E, "tensor fc.scale must hold 1 or " + std::to_string(E) +
+                                                          " values, has " + std::to_string(s->nelements()));
     if (s->nelements() == E) {
       w.fc_scale_vec = ld.vector("fc.scale", E);
     } else {
@@ -383,22 +327,10 @@ std::unique_ptr<DecoderModel> load_dflash(const gguf::GgufFile& file, const Mode
   }
   w.enc_norm = ld.vector("enc.output_norm.weight", E);
   check(int64_t(hp.layers.size()) == hp.n_layer, "the per-layer hparams are not set");
-  for (int64_t il = 0; il < hp.n_layer; ++il) {
-    const LayerHparams& P = hp.layers[size_t(il)];
-    TransformerLayerWeights L;
-    L.attn.norm = ld.vector(blk(il, "attn_norm.weight"), E);
-    L.attn.wq = ld.matrix(blk(il, "attn_q.weight"), {E, P.n_embd_q()});
-    L.attn.wk = ld.matrix(blk(il, "attn_k.weight"), {E, P.n_embd_k()});
-    L.attn.wv = ld.matrix(blk(il, "attn_v.weight"), {E, P.n_embd_v()});
-    L.attn.wo = ld.matrix(blk(il, "attn_output.weight"), {P.n_head * P.head_dim_v, E});
-    L.attn.q_norm = ld.vector(blk(il, "attn_q_norm.weight"), P.head_dim_k);
-    L.attn.k_norm = ld.vector(blk(il, "attn_k_norm.weight"), P.head_dim_k);
-    L.ffn.norm = ld.vector(blk(il, "ffn_norm.weight"), E);
-    L.ffn.gate = ld.matrix(blk(il, "ffn_gate.weight"), {E, P.n_ff});
-    L.ffn.up = ld.matrix(blk(il, "ffn_up.weight"), {E, P.n_ff});
-    L.ffn.down = ld.matrix(blk(il, "ffn_down.weight"), {P.n_ff, E});
-    w.layers.push_back(std::move(L));
-  }
+  TransformerVariant qwen3_layers;  // Q/K norms, no biases
+  qwen3_layers.qk_norm = true;
+  for (int64_t il = 0; il < hp.n_layer; ++il)
+    w.layers.push_back(load_transformer_layer(ld, hp.layers[size_t(il)], il, E, qwen3_layers));
   std::string list;
   for (const std::string& name : ld.unused())
     if (name != "d2t") list += (list.empty() ? "" : ", ") + name;

@@ -22,6 +22,7 @@
 #include "core/error.h"
 #include "model/gemma4.h"
 #include "model/gemma4_base.h"
+#include "model/scratch_views.h"
 
 namespace tandem {
 
@@ -46,7 +47,7 @@ class DiffusionGemmaModel : public Gemma4Base {
     const Tensor x = residual(in, kv, sc);
     const BlockRun run = block_run(st, ops, in);
     const int64_t T = in.n_rows, n_prompt = prompt_rows(in);
-    const Tensor prompt = g4_col_range(x, 0, n_prompt), canvas = g4_col_range(x, n_prompt, T);
+    const Tensor prompt = col_range(x, 0, n_prompt), canvas = col_range(x, n_prompt, T);
     if (shard_.first) {
       embed_block(run, w_.tok_embd, hp_.embedding_scale, in, x);
       if (n_prompt < T) ops.rms_norm(st, canvas, nullptr, hp_.rms_eps, canvas);  // D.3 step 1: no weight
@@ -121,8 +122,9 @@ std::unique_ptr<DecoderModel> load_diffusion_gemma(const gguf::GgufFile& file, c
   // without experts (test fixtures, dense checkpoints) are accepted too.
   check(file.get_int(a + "embedding_length_per_layer_input", 0) == 0 &&
             file.get_int(a + "attention.shared_kv_layers", 0) == 0,
-        file.path() + ": diffusion-gemma with per-layer inputs or KV sharing is not supported (the converter "
-                      "forces both to 0)");
+        file.path() +
+            ": diffusion-gemma with per-layer inputs or KV sharing is not supported (the converter "
+            "forces both to 0)");
   const float softcap = float(file.get_float(a + "final_logit_softcapping", 0.0));
   check(std::isfinite(softcap) && softcap >= 0.0f, "GGUF key " + a + "final_logit_softcapping must be >= 0");
 
@@ -133,9 +135,9 @@ std::unique_ptr<DecoderModel> load_diffusion_gemma(const gguf::GgufFile& file, c
   std::vector<float> enc(size_t(hp.n_layer), 1.0f);
   for (int64_t il = 0; il < hp.n_layer; ++il) {
     // D.2: both scalars are required (gemma4's loader treats layer_output_scale as optional).
-    check(ld.has(g4_blk(il, "layer_output_scale.weight")),
-          file.path() + ": missing tensor " + g4_blk(il, "layer_output_scale.weight"));
-    const std::string enc_name = g4_blk(il, "enc_layer_output_scale.weight");
+    check(ld.has(layer_tensor_name(il, "layer_output_scale.weight")),
+          file.path() + ": missing tensor " + layer_tensor_name(il, "layer_output_scale.weight"));
+    const std::string enc_name = layer_tensor_name(il, "enc_layer_output_scale.weight");
     check(ld.has(enc_name), file.path() + ": missing tensor " + enc_name);
     (void)ld.optional_vector(enc_name, 1);  // marks it used; applied as a host scalar
     enc[size_t(il)] = read_scalar_tensor(file, enc_name);
@@ -145,8 +147,9 @@ std::unique_ptr<DecoderModel> load_diffusion_gemma(const gguf::GgufFile& file, c
                             "self_cond_down.weight"};
   int n_sc = 0;
   for (const char* n : sc_names) n_sc += ld.has(n) ? 1 : 0;
-  check(n_sc == 0 || n_sc == 4, file.path() + ": the self-conditioning tensors (self_cond_pre_norm, _gate, _up, "
-                                               "_down) must all be present or all absent");
+  check(n_sc == 0 || n_sc == 4, file.path() +
+                                    ": the self-conditioning tensors (self_cond_pre_norm, _gate, _up, "
+                                    "_down) must all be present or all absent");
   if (n_sc == 4) {
     const gguf::TensorInfo* g = file.find_tensor("self_cond_gate.weight");
     check(g->n_dims == 2, "self_cond_gate.weight must be a matrix");
@@ -160,7 +163,7 @@ std::unique_ptr<DecoderModel> load_diffusion_gemma(const gguf::GgufFile& file, c
     // A rank that is not first (layer split) does not hold them; its optional_* give nothing.
     if (s.pre_norm.data && s.gate.data && s.up.data && s.down.data) sc = s;
   }
-  check_all_used(ld, kArch);
+  ld.check_all_used(kArch);
   return std::make_unique<DiffusionGemmaModel>(hp, std::move(w), std::move(enc), std::move(sc), softcap,
                                                std::move(loader), ctx);
 }

@@ -1,7 +1,7 @@
 // gemma4 (GGUF-ARCH-FACTS C.1-C.7): the layer body is gemma4_base.cpp (shared with diffusion-gemma; dense and
-// mixture-of-experts FFN, KV sharing, per-layer inputs); this file is gemma4's forward (sqrt(n_embd) embedding
-// scale, the E2B/E4B per-layer inputs from the layer-0 input, layer_output_scale on the whole residual
-// stream, tied head, final logit softcap), its hparams reader and its loader.
+// mixture-of-experts FFN, KV sharing, per-layer inputs); this file is gemma4's forward (sqrt(n_embd)
+// embedding scale, the E2B/E4B per-layer inputs from the layer-0 input, layer_output_scale on the whole
+// residual stream, tied head, final logit softcap), its hparams reader and its loader.
 #include "model/gemma4.h"
 
 #include <cmath>
@@ -57,8 +57,9 @@ std::unique_ptr<DecoderModel> load_gemma4(const gguf::GgufFile& file, const Mode
   check(hp.n_vocab > 0, "n_vocab is not set (read the hparams with read_model_hparams)");
   // C.7 (E2B/E4B): per-layer inputs and KV sharing reach across layers (the layer-0 input; another layer's
   // cache), so such a model is not split by layer.
-  check(ctx.shard.mode != SplitMode::Layer || (file.get_int("gemma4.embedding_length_per_layer_input", 0) == 0 &&
-                                                file.get_int("gemma4.attention.shared_kv_layers", 0) == 0),
+  check(ctx.shard.mode != SplitMode::Layer ||
+            (file.get_int("gemma4.embedding_length_per_layer_input", 0) == 0 &&
+             file.get_int("gemma4.attention.shared_kv_layers", 0) == 0),
         "a gemma4 model with per-layer inputs or KV sharing (E2B/E4B) cannot be split by layer yet; use "
         "--split-mode tensor or one device");
   const float softcap = float(file.get_float("gemma4.final_logit_softcapping", 0.0));
@@ -67,7 +68,7 @@ std::unique_ptr<DecoderModel> load_gemma4(const gguf::GgufFile& file, const Mode
   auto loader =
       std::make_unique<WeightLoader>(file, ctx.device, ctx.rules, ctx.shard, ctx.dims, ctx.row_split);
   Gemma4Weights w = load_gemma4_weights(file, *loader, hp);
-  check_all_used(*loader, "gemma4");
+  loader->check_all_used("gemma4");
   return std::make_unique<Gemma4Model>(hp, std::move(w), softcap, std::move(loader), ctx);
 }
 

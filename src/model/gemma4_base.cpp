@@ -11,43 +11,10 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "model/scratch_views.h"
 #include "parallel/comm.h"
 
 namespace tandem {
-
-namespace {
-
-// A contiguous {width, n} tensor at the start of a scratch slot planned for the widest layer.
-Tensor mat(const Tensor& slot, int64_t width, int64_t n) {
-  return Tensor::contiguous(DType::F32, {width, n}, slot.data, slot.device);
-}
-
-// {n_head * head_dim, T} seen as {head_dim, n_head, T}.
-Tensor heads(const Tensor& t, int64_t head_dim) {
-  Tensor v = t;
-  v.ne = {head_dim, t.ne[0] / head_dim, t.ne[1], 1};
-  v.nb = {t.nb[0], t.nb[0] * size_t(head_dim), t.nb[1], t.nb[1] * size_t(t.ne[1])};
-  return v;
-}
-
-}  // namespace
-
-std::string g4_blk(int64_t layer, const char* name) {
-  return "blk." + std::to_string(layer) + "." + name;
-}
-
-Tensor g4_cols(const Tensor& t, int64_t n) {
-  return g4_col_range(t, 0, n);
-}
-
-Tensor g4_col_range(const Tensor& t, int64_t begin, int64_t end) {
-  Tensor v = t;
-  v.data = static_cast<char*>(t.data) + size_t(begin) * t.nb[1];
-  v.ne[1] = end - begin;
-  v.nb[2] = v.nb[1] * size_t(end - begin);
-  v.nb[3] = v.nb[2];
-  return v;
-}
 
 Gemma4Base::Gemma4Base(ModelHparams hp, Gemma4Weights w, float softcap, std::unique_ptr<WeightLoader> loader,
                        const DecoderLoadContext& ctx)
@@ -59,73 +26,29 @@ Gemma4Base::Gemma4Base(ModelHparams hp, Gemma4Weights w, float softcap, std::uni
       comm_(ctx.comm) {
   check(shard_.mode != SplitMode::Tensor || shard_.n_ranks == 1 || comm_ != nullptr,
         "a tensor-split rank needs a communicator");
-  const bool tensor_split = shard_.mode == SplitMode::Tensor;
   for (size_t il = 0; il < hp_.layers.size(); ++il) {
     const LayerHparams& L = hp_.layers[il];
-    const RankShard::LayerRanges lr = shard_.ranges_of(int64_t(il));
-    LayerShape d;
-    d.n_head = tensor_split ? lr.q_heads.size() : L.n_head;
-    d.n_head_kv = tensor_split ? lr.kv_heads.size() : L.n_head_kv;
-    d.n_ff = tensor_split ? lr.ff.size() : L.n_ff;
-    d.head_dim_k = L.head_dim_k;
-    d.head_dim_v = L.head_dim_v;
-    d.sliding_window = L.sliding_window;
+    LayerShape d = layer_shape(L, shard_, int64_t(il));
     d.attn_scale = 1.0f;  // C.4: no 1/sqrt(d); the Q/K norms keep the scores in range
-    d.rope.n_rot = int(L.n_rot);
     d.rope.mode = RopeMode::Neox;
-    d.rope.freq_base = L.rope_freq_base;
     d.rope.freq_factors = w_.rope_freqs && L.rope_freq_factors ? &*w_.rope_freqs : nullptr;
     local_.push_back(d);
   }
 }
 
 std::vector<KvLayerShape> Gemma4Base::kv_layer_shapes() const {
-  std::vector<KvLayerShape> shapes;
-  for (int64_t il = shard_.layers.begin; il < shard_.layers.end; ++il) {
-    const LayerShape& d = local_[size_t(il)];
-    shapes.push_back(KvLayerShape{d.head_dim_k, d.head_dim_v, d.n_head_kv, d.sliding_window});
-  }
-  return shapes;
+  return kv_layer_shapes_of(local_, shard_.layers.begin, shard_.layers.end);
 }
 
 Tensor Gemma4Base::hidden_state(ForwardScratch& scratch, int64_t n_rows) const {
-  return g4_cols(static_cast<Gemma4Scratch&>(scratch).x, n_rows);
+  return first_cols(static_cast<Gemma4Scratch&>(scratch).x, n_rows);
 }
 
 std::unique_ptr<ForwardScratch> Gemma4Base::plan_scratch(Device& device, int64_t max_rows, int64_t max_out,
                                                          WorkspacePlan& plan) const {
-  check(max_rows >= 1 && max_out >= 0 && max_out <= max_rows, "bad scratch plan");
   auto s = std::make_unique<Gemma4Scratch>();
-  auto widest = [&](auto width) {
-    int64_t m = 0;
-    for (const LayerShape& d : local_) m = std::max(m, int64_t(width(d)));
-    return m;
-  };
-  const int64_t q_w = widest([](const LayerShape& d) { return d.n_head * d.head_dim_k; });
-  const int64_t k_w = widest([](const LayerShape& d) { return d.n_head_kv * d.head_dim_k; });
-  const int64_t v_w = widest([](const LayerShape& d) { return d.n_head_kv * d.head_dim_v; });
-  const int64_t attn_w = widest([](const LayerShape& d) { return d.n_head * d.head_dim_v; });
-  const int64_t ff_w = widest([](const LayerShape& d) { return d.n_ff; });
   const int64_t E = hp_.n_embd;
-  const int64_t widths[] = {E, E, q_w, k_w, v_w, attn_w, E, ff_w, ff_w, ff_w};
-  BlockScratch& b = s->blocks;
-  Tensor* slots[] = {&s->x, &b.h, &b.q, &b.k, &b.v, &b.attn, &b.proj, &b.gate, &b.up, &b.act};
-  constexpr size_t kAlign = 256;
-  auto padded = [&](int64_t n) { return (size_t(n) * sizeof(float) + kAlign - 1) / kAlign * kAlign; };
-  size_t total = padded(E * std::max<int64_t>(max_out, 1));
-  for (int64_t w : widths) total += padded(w * max_rows);
-  s->buffer = device.allocate(total);
-  char* p = static_cast<char*>(s->buffer.data());
-  for (size_t i = 0; i < std::size(widths); ++i) {
-    *slots[i] = Tensor::contiguous(DType::F32, {widths[i], max_rows}, p, device.id());
-    p += padded(widths[i] * max_rows);
-  }
-  s->xo = Tensor::contiguous(DType::F32, {E, std::max<int64_t>(max_out, 1)}, p, device.id());
-  plan.max_rows = std::max(plan.max_rows, max_rows);
-  plan.max_matmul_in = std::max({plan.max_matmul_in, E, ff_w, q_w, attn_w});
-  plan.max_head_dim = std::max({plan.max_head_dim, widest([](const LayerShape& d) { return d.head_dim_k; }),
-                                widest([](const LayerShape& d) { return d.head_dim_v; })});
-  plan.max_n_head = std::max(plan.max_n_head, widest([](const LayerShape& d) { return d.n_head; }));
+  s->buffer = plan_block_scratch(device, local_, E, max_rows, max_out, {}, s->x, s->blocks, s->xo, plan);
   plan.max_vocab = std::max(plan.max_vocab, int64_t(shard_.vocab.size()));
   if (hp_.n_expert > 0) {
     const int64_t fe = n_ff_exp_local();
@@ -150,12 +73,13 @@ std::optional<Tensor> Gemma4Base::shared_weight(const std::string& name) const {
   return std::nullopt;
 }
 
-Tensor Gemma4Base::residual(const ForwardInputs& in, std::span<const KvLayerView> kv, Gemma4Scratch& sc) const {
+Tensor Gemma4Base::residual(const ForwardInputs& in, std::span<const KvLayerView> kv,
+                            Gemma4Scratch& sc) const {
   const int64_t T = in.n_rows;
   check(T >= 1 && T <= sc.x.ne[1],
         "batch of " + std::to_string(T) + " rows exceeds the planned " + std::to_string(sc.x.ne[1]));
   check(int64_t(kv.size()) == shard_.layers.size(), "KV cache has the wrong number of layers");
-  return g4_cols(sc.x, T);
+  return first_cols(sc.x, T);
 }
 
 void Gemma4Base::run_layer(const BlockRun& run, int64_t il, Gemma4Scratch& sc, const Tensor& x,
@@ -166,7 +90,7 @@ void Gemma4Base::run_layer(const BlockRun& run, int64_t il, Gemma4Scratch& sc, c
   const size_t kv_local = w.kv_source < 0 ? local : size_t(w.kv_source - shard_.layers.begin);
   attention(run, w, local_[size_t(il)], sc.blocks, x, in.positions, kv[kv_local], in.kv_group(kv_local));
   ffn(run, w, local_[size_t(il)].n_ff, sc, x);
-  if (w_.ple) gemma4_ple_layer(run, *w_.ple, sc.ple, il, x, mat(sc.blocks.proj, x.ne[0], x.ne[1]));
+  if (w_.ple) gemma4_ple_layer(run, *w_.ple, sc.ple, il, x, slot_view(sc.blocks.proj, x.ne[0], x.ne[1]));
 }
 
 void Gemma4Base::tap(const BlockRun& run, const ForwardInputs& in, int layer, const Tensor& x) const {
@@ -187,11 +111,13 @@ void Gemma4Base::attention(const BlockRun& run, const Gemma4Layer& w, const Laye
   Stream& st = run.st;
   Ops& ops = run.ops;
   const int64_t T = x.ne[1];
-  const Tensor h = mat(sc.h, x.ne[0], T), proj = mat(sc.proj, x.ne[0], T);
-  const Tensor q2 = mat(sc.q, d.n_head * d.head_dim_k, T), k2 = mat(sc.k, d.n_head_kv * d.head_dim_k, T);
-  const Tensor v2 = mat(sc.v, d.n_head_kv * d.head_dim_v, T);
-  const Tensor attn2 = mat(sc.attn, d.n_head * d.head_dim_v, T);
-  const Tensor q = heads(q2, d.head_dim_k), k = heads(k2, d.head_dim_k), v = heads(v2, d.head_dim_v);
+  const Tensor h = slot_view(sc.h, x.ne[0], T), proj = slot_view(sc.proj, x.ne[0], T);
+  const Tensor q2 = slot_view(sc.q, d.n_head * d.head_dim_k, T),
+               k2 = slot_view(sc.k, d.n_head_kv * d.head_dim_k, T);
+  const Tensor v2 = slot_view(sc.v, d.n_head_kv * d.head_dim_v, T);
+  const Tensor attn2 = slot_view(sc.attn, d.n_head * d.head_dim_v, T);
+  const Tensor q = split_heads(q2, d.head_dim_k), k = split_heads(k2, d.head_dim_k),
+               v = split_heads(v2, d.head_dim_v);
   ops.rms_norm(st, x, &w.attn_norm, run.eps, h);
   ops.matmul(st, w.wq, h, q2);
   ops.rms_norm(st, q, &w.q_norm, run.eps, q);
@@ -207,7 +133,7 @@ void Gemma4Base::attention(const BlockRun& run, const Gemma4Layer& w, const Laye
     ops.rope(st, k, positions, d.rope);
     ops.kv_store(st, kv, k, v, group.slot_mapping);
   }
-  ops.attention(st, q, kv, group.attention, d.attn_scale, heads(attn2, d.head_dim_v));
+  ops.attention(st, q, kv, group.attention, d.attn_scale, split_heads(attn2, d.head_dim_v));
   ops.matmul(st, w.wo, attn2, proj);
   run.reduce(proj);  // tensor split: the whole projection before its norm
   ops.rms_norm(st, proj, &w.post_attn_norm, run.eps, proj);
@@ -222,8 +148,9 @@ void Gemma4Base::ffn(const BlockRun& run, const Gemma4Layer& w, int64_t n_ff, co
   Stream& st = run.st;
   Ops& ops = run.ops;
   const int64_t T = x.ne[1];
-  const Tensor h = mat(sc.h, x.ne[0], T), proj = mat(sc.proj, x.ne[0], T);
-  const Tensor gate = mat(sc.gate, n_ff, T), up = mat(sc.up, n_ff, T), act = mat(sc.act, n_ff, T);
+  const Tensor h = slot_view(sc.h, x.ne[0], T), proj = slot_view(sc.proj, x.ne[0], T);
+  const Tensor gate = slot_view(sc.gate, n_ff, T), up = slot_view(sc.up, n_ff, T),
+               act = slot_view(sc.act, n_ff, T);
   ops.rms_norm(st, x, &w.ffn_norm, run.eps, h);
   ops.matmul(st, w.gate, h, gate);
   ops.matmul(st, w.up, h, up);
@@ -232,7 +159,7 @@ void Gemma4Base::ffn(const BlockRun& run, const Gemma4Layer& w, int64_t n_ff, co
   run.reduce(proj);
   if (w.moe) {
     ops.rms_norm(st, proj, &w.moe->post_norm_1, run.eps, proj);
-    const Tensor moe_out = mat(scratch.moe.out, x.ne[0], T);
+    const Tensor moe_out = slot_view(scratch.moe.out, x.ne[0], T);
     gemma4_moe_branch(run, *w.moe, scratch.moe, hp_, x, h, moe_out);
     ops.add(st, proj, moe_out, proj);
   }
@@ -275,8 +202,8 @@ Gemma4Weights load_gemma4_weights(const gguf::GgufFile& file, WeightLoader& ld, 
         "GGUF key " + a + "embedding_length_per_layer_input must be >= 0");
   check(n_shared_kv >= 0 && n_shared_kv <= hp.n_layer - 2,
         "GGUF key " + a + "attention.shared_kv_layers (" + std::to_string(n_shared_kv) +
-            ") must leave at least two layers with their own K/V (the model has " + std::to_string(hp.n_layer) +
-            " layers)");
+            ") must leave at least two layers with their own K/V (the model has " +
+            std::to_string(hp.n_layer) + " layers)");
   check(hp.n_expert > 0 || !file.find_tensor("blk.0.ffn_gate_inp.weight"),
         file.path() + ": the file has expert router tensors (blk.0.ffn_gate_inp.weight) but no " + a +
             "expert_count");
@@ -290,31 +217,32 @@ Gemma4Weights load_gemma4_weights(const gguf::GgufFile& file, WeightLoader& ld, 
       check(S.sliding_window == P.sliding_window && S.head_dim_k == P.head_dim_k &&
                 S.head_dim_v == P.head_dim_v && S.n_head_kv == P.n_head_kv,
             "layer " + std::to_string(il) + " shares the K/V of layer " + std::to_string(L.kv_source) +
-                " (attention.shared_kv_layers), which is of another kind (window, head dims or KV heads differ)");
+                " (attention.shared_kv_layers), which is of another kind (window, head dims or KV heads "
+                "differ)");
     }
-    L.attn_norm = ld.vector(g4_blk(il, "attn_norm.weight"), E);
-    L.wq = ld.matrix(g4_blk(il, "attn_q.weight"), {E, P.n_embd_q()});
+    L.attn_norm = ld.vector(layer_tensor_name(il, "attn_norm.weight"), E);
+    L.wq = ld.matrix(layer_tensor_name(il, "attn_q.weight"), {E, P.n_embd_q()});
     if (L.kv_source >= 0) {  // K/V weights of a sharing layer are unused (converters may keep them)
-      (void)ld.optional_matrix(g4_blk(il, "attn_k.weight"), {E, P.n_embd_k()});
-      (void)ld.optional_matrix(g4_blk(il, "attn_v.weight"), {E, P.n_embd_v()});
-      (void)ld.optional_vector(g4_blk(il, "attn_k_norm.weight"), P.head_dim_k);
+      (void)ld.optional_matrix(layer_tensor_name(il, "attn_k.weight"), {E, P.n_embd_k()});
+      (void)ld.optional_matrix(layer_tensor_name(il, "attn_v.weight"), {E, P.n_embd_v()});
+      (void)ld.optional_vector(layer_tensor_name(il, "attn_k_norm.weight"), P.head_dim_k);
     } else {
-      L.wk = ld.matrix(g4_blk(il, "attn_k.weight"), {E, P.n_embd_k()});
-      L.wv = ld.optional_matrix(g4_blk(il, "attn_v.weight"), {E, P.n_embd_v()});
+      L.wk = ld.matrix(layer_tensor_name(il, "attn_k.weight"), {E, P.n_embd_k()});
+      L.wv = ld.optional_matrix(layer_tensor_name(il, "attn_v.weight"), {E, P.n_embd_v()});
     }
     check(L.kv_source >= 0 || L.wv || P.head_dim_v == P.head_dim_k,
           "layer " + std::to_string(il) + " has no attn_v (V = K) but its value length " +
               std::to_string(P.head_dim_v) + " differs from its key length " + std::to_string(P.head_dim_k));
-    L.wo = ld.matrix(g4_blk(il, "attn_output.weight"), {P.n_head * P.head_dim_v, E});
-    L.q_norm = ld.vector(g4_blk(il, "attn_q_norm.weight"), P.head_dim_k);
-    if (L.kv_source < 0) L.k_norm = ld.vector(g4_blk(il, "attn_k_norm.weight"), P.head_dim_k);
-    L.post_attn_norm = ld.vector(g4_blk(il, "post_attention_norm.weight"), E);
-    L.ffn_norm = ld.vector(g4_blk(il, "ffn_norm.weight"), E);
-    L.gate = ld.matrix(g4_blk(il, "ffn_gate.weight"), {E, P.n_ff});
-    L.up = ld.matrix(g4_blk(il, "ffn_up.weight"), {E, P.n_ff});
-    L.down = ld.matrix(g4_blk(il, "ffn_down.weight"), {P.n_ff, E});
-    L.post_ffw_norm = ld.vector(g4_blk(il, "post_ffw_norm.weight"), E);
-    const std::string scale_name = g4_blk(il, "layer_output_scale.weight");
+    L.wo = ld.matrix(layer_tensor_name(il, "attn_output.weight"), {P.n_head * P.head_dim_v, E});
+    L.q_norm = ld.vector(layer_tensor_name(il, "attn_q_norm.weight"), P.head_dim_k);
+    if (L.kv_source < 0) L.k_norm = ld.vector(layer_tensor_name(il, "attn_k_norm.weight"), P.head_dim_k);
+    L.post_attn_norm = ld.vector(layer_tensor_name(il, "post_attention_norm.weight"), E);
+    L.ffn_norm = ld.vector(layer_tensor_name(il, "ffn_norm.weight"), E);
+    L.gate = ld.matrix(layer_tensor_name(il, "ffn_gate.weight"), {E, P.n_ff});
+    L.up = ld.matrix(layer_tensor_name(il, "ffn_up.weight"), {E, P.n_ff});
+    L.down = ld.matrix(layer_tensor_name(il, "ffn_down.weight"), {P.n_ff, E});
+    L.post_ffw_norm = ld.vector(layer_tensor_name(il, "post_ffw_norm.weight"), E);
+    const std::string scale_name = layer_tensor_name(il, "layer_output_scale.weight");
     if (ld.has(scale_name)) {
       (void)ld.optional_vector(scale_name, 1);  // marks it used; the value is applied as a host scalar
       L.output_scale = read_scalar_tensor(file, scale_name);
@@ -324,15 +252,6 @@ Gemma4Weights load_gemma4_weights(const gguf::GgufFile& file, WeightLoader& ld, 
   }
   if (n_embd_pl > 0) w.ple = load_gemma4_ple(ld, n_embd_pl, E, hp.n_layer, V);
   return w;
-}
-
-void check_all_used(const WeightLoader& ld, const std::string& arch) {
-  const std::vector<std::string> unused = ld.unused();
-  if (unused.empty()) return;
-  std::string list;
-  for (size_t i = 0; i < unused.size() && i < 4; ++i) list += (i ? ", " : "") + unused[i];
-  if (unused.size() > 4) list += ", ... (" + std::to_string(unused.size()) + " in all)";
-  throw Error("the " + arch + " model has tensors tandem does not know how to use: " + list);
 }
 
 }  // namespace tandem

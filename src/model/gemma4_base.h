@@ -19,7 +19,7 @@ namespace tandem {
 struct Gemma4Layer {
   Tensor attn_norm, wq, wk, wo, q_norm, k_norm, post_attn_norm;
   std::optional<Tensor> wv;  // absent: V is the raw K projection
-  int64_t kv_source = -1;    // C.7 KV sharing: the layer whose cache this one reads (it stores no K/V); -1: own
+  int64_t kv_source = -1;  // C.7 KV sharing: the layer whose cache this one reads (it stores no K/V); -1: own
   // The FFN slot: the dense GELU-tanh MLP, plus in MoE models the expert branch (C.5, gemma4_moe.h).
   Tensor ffn_norm, gate, up, down, post_ffw_norm;
   std::optional<Gemma4MoeWeights> moe;
@@ -45,10 +45,6 @@ struct Gemma4Scratch : ForwardScratch {
   Gemma4PleScratch ple;
 };
 
-// Helpers on {width, rows} scratch views.
-Tensor g4_cols(const Tensor& t, int64_t n);                       // the first n columns
-Tensor g4_col_range(const Tensor& t, int64_t begin, int64_t end);  // columns [begin, end)
-
 class Gemma4Base : public DecoderModel {
  public:
   Gemma4Base(ModelHparams hp, Gemma4Weights w, float softcap, std::unique_ptr<WeightLoader> loader,
@@ -68,8 +64,9 @@ class Gemma4Base : public DecoderModel {
   }
   // Checks the batch against the scratch and the KV views; returns the residual stream {n_embd, T}.
   Tensor residual(const ForwardInputs& in, std::span<const KvLayerView> kv, Gemma4Scratch& sc) const;
-  // Layer il (a layer this rank holds) on x: attention (over the source layer's cache for a KV-sharing layer),
-  // the FFN slot (dense, plus the expert branch in MoE layers), the per-layer input (C.7); no output scale.
+  // Layer il (a layer this rank holds) on x: attention (over the source layer's cache for a KV-sharing
+  // layer), the FFN slot (dense, plus the expert branch in MoE layers), the per-layer input (C.7); no output
+  // scale.
   void run_layer(const BlockRun& run, int64_t il, Gemma4Scratch& sc, const Tensor& x, const ForwardInputs& in,
                  std::span<const KvLayerView> kv) const;
   // Writes the taps of `layer` (its input) for every row.
@@ -86,9 +83,9 @@ class Gemma4Base : public DecoderModel {
   std::vector<LayerShape> local_;
 
  private:
-  static void attention(const BlockRun& run, const Gemma4Layer& w, const LayerShape& d, const BlockScratch& sc,
-                        const Tensor& x, const Tensor& positions, const KvLayerView& kv,
-                        const KvGroupInputs& group);
+  static void attention(const BlockRun& run, const Gemma4Layer& w, const LayerShape& d,
+                        const BlockScratch& sc, const Tensor& x, const Tensor& positions,
+                        const KvLayerView& kv, const KvGroupInputs& group);
   void ffn(const BlockRun& run, const Gemma4Layer& w, int64_t n_ff, const Gemma4Scratch& sc,
            const Tensor& x) const;
   // Each expert's feed-forward rows on this rank (a tensor split cuts them, F.2).
@@ -105,10 +102,5 @@ float read_scalar_tensor(const gguf::GgufFile& file, const std::string& name);
 // tensors when hp.n_expert > 0 (C.5); KV sharing and per-layer inputs when the file's <arch>.
 // attention.shared_kv_layers / embedding_length_per_layer_input say so (C.7).
 Gemma4Weights load_gemma4_weights(const gguf::GgufFile& file, WeightLoader& ld, const ModelHparams& hp);
-
-// Throws Error naming up to four tensors the loader did not use.
-void check_all_used(const WeightLoader& ld, const std::string& arch);
-
-std::string g4_blk(int64_t layer, const char* name);
 
 }  // namespace tandem

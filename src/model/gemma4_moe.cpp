@@ -12,10 +12,6 @@ namespace tandem {
 
 namespace {
 
-std::string blk(int64_t layer, const char* name) {
-  return "blk." + std::to_string(layer) + "." + name;
-}
-
 constexpr size_t kAlign = 256;
 size_t padded(size_t bytes) {
   return (bytes + kAlign - 1) / kAlign * kAlign;
@@ -41,13 +37,14 @@ Tensor fused_half(Tensor gu, int64_t n_ff_exp, int half) {
 Gemma4MoeWeights load_gemma4_moe(WeightLoader& ld, const ModelHparams& hp, int64_t il) {
   const int64_t E = hp.n_embd, ne = hp.n_expert, fe = hp.n_ff_exp;
   Gemma4MoeWeights w;
-  w.router = ld.matrix(blk(il, "ffn_gate_inp.weight"), {E, ne});
-  w.router_scale = ld.vector(blk(il, "ffn_gate_inp.scale"), E);
-  w.pre_norm_2 = ld.vector(blk(il, "pre_ffw_norm_2.weight"), E);
-  w.post_norm_1 = ld.vector(blk(il, "post_ffw_norm_1.weight"), E);
-  w.post_norm_2 = ld.vector(blk(il, "post_ffw_norm_2.weight"), E);
-  const std::string fused = blk(il, "ffn_gate_up_exps.weight");
-  const std::string gate = blk(il, "ffn_gate_exps.weight"), up = blk(il, "ffn_up_exps.weight");
+  w.router = ld.matrix(layer_tensor_name(il, "ffn_gate_inp.weight"), {E, ne});
+  w.router_scale = ld.vector(layer_tensor_name(il, "ffn_gate_inp.scale"), E);
+  w.pre_norm_2 = ld.vector(layer_tensor_name(il, "pre_ffw_norm_2.weight"), E);
+  w.post_norm_1 = ld.vector(layer_tensor_name(il, "post_ffw_norm_1.weight"), E);
+  w.post_norm_2 = ld.vector(layer_tensor_name(il, "post_ffw_norm_2.weight"), E);
+  const std::string fused = layer_tensor_name(il, "ffn_gate_up_exps.weight");
+  const std::string gate = layer_tensor_name(il, "ffn_gate_exps.weight"),
+                    up = layer_tensor_name(il, "ffn_up_exps.weight");
   const bool has_fused = ld.has(fused), has_gate = ld.has(gate), has_up = ld.has(up);
   check(has_fused != (has_gate || has_up),
         has_fused ? "layer " + std::to_string(il) + " has both ffn_gate_up_exps and separate gate/up experts"
@@ -60,8 +57,8 @@ Gemma4MoeWeights load_gemma4_moe(WeightLoader& ld, const ModelHparams& hp, int64
     w.gate_exps = ld.matrix(gate, {E, fe, ne});
     w.up_exps = ld.matrix(up, {E, fe, ne});
   }
-  w.down_exps = ld.matrix(blk(il, "ffn_down_exps.weight"), {fe, E, ne});
-  w.down_scale = ld.optional_vector(blk(il, "ffn_down_exps.scale"), ne);
+  w.down_exps = ld.matrix(layer_tensor_name(il, "ffn_down_exps.weight"), {fe, E, ne});
+  w.down_scale = ld.optional_vector(layer_tensor_name(il, "ffn_down_exps.scale"), ne);
   return w;
 }
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "model/scratch_views.h"
 #include "parallel/comm.h"
 
 namespace tandem {
@@ -19,19 +20,6 @@ struct TransformerScratch : ForwardScratch {
   BlockScratch blocks;
   Tensor xo;  // {n_embd, max_out}: rows gathered for the head
 };
-
-// The first n columns of a {width, max} scratch tensor.
-Tensor cols(const Tensor& t, int64_t n) {
-  Tensor v = t;
-  v.ne[1] = n;
-  v.nb[2] = v.nb[1] * size_t(n);
-  v.nb[3] = v.nb[2];
-  return v;
-}
-
-std::string blk(int64_t layer, const char* name) {
-  return "blk." + std::to_string(layer) + "." + name;
-}
 
 }  // namespace
 
@@ -48,22 +36,11 @@ Transformer::Transformer(ModelHparams hp, TransformerWeights weights, std::uniqu
   n_vocab_ = shard_.vocab.size();
   check(shard_.mode != SplitMode::Tensor || shard_.n_ranks == 1 || comm_ != nullptr,
         "a tensor-split rank needs a communicator");
-  const bool tensor_split = shard_.mode == SplitMode::Tensor;
   for (size_t il = 0; il < hp_.layers.size(); ++il) {
     const LayerHparams& L = hp_.layers[il];
-    LocalLayer d;
-    // A tensor split gives each layer this rank's heads and rows of it (the same ranges when uniform).
-    const RankShard::LayerRanges lr = shard_.ranges_of(int64_t(il));
-    d.n_head = tensor_split ? lr.q_heads.size() : L.n_head;
-    d.n_head_kv = tensor_split ? lr.kv_heads.size() : L.n_head_kv;
-    d.n_ff = tensor_split ? lr.ff.size() : L.n_ff;
-    d.head_dim_k = L.head_dim_k;
-    d.head_dim_v = L.head_dim_v;
-    d.sliding_window = L.sliding_window;
+    LayerShape d = layer_shape(L, shard_, int64_t(il));
     d.attn_scale = hp_.attn_scale != 0.0f ? hp_.attn_scale : 1.0f / std::sqrt(float(L.head_dim_k));
-    d.rope.n_rot = int(L.n_rot);
     d.rope.mode = hp_.rope_mode;
-    d.rope.freq_base = L.rope_freq_base;
     d.rope.freq_scale = hp_.rope_freq_scale;
     d.rope.attn_factor = hp_.rope_attn_factor;
     d.rope.freq_factors = w_.rope_freqs && L.rope_freq_factors ? &*w_.rope_freqs : nullptr;
@@ -72,56 +49,18 @@ Transformer::Transformer(ModelHparams hp, TransformerWeights weights, std::uniqu
 }
 
 std::vector<KvLayerShape> Transformer::kv_layer_shapes() const {
-  std::vector<KvLayerShape> shapes;
-  for (int64_t il = shard_.layers.begin; il < shard_.layers.end; ++il) {
-    const LocalLayer& d = local_[size_t(il)];
-    shapes.push_back(KvLayerShape{d.head_dim_k, d.head_dim_v, d.n_head_kv, d.sliding_window});
-  }
-  return shapes;
-}
-
-int64_t Transformer::max_local(int64_t (*width)(const LocalLayer&)) const {
-  int64_t m = 0;
-  for (const LocalLayer& d : local_) m = std::max(m, width(d));
-  return m;
+  return kv_layer_shapes_of(local_, shard_.layers.begin, shard_.layers.end);
 }
 
 Tensor Transformer::hidden_state(ForwardScratch& scratch, int64_t n_rows) const {
-  return cols(static_cast<TransformerScratch&>(scratch).x, n_rows);
+  return first_cols(static_cast<TransformerScratch&>(scratch).x, n_rows);
 }
 
 std::unique_ptr<ForwardScratch> Transformer::plan_scratch(Device& device, int64_t max_rows, int64_t max_out,
                                                           WorkspacePlan& plan) const {
-  check(max_rows >= 1 && max_out >= 0 && max_out <= max_rows, "bad scratch plan");
   auto s = std::make_unique<TransformerScratch>();
-  const int64_t q_w = max_local([](const LocalLayer& d) { return d.n_head * d.head_dim_k; });
-  const int64_t k_w = max_local([](const LocalLayer& d) { return d.n_head_kv * d.head_dim_k; });
-  const int64_t v_w = max_local([](const LocalLayer& d) { return d.n_head_kv * d.head_dim_v; });
-  const int64_t attn_w = max_local([](const LocalLayer& d) { return d.n_head * d.head_dim_v; });
-  const int64_t ff_w = max_local([](const LocalLayer& d) { return d.n_ff; });
-  const int64_t widths[] = {hp_.n_embd, hp_.n_embd, q_w, k_w, v_w, attn_w, hp_.n_embd, ff_w, ff_w, ff_w};
-  BlockScratch& b = s->blocks;
-  Tensor* slots[] = {&s->x, &b.h, &b.q, &b.k, &b.v, &b.attn, &b.proj, &b.gate, &b.up, &b.act};
-  constexpr size_t kAlign = 256;
-  auto padded = [&](int64_t n_floats) {
-    return (size_t(n_floats) * sizeof(float) + kAlign - 1) / kAlign * kAlign;
-  };
-  size_t total = padded(hp_.n_embd * std::max<int64_t>(max_out, 1));
-  for (int64_t w : widths) total += padded(w * max_rows);
-  s->buffer = device.allocate(total);
-  char* p = static_cast<char*>(s->buffer.data());
-  for (size_t i = 0; i < std::size(widths); ++i) {
-    *slots[i] = Tensor::contiguous(DType::F32, {widths[i], max_rows}, p, device.id());
-    p += padded(widths[i] * max_rows);
-  }
-  s->xo = Tensor::contiguous(DType::F32, {hp_.n_embd, std::max<int64_t>(max_out, 1)}, p, device.id());
-
-  plan.max_rows = std::max(plan.max_rows, max_rows);
-  plan.max_matmul_in = std::max({plan.max_matmul_in, hp_.n_embd, ff_w, q_w, attn_w});
-  plan.max_head_dim =
-      std::max({plan.max_head_dim, max_local([](const LocalLayer& d) { return d.head_dim_k; }),
-                max_local([](const LocalLayer& d) { return d.head_dim_v; })});
-  plan.max_n_head = std::max(plan.max_n_head, max_local([](const LocalLayer& d) { return d.n_head; }));
+  s->buffer =
+      plan_block_scratch(device, local_, hp_.n_embd, max_rows, max_out, {}, s->x, s->blocks, s->xo, plan);
   plan.max_vocab = std::max(plan.max_vocab, n_vocab_);
   if (comm_) comm_->reserve(size_t(hp_.n_embd) * size_t(max_rows) * sizeof(float));
   return s;
@@ -135,7 +74,7 @@ void Transformer::forward(Stream& st, Ops& ops, const ForwardInputs& in, std::sp
         "batch of " + std::to_string(T) + " rows exceeds the planned " + std::to_string(sc.x.ne[1]));
   check(int64_t(kv.size()) == shard_.layers.size(), "KV cache has the wrong number of layers");
   const BlockRun run{st, ops, hp_.rms_eps, in.comm ? in.comm : comm_, shard_.rank};
-  const Tensor x = cols(sc.x, T);
+  const Tensor x = first_cols(sc.x, T);
   // Layer split: a rank that is not first starts from x, the previous rank's output (the session copied it).
   if (shard_.first) embed_block(run, w_.tok_embd, hp_.embedding_scale, in, x);
   auto tap = [&](int layer) {
@@ -160,6 +99,36 @@ std::optional<Tensor> Transformer::shared_weight(const std::string& name) const 
   if (name == "token_embd.weight") return w_.tok_embd;
   if (name == "output.weight") return w_.output;
   return std::nullopt;
+}
+
+TransformerLayerWeights load_transformer_layer(WeightLoader& ld, const LayerHparams& P, int64_t il, int64_t E,
+                                               const TransformerVariant& variant) {
+  TransformerLayerWeights L;
+  L.attn.norm = ld.vector(layer_tensor_name(il, "attn_norm.weight"), E);
+  L.attn.wq = ld.matrix(layer_tensor_name(il, "attn_q.weight"), {E, P.n_embd_q()});
+  L.attn.wk = ld.matrix(layer_tensor_name(il, "attn_k.weight"), {E, P.n_embd_k()});
+  L.attn.wv = ld.matrix(layer_tensor_name(il, "attn_v.weight"), {E, P.n_embd_v()});
+  L.attn.wo = ld.matrix(layer_tensor_name(il, "attn_output.weight"), {P.n_head * P.head_dim_v, E});
+  if (variant.allow_qkv_bias) {
+    L.attn.bq = ld.optional_vector(layer_tensor_name(il, "attn_q.bias"), P.n_embd_q());
+    L.attn.bk = ld.optional_vector(layer_tensor_name(il, "attn_k.bias"), P.n_embd_k());
+    L.attn.bv = ld.optional_vector(layer_tensor_name(il, "attn_v.bias"), P.n_embd_v());
+  }
+  if (variant.qk_norm) {
+    L.attn.q_norm = ld.vector(layer_tensor_name(il, "attn_q_norm.weight"), P.head_dim_k);
+    L.attn.k_norm = ld.vector(layer_tensor_name(il, "attn_k_norm.weight"), P.head_dim_k);
+  }
+  L.ffn.norm = ld.vector(layer_tensor_name(il, "ffn_norm.weight"), E);
+  L.ffn.gate = ld.matrix(layer_tensor_name(il, "ffn_gate.weight"), {E, P.n_ff});
+  L.ffn.up = ld.matrix(layer_tensor_name(il, "ffn_up.weight"), {E, P.n_ff});
+  L.ffn.down = ld.matrix(layer_tensor_name(il, "ffn_down.weight"), {P.n_ff, E});
+  if (variant.allow_out_ffn_bias) {
+    L.attn.bo = ld.optional_vector(layer_tensor_name(il, "attn_output.bias"), E);
+    L.ffn.b_gate = ld.optional_vector(layer_tensor_name(il, "ffn_gate.bias"), P.n_ff);
+    L.ffn.b_up = ld.optional_vector(layer_tensor_name(il, "ffn_up.bias"), P.n_ff);
+    L.ffn.b_down = ld.optional_vector(layer_tensor_name(il, "ffn_down.bias"), E);
+  }
+  return L;
 }
 
 std::unique_ptr<Transformer> load_transformer(const gguf::GgufFile& file, const ModelHparams& hp,
@@ -204,43 +173,9 @@ std::unique_ptr<Transformer> load_transformer(const gguf::GgufFile& file, const 
   if (variant.allow_rope_freqs) w.rope_freqs = ld.optional_vector("rope_freqs.weight", hp.n_rot / 2);
 
   check(int64_t(hp.layers.size()) == hp.n_layer, "the per-layer hparams are not set (read_decoder_hparams)");
-  for (int64_t il = 0; il < hp.n_layer; ++il) {
-    const LayerHparams& P = hp.layers[size_t(il)];
-    TransformerLayerWeights L;
-    L.attn.norm = ld.vector(blk(il, "attn_norm.weight"), E);
-    L.attn.wq = ld.matrix(blk(il, "attn_q.weight"), {E, P.n_embd_q()});
-    L.attn.wk = ld.matrix(blk(il, "attn_k.weight"), {E, P.n_embd_k()});
-    L.attn.wv = ld.matrix(blk(il, "attn_v.weight"), {E, P.n_embd_v()});
-    L.attn.wo = ld.matrix(blk(il, "attn_output.weight"), {P.n_head * P.head_dim_v, E});
-    if (variant.allow_qkv_bias) {
-      L.attn.bq = ld.optional_vector(blk(il, "attn_q.bias"), P.n_embd_q());
-      L.attn.bk = ld.optional_vector(blk(il, "attn_k.bias"), P.n_embd_k());
-      L.attn.bv = ld.optional_vector(blk(il, "attn_v.bias"), P.n_embd_v());
-    }
-    if (variant.qk_norm) {
-      L.attn.q_norm = ld.vector(blk(il, "attn_q_norm.weight"), P.head_dim_k);
-      L.attn.k_norm = ld.vector(blk(il, "attn_k_norm.weight"), P.head_dim_k);
-    }
-    L.ffn.norm = ld.vector(blk(il, "ffn_norm.weight"), E);
-    L.ffn.gate = ld.matrix(blk(il, "ffn_gate.weight"), {E, P.n_ff});
-    L.ffn.up = ld.matrix(blk(il, "ffn_up.weight"), {E, P.n_ff});
-    L.ffn.down = ld.matrix(blk(il, "ffn_down.weight"), {P.n_ff, E});
-    if (variant.allow_out_ffn_bias) {
-      L.attn.bo = ld.optional_vector(blk(il, "attn_output.bias"), E);
-      L.ffn.b_gate = ld.optional_vector(blk(il, "ffn_gate.bias"), P.n_ff);
-      L.ffn.b_up = ld.optional_vector(blk(il, "ffn_up.bias"), P.n_ff);
-      L.ffn.b_down = ld.optional_vector(blk(il, "ffn_down.bias"), E);
-    }
-    w.layers.push_back(std::move(L));
-  }
-  const std::vector<std::string> unused = ld.unused();
-  if (!unused.empty()) {
-    std::string list;
-    for (size_t i = 0; i < unused.size() && i < 4; ++i) list += (i ? ", " : "") + unused[i];
-    if (unused.size() > 4) list += ", ... (" + std::to_string(unused.size()) + " in all)";
-    throw Error("the " + hp.arch + " model has tensors tandem does not know how to use: " + list +
-                " (an unsupported variant of the architecture?)");
-  }
+  for (int64_t il = 0; il < hp.n_layer; ++il)
+    w.layers.push_back(load_transformer_layer(ld, hp.layers[size_t(il)], il, E, variant));
+  ld.check_all_used(hp.arch, " (an unsupported variant of the architecture?)");
   return std::make_unique<Transformer>(hp, std::move(w), std::move(loader), ctx);
 }
 

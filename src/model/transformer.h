@@ -59,8 +59,6 @@ class Transformer : public DecoderModel {
   ModelHparams hp_;
   TransformerWeights w_;
   std::unique_ptr<WeightLoader> loader_;  // owns converted vectors the weights may point to
-  using LocalLayer = LayerShape;
-  int64_t max_local(int64_t (*width)(const LocalLayer&)) const;
 
   std::vector<LayerShape> local_;  // every layer of the model, at this rank's widths
   RankShard shard_;
@@ -75,6 +73,11 @@ class Transformer : public DecoderModel {
 // output).
 // The shard rules of this decoder's tensors (transformer_rules.cpp): llama and qwen3 use them.
 ShardRuleTable transformer_shard_rules();
+
+// Layer il's attention and SwiGLU tensors (GGUF-ARCH-FACTS B.2) at hparams P, with the optional ones
+// `variant` allows (dflash's Qwen3 layers load through it too).
+TransformerLayerWeights load_transformer_layer(WeightLoader& ld, const LayerHparams& P, int64_t il, int64_t E,
+                                               const TransformerVariant& variant);
 
 std::unique_ptr<Transformer> load_transformer(const gguf::GgufFile& file, const ModelHparams& hp,
                                               const TransformerVariant& variant,

@@ -241,6 +241,15 @@ std::vector<std::string> WeightLoader::unused() const {
   return out;
 }
 
+void WeightLoader::check_all_used(const std::string& arch, const std::string& hint) const {
+  const std::vector<std::string> names = unused();
+  if (names.empty()) return;
+  std::string list;
+  for (size_t i = 0; i < names.size() && i < 4; ++i) list += (i ? ", " : "") + names[i];
+  if (names.size() > 4) list += ", ... (" + std::to_string(names.size()) + " in all)";
+  throw Error("the " + arch + " model has tensors tandem does not know how to use: " + list + hint);
+}
+
 size_t WeightLoader::owned_bytes() const {
   size_t n = 0;
   for (const auto& v : owned_) n += v.size() * sizeof(float);

@@ -33,6 +33,11 @@ namespace tandem {
 
 class RowSplitWeights;
 
+// The GGUF name of a per-layer tensor: "blk.<layer>.<name>".
+inline std::string layer_tensor_name(int64_t layer, const char* name) {
+  return "blk." + std::to_string(layer) + "." + name;
+}
+
 class WeightLoader {
  public:
   // Tensors for `device`. CPU: the views point into file's mapping, which must outlive them. Other devices
@@ -56,6 +61,10 @@ class WeightLoader {
   const gguf::TensorInfo* info(const std::string& name) const { return file_.find_tensor(name); }
   // Tensors of the file that no call above asked for (a sign of an unsupported variant of the architecture).
   std::vector<std::string> unused() const;
+  // Throws Error naming up to four tensors no call asked for ("the <arch> model has tensors tandem does not
+  // know how to use: ..." then `hint`): a variant it does not know would otherwise give silently wrong
+  // output.
+  void check_all_used(const std::string& arch, const std::string& hint = "") const;
   // Bytes of F32 copies the loader had to make (kept alive by the loader: keep it as long as the tensors).
   size_t owned_bytes() const;
 

@@ -52,6 +52,17 @@ std::string check_comm_rank(const char* op, int rank, int n_ranks) {
          std::to_string(n_ranks) + " ranks); the comm is aborted";
 }
 
+std::string check_comm_f32(const char* op, int rank, const Tensor& x) {
+  if (x.type == DType::F32) return {};
+  return std::string(op) + " on rank " + std::to_string(rank) + ": x must be F32, got " + dtype_name(x.type);
+}
+
+std::string check_comm_root(const char* op, int rank, int root, int n_ranks) {
+  if (root >= 0 && root < n_ranks) return {};
+  return std::string(op) + " on rank " + std::to_string(rank) + ": root " + std::to_string(root) +
+         " is out of range (" + std::to_string(n_ranks) + " ranks)";
+}
+
 }  // namespace parallel
 
 namespace {

@@ -78,9 +78,7 @@ class CopyComm final : public Comm {
     const char* op = "all_reduce_sum";
     RankCall call = begin(op, rank, stream, x.type, x.nbytes());
     if (call.error.empty()) call.error = parallel::check_comm_tensor(op, rank, "x", x, device_id(rank));
-    if (call.error.empty() && x.type != DType::F32)
-      call.error =
-          std::string(op) + " on rank " + std::to_string(rank) + ": x must be F32, got " + dtype_name(x.type);
+    if (call.error.empty()) call.error = parallel::check_comm_f32(op, rank, x);
     call.ptr = x.data;
     const int p = parity(rank);
     const std::vector<RankCall>& posts = board_.enter(rank, call);
@@ -176,9 +174,7 @@ class CopyComm final : public Comm {
     const size_t bytes = x.nbytes();
     RankCall call = begin(op, rank, stream, x.type, bytes);
     if (call.error.empty()) call.error = parallel::check_comm_tensor(op, rank, "x", x, device_id(rank));
-    if (call.error.empty() && (root < 0 || root >= n_ranks()))
-      call.error = std::string(op) + " on rank " + std::to_string(rank) + ": root " + std::to_string(root) +
-                   " is out of range (" + std::to_string(n_ranks()) + " ranks)";
+    if (call.error.empty()) call.error = parallel::check_comm_root(op, rank, root, n_ranks());
     call.root = root;
     call.ptr = x.data;
     const int p = parity(rank);
@@ -273,18 +269,8 @@ class CopyComm final : public Comm {
   }
 
   RankCall begin(const char* op, int rank, Stream& stream, DType type, size_t bytes) {
-    std::string bad_rank = parallel::check_comm_rank(op, rank, n_ranks());
-    if (!bad_rank.empty()) {
-      abort();
-      throw Error(bad_rank);
-    }
-    RankCall call;
-    call.op = op;
-    call.bytes = bytes;
-    call.dtype = type;
-    call.error = parallel::check_comm_stream(op, rank, stream, device_id(rank));
-    if (call.error.empty()) call.error = parallel::check_comm_reserved(op, bytes, reserved_);
-    return call;
+    return parallel::begin_board_call(
+        board_, op, rank, stream, [this](int r) { return device_id(r); }, type, bytes, reserved_);
   }
 
   std::vector<Rank> ranks_;

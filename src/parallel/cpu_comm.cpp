@@ -38,9 +38,7 @@ class CpuComm final : public Comm {
     const char* op = "all_reduce_sum";
     RankCall call = begin(op, rank, stream, x.type, x.nbytes());
     if (call.error.empty()) call.error = parallel::check_comm_tensor(op, rank, "x", x, device_id(rank));
-    if (call.error.empty() && x.type != DType::F32)
-      call.error =
-          std::string(op) + " on rank " + std::to_string(rank) + ": x must be F32, got " + dtype_name(x.type);
+    if (call.error.empty()) call.error = parallel::check_comm_f32(op, rank, x);
     call.ptr = x.data;
     const std::vector<RankCall>& posts = board_.enter(rank, call);
 
@@ -80,9 +78,7 @@ class CpuComm final : public Comm {
     const char* op = "broadcast";
     RankCall call = begin(op, rank, stream, x.type, x.nbytes());
     if (call.error.empty()) call.error = parallel::check_comm_tensor(op, rank, "x", x, device_id(rank));
-    if (call.error.empty() && (root < 0 || root >= n_ranks()))
-      call.error = std::string(op) + " on rank " + std::to_string(rank) + ": root " + std::to_string(root) +
-                   " is out of range (" + std::to_string(n_ranks()) + " ranks)";
+    if (call.error.empty()) call.error = parallel::check_comm_root(op, rank, root, n_ranks());
     call.root = root;
     call.ptr = x.data;
     const std::vector<RankCall>& posts = board_.enter(rank, call);
@@ -103,18 +99,8 @@ class CpuComm final : public Comm {
 
   // The post of a collective with the checks every collective shares; a bad rank index aborts the comm.
   RankCall begin(const char* op, int rank, Stream& stream, DType type, size_t bytes) {
-    std::string bad_rank = parallel::check_comm_rank(op, rank, n_ranks());
-    if (!bad_rank.empty()) {
-      abort();
-      throw Error(bad_rank);
-    }
-    RankCall call;
-    call.op = op;
-    call.bytes = bytes;
-    call.dtype = type;
-    call.error = parallel::check_comm_stream(op, rank, stream, device_id(rank));
-    if (call.error.empty()) call.error = parallel::check_comm_reserved(op, bytes, reserved_);
-    return call;
+    return parallel::begin_board_call(
+        board_, op, rank, stream, [this](int r) { return device_id(r); }, type, bytes, reserved_);
   }
 
   std::vector<Device*> devices_;
