@@ -28,8 +28,8 @@ install_missing cmake ninja-build g++ pkg-config git python3 libgtest-dev libcli
 # `clang`, which the fuzz smoke test builds with whatever compiler the build uses.
 clangxx=clang++
 if [[ "$(basename "${CXX:-}")" == clang++* ]]; then
-  clangxx=$(basename "$CXX")
-  [[ "$clangxx" =~ ^clang\+\+-([0-9]+)$ ]] && install_missing "clang-${BASH_REMATCH[1]}"
+  clangxx=$CXX
+  if [[ "$(basename "$CXX")" =~ ^clang\+\+-([0-9]+)$ ]]; then install_missing "clang-${BASH_REMATCH[1]}"; fi
 fi
 command -v "$clangxx" >/dev/null 2>&1 || { echo "setup.sh: CXX=$CXX: '$clangxx' not found" >&2; exit 1; }
 # Its runtime (fuzzers, sanitizers): libclang-rt-14-dev on Debian 12, -18- on Ubuntu 24.04, -19- on Debian 13.
