@@ -58,6 +58,9 @@ bool solve_affine(const float* x, const float* w, int n, const uint8_t* L, float
 }  // namespace
 
 AffineFit fit_affine(const float* x, const float* w, int n, int nmax, uint8_t* L, const Grid& grid) {
+  // No values: nothing to fit (x[0] below needs one). Spelled out, GCC 14 also knows the fills below have a
+  // positive length (it warned -Wstringop-overflow of a negative n otherwise).
+  if (n <= 0) return {};
   float xmin = 0, xmax = x[0];
   for (int i = 0; i < n; ++i) {
     xmin = std::min(xmin, x[i]);
