@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "quant/blocks.h"
+#include "quant/fit.h"
 #include "quant/quant.h"
 
 using namespace tandem;
@@ -413,6 +414,16 @@ TEST(QuantMatrix, EqualsRowByRowForAnyThreadCount) {
 }
 
 // ---- bad input --------------------------------------------------------------------------------------------
+
+TEST(QuantFit, AffineFitOfNoValuesIsEmptyAndTouchesNothing) {
+  // fit_affine read x[0] before looking at n; with n = 0 it must not read x nor write L.
+  uint8_t L[4] = {7, 7, 7, 7};
+  const quant::fit::AffineFit f = quant::fit::fit_affine(nullptr, nullptr, 0, 15, L);
+  EXPECT_EQ(f.scale, 0.0f);
+  EXPECT_EQ(f.min, 0.0f);
+  EXPECT_EQ(f.err, 0.0);
+  for (uint8_t l : L) EXPECT_EQ(l, 7);
+}
 
 TEST(QuantBadInput, SizesThatAreNotAMultipleOfTheBlockThrow) {
   std::vector<float> x(1024, 1.0f);
