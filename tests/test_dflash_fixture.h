@@ -29,6 +29,21 @@ struct TinyDflashConfig {
   uint64_t seed = 7;
 };
 
+// A random drafter of the shipped small model's width: 512 wide, 8 heads of 64 (4 KV), taps of layers 1, 4, 7,
+// block 8, mask token 1. Tests start from it and change one thing.
+inline TinyDflashConfig shipped_shape_dflash_config() {
+  TinyDflashConfig dc;
+  dc.n_embd = 512;
+  dc.n_head = 8;
+  dc.n_head_kv = 4;
+  dc.head_dim = 64;
+  dc.n_ff = 256;
+  dc.target_layers = {1, 4, 7};
+  dc.block_size = 8;
+  dc.mask_token_id = 1;
+  return dc;
+}
+
 struct TinyDflash {
   TinyDflashConfig cfg;
   TinyModel m;  // weights in the same container as the target's tiny models

@@ -31,6 +31,7 @@ using tandem::test::metric_at;
 using tandem::test::parse_sse;
 using tandem::test::RawStream;
 using tandem::test::ServerProcess;
+using tandem::test::stream_greedy_completion;
 using tandem::test::Streamed;
 using tandem::test::wait_metric_at;
 
@@ -167,16 +168,10 @@ TEST_F(Serve, ThirtyTwoConcurrentStreamsEqualTheirSingleClientText) {
   std::vector<std::thread> threads;
   for (int i = 0; i < n; ++i)
     threads.emplace_back([&, i] {
-      auto c = client();
-      auto r = c.Post(
-          "/v1/completions",
-          json{{"prompt", prompts[size_t(i)]}, {"max_tokens", 12}, {"temperature", 0}, {"stream", true}}
-              .dump(),
-          "application/json");
-      if (!r) return;
-      const Streamed s = parse_sse(r->body, 1, false);
-      got[size_t(i)] = s.text[0];
-      done[size_t(i)] = s.done;
+      const auto s = stream_greedy_completion(server_->port(), prompts[size_t(i)], 12);
+      if (!s) return;
+      got[size_t(i)] = s->text[0];
+      done[size_t(i)] = s->done;
     });
   for (auto& t : threads) t.join();
   for (int i = 0; i < n; ++i) {
@@ -427,13 +422,7 @@ TEST(ServeSpeculative, GreedyEqualsPlainDecodingAndDraftsAreAccepted) {
   std::vector<std::thread> threads;
   for (size_t i = 0; i < prompts.size(); ++i)
     threads.emplace_back([&, i] {
-      httplib::Client cc("127.0.0.1", s.port());
-      cc.set_read_timeout(300, 0);
-      auto res = cc.Post(
-          "/v1/completions",
-          json{{"prompt", prompts[i]}, {"max_tokens", 16}, {"temperature", 0}, {"stream", true}}.dump(),
-          "application/json");
-      if (res) got[i] = parse_sse(res->body, 1, false).text[0];
+      if (const auto st = stream_greedy_completion(s.port(), prompts[i], 16)) got[i] = st->text[0];
     });
   for (auto& t : threads) t.join();
   for (size_t i = 0; i < prompts.size(); ++i) {

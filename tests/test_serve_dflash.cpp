@@ -26,6 +26,7 @@ using tandem::test::metric_value_at;
 using tandem::test::parse_sse;
 using tandem::test::RawStream;
 using tandem::test::ServerProcess;
+using tandem::test::stream_greedy_completion;
 using tandem::test::Streamed;
 using tandem::test::wait_metric_at;
 
@@ -115,17 +116,10 @@ void expect_forking_streams_equal_solo(int port) {
     std::vector<std::thread> threads;
     for (int i = 0; i < n; ++i)
       threads.emplace_back([&, i] {
-        httplib::Client c("127.0.0.1", port);
-        c.set_read_timeout(300, 0);
-        auto r = c.Post(
-            "/v1/completions",
-            json{{"prompt", prompts[size_t(i)]}, {"max_tokens", 24}, {"temperature", 0}, {"stream", true}}
-                .dump(),
-            "application/json");
-        if (!r) return;
-        const Streamed s = parse_sse(r->body, 1, false);
-        got[size_t(i)] = s.text[0];
-        done[size_t(i)] = s.done;
+        const auto s = stream_greedy_completion(port, prompts[size_t(i)], 24);
+        if (!s) return;
+        got[size_t(i)] = s->text[0];
+        done[size_t(i)] = s->done;
       });
     for (auto& t : threads) t.join();
   }  // the holder's client leaves
@@ -210,14 +204,7 @@ TEST(ServeDflashErrors, DraftersThatDoNotFitRefuseToStart) {
   const auto narrow = temp_file("narrow");
   write_tiny_dflash(make_tiny_dflash(TinyDflashConfig{}), narrow);
   // Of the target's width, but with a head of its own over 16 tokens (no d2t map to the target's).
-  TinyDflashConfig dc;
-  dc.n_embd = 512;
-  dc.n_head = 8;
-  dc.n_head_kv = 4;
-  dc.head_dim = 64;
-  dc.n_ff = 256;
-  dc.target_layers = {1, 4, 7};
-  dc.mask_token_id = 1;
+  TinyDflashConfig dc = tandem::testing::shipped_shape_dflash_config();
   dc.own_embeddings = true;
   dc.n_vocab_own = 16;
   const auto small_vocab = temp_file("vocab");

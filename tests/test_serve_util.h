@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <regex>
 #include <string>
 #include <thread>
@@ -161,6 +162,19 @@ inline Streamed parse_sse(const std::string& body, size_t n, bool chat) {
     }
   }
   return s;
+}
+
+// A greedy (temperature 0) streamed /v1/completions of `prompt` on a connection of its own, parsed; nullopt
+// when no response came back. The concurrency tests start many of these at once and compare each with a solo
+// run.
+inline std::optional<Streamed> stream_greedy_completion(int port, const std::string& prompt, int max_tokens) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(300, 0);
+  const nlohmann::json body = {
+      {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"stream", true}};
+  auto r = c.Post("/v1/completions", body.dump(), "application/json");
+  if (!r) return std::nullopt;
+  return parse_sse(r->body, 1, false);
 }
 
 }  // namespace tandem::test

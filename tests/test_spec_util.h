@@ -71,18 +71,9 @@ inline std::vector<TokenCandidate> target_distribution(const std::shared_ptr<Mod
 // A random DFlash drafter of the shipped small model's width (1 layer, taps of layers 1, 4, 7, block 8),
 // written to a temporary file; the caller removes it.
 inline std::filesystem::path write_shipped_shape_drafter(const std::string& tag) {
-  TinyDflashConfig dc;
-  dc.n_embd = 512;
-  dc.n_head = 8;
-  dc.n_head_kv = 4;
-  dc.head_dim = 64;
-  dc.n_ff = 256;
-  dc.target_layers = {1, 4, 7};
-  dc.block_size = 8;
-  dc.mask_token_id = 1;
   const auto path = std::filesystem::temp_directory_path() /
                     ("tandem_" + tag + "_" + std::to_string(::getpid()) + "_shipped_shape_dflash.gguf");
-  write_tiny_dflash(make_tiny_dflash(dc), path);
+  write_tiny_dflash(make_tiny_dflash(shipped_shape_dflash_config()), path);
   return path;
 }
 
