@@ -2,7 +2,8 @@
 # Interop check for `tandem convert` of Gemma 4 (issue 16 part B): builds a random tiny Gemma4ForCausalLM
 # checkpoint with transformers (dense with global KV heads, and MoE), converts it with llama.cpp's
 # convert_hf_to_gguf.py and with `tandem convert` (both --outtype f32), and diffs every gemma4.* key and every
-# tensor (names, shapes, dtypes, values) with gguf-py; tokenizer.* keys that differ are listed (INFO), not counted.
+# tensor (names, shapes, dtypes, values) with tests/reference/gemma4_convert_diff.py --diff (gguf-py); tokenizer.* keys
+# that differ are listed (INFO), not counted. The same comparison without transformers runs on the CPU: that file.
 # The checkpoint has the Gemma-style tokenizer of tests/reference/gemma_tokenizer_json.py (llama.cpp's converter
 # accepts no other kind for Gemma 4). Env: LLAMA_CPP_SRC (llama.cpp source tree), BIN (tandem binaries), OUT (results).
 # Budget: about 90 s. Prints PASS/FAIL per variant and a summary; results in $OUT/gemma4_convert_*.txt.
@@ -49,38 +50,8 @@ PY
     >"$OUT/gemma4_convert_${variant}_llamacpp.txt" 2>&1 || { echo "FAIL $variant: llama.cpp convert:"; tail -5 "$OUT/gemma4_convert_${variant}_llamacpp.txt"; fail=1; continue; }
   timeout 60 "$BIN/tandem" convert "$dir" -o "$WORK/$variant.tandem.gguf" --type f32 \
     >"$OUT/gemma4_convert_${variant}_tandem.txt" 2>&1 || { echo "FAIL $variant: tandem convert (see log)"; fail=1; continue; }
-  python3 - "$WORK/$variant.ref.gguf" "$WORK/$variant.tandem.gguf" <<'PY' >"$OUT/gemma4_convert_${variant}_diff.txt" 2>&1
-import sys, numpy as np
-from gguf import GGUFReader
-ref, got = GGUFReader(sys.argv[1]), GGUFReader(sys.argv[2])
-def kv(r, prefix="gemma4."):
-    out = {}
-    for k, f in r.fields.items():
-        if not k.startswith(prefix): continue
-        v = f.contents() if hasattr(f, "contents") else [f.parts[i].tolist() for i in f.data]
-        out[k] = (f.types[0].name if f.types else "?", v)
-    return out
-bad = 0
-a, b = kv(ref), kv(got)
-for k in sorted(set(a) | set(b)):
-    if a.get(k) != b.get(k):
-        bad += 1; print("KEY", k, "llama.cpp:", a.get(k), "tandem:", b.get(k))
-ka, kb = kv(ref, "tokenizer."), kv(got, "tokenizer.")  # reported, not counted: the loaders' own business
-for k in sorted(set(ka) | set(kb)):
-    if ka.get(k) != kb.get(k):
-        print("INFO tokenizer key differs:", k, "llama.cpp:", str(ka.get(k))[:200], "tandem:", str(kb.get(k))[:200])
-ta = {t.name: t for t in ref.tensors}; tb = {t.name: t for t in got.tensors}
-for n in sorted(set(ta) | set(tb)):
-    if n not in ta or n not in tb:
-        bad += 1; print("TENSOR only in", "tandem" if n in tb else "llama.cpp", n); continue
-    x, y = ta[n], tb[n]
-    if list(x.shape) != list(y.shape) or x.tensor_type != y.tensor_type:
-        bad += 1; print("TENSOR", n, "shape/type", list(x.shape), x.tensor_type.name, "vs", list(y.shape), y.tensor_type.name); continue
-    if not np.array_equal(np.asarray(x.data), np.asarray(y.data)):
-        bad += 1; print("TENSOR", n, "values differ, max abs diff", float(np.max(np.abs(np.asarray(x.data, dtype=np.float64) - np.asarray(y.data, dtype=np.float64)))))
-print("keys compared:", len(set(a) | set(b)), "tensors compared:", len(set(ta) | set(tb)), "mismatches:", bad)
-sys.exit(1 if bad else 0)
-PY
+  python3 tests/reference/gemma4_convert_diff.py --llama-src "$LLAMA_CPP_SRC" --diff "$WORK/$variant.ref.gguf" \
+    "$WORK/$variant.tandem.gguf" >"$OUT/gemma4_convert_${variant}_diff.txt" 2>&1
   if [ $? -eq 0 ]; then echo "PASS $variant: keys and tensors equal"; else
     echo "FAIL $variant: first differences (all in gemma4_convert_${variant}_diff.txt):"
     grep -v '^INFO' "$OUT/gemma4_convert_${variant}_diff.txt" | head -12 | cut -c1-300; fail=1; fi

@@ -108,14 +108,25 @@ def rewrite_gguf(src, dst, set_strings=None, add_id_only_vocab=False):
     return arch, n_vocab
 
 
+def build_probe(src, lbin, out_dir):
+    """Compiles llamacpp_logits_dump.cpp against a built llama.cpp (headers of src, libllama of lbin)."""
+    probe = Path(out_dir) / "llamacpp_logits_dump"
+    subprocess.run(["g++", "-std=c++17", "-O2", str(Path(__file__).with_name("llamacpp_logits_dump.cpp")),
+                    f"-I{src}/include", f"-I{src}/ggml/include", f"-L{lbin}", "-lllama", "-lggml", "-lggml-base",
+                    f"-Wl,-rpath,{lbin}", "-o", str(probe)], check=True)
+    return probe
+
+
 def row_rel_error(got, want):
     scale = max(abs(x) for x in want) or 1.0
     return max(abs(a - b) for a, b in zip(got, want)) / scale
 
 
-def dump(probe, gguf, n_greedy, ids):
+def dump(probe, gguf, n_greedy, ids, lbin=None):
+    """The probe's JSON: {"n_vocab", "logits": one row per prompt id, "greedy": n_greedy ids}."""
+    lib = lbin or os.environ["LLAMA_CPP_BIN"]
     p = subprocess.run([str(probe), str(gguf), str(n_greedy)] + [str(i) for i in ids], capture_output=True,
-                       text=True, timeout=300, env=dict(os.environ, LD_LIBRARY_PATH=os.environ["LLAMA_CPP_BIN"]))
+                       text=True, timeout=300, env=dict(os.environ, LD_LIBRARY_PATH=lib))
     if p.returncode != 0:
         raise RuntimeError(f"llama.cpp probe rc {p.returncode}: {p.stderr.strip()[-1500:]}")
     return json.loads(p.stdout)
@@ -131,10 +142,7 @@ def main():
         sys.exit("set LLAMA_CPP_SRC (llama.cpp sources) and LLAMA_CPP_BIN (its build/bin with libllama.so)")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    probe = out / "llamacpp_logits_dump"
-    subprocess.run(["g++", "-std=c++17", "-O2", str(Path(__file__).with_name("llamacpp_logits_dump.cpp")),
-                    f"-I{src}/include", f"-I{src}/ggml/include", f"-L{lbin}", "-lllama", "-lggml", "-lggml-base",
-                    f"-Wl,-rpath,{lbin}", "-o", str(probe)], check=True)
+    probe = build_probe(src, lbin, out)
 
     failures = 0
     for name in args.names:

@@ -1,0 +1,449 @@
+#!/usr/bin/env python3
+"""`tandem convert` against llama.cpp's convert_hf_to_gguf.py on the same Gemma 4 checkpoints (issue 16, item 5:
+"convert HF Gemma4ForCausalLM checkpoints to GGUF as llama.cpp's converter does"), on the CPU.
+
+Each variant is a random f32 checkpoint written here with numpy alone (config.json, model.safetensors,
+tokenizer.json): the tensor names and shapes of transformers' Gemma4ForCausalLM (the same list
+tests/test_convert_gemma4.cpp uses; CI's gemma4 fixtures came from real transformers checkpoints through these
+names), and the two config.json forms in use:
+  dense_global  global_head_dim / num_global_key_value_heads at the top of text_config, V = K on full layers
+                (attention_k_eq_v), the form of the released Gemma 4 checkpoints;
+  dense_plc     transformers 5.17's save_pretrained form: the full layers' head_dim / KV heads in
+                per_layer_config {"03": {...}}, separate V projections;
+  moe           the dense path plus 4 experts (router, fused gate_up, per-expert scale), 26B-A4B style;
+  e2b           per-layer token embeddings and projections, KV sharing of the last layers, double-wide MLP.
+Both converters write --outtype f32; every key under gemma4.* and every tensor (name, shape, type, bytes) must be
+equal. tokenizer.* keys that differ are printed as INFO and not counted (each loader reads its own).
+
+llama.cpp's converter runs under the Python given by --python (its torch and numpy). Where that Python has no
+`transformers` (this development machine: Debian's torch 1.13, no transformers), a stand-in package is put on
+its path: AutoConfig raises, which sends llama.cpp's converter down its own fallback of reading config.json
+(so every hyperparameter it writes comes from its own code reading the file), and AutoTokenizer reads
+tokenizer.json and answers the five questions gguf.LlamaHfVocab asks (vocab, added vocab, special tokens). That
+stand-in only feeds the tokenizer.* keys, which are not counted. torch < 2.1 lacks the float8 dtypes the
+converter names in a table: placeholders are set for those names (no F8 tensor is converted here).
+On the H200 machine (real transformers) scripts/device/gemma4_convert.sh builds the checkpoints with
+transformers itself and uses this file's diff.
+
+With --llama-bin (a llama.cpp build/bin), llama.cpp also runs tandem's file of each variant (our probe
+tests/reference/llamacpp_logits_dump.cpp, compiled against it): prompt logits within 1e-3 (max row relative
+error) of tandem's, the same 8 greedy ids.
+
+Usage: gemma4_convert_diff.py --tandem BIN/tandem --llama-src DIR [--llama-bin DIR] [--python PY] [--out DIR]
+       gemma4_convert_diff.py --diff REF.gguf GOT.gguf          (the diff alone; exit 1 on a mismatch)
+Exit 0 only when every variant converted with both and compared equal."""
+
+import argparse
+import json
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+VARIANTS = {
+    "dense_global": dict(moe=False, e2b=False, k_eq_v=True, per_layer_config=False),
+    "dense_plc": dict(moe=False, e2b=False, k_eq_v=False, per_layer_config=True),
+    "moe": dict(moe=True, e2b=False, k_eq_v=True, per_layer_config=False),
+    "e2b": dict(moe=False, e2b=True, k_eq_v=False, per_layer_config=False),
+    # config vocab_size above the tokenizer's count (rows for tokens the tokenizer does not have)
+    "e2b_trim": dict(moe=False, e2b=True, k_eq_v=False, per_layer_config=False, extra_vocab=11),
+}
+PROMPT_IDS = "2,300,301,310,6,7,8,290,291"  # <bos>, then tokens of the tokenizer below
+N_GREEDY = 8
+# llama.cpp's logits against tandem's: two engines' errors add. On the CI fixtures each was measured against
+# transformers: tandem <= 1e-4 (CI), llama.cpp 5.4e-4 and 6.3e-4 (its CPU GELU reads an F16 table).
+CROSS_TOL = 2e-3
+# The tensors whose rows are tokens: trimmed to the tokenizer's count when config.json has more (see TRIMMED).
+VOCAB_ROW_TENSORS = ("token_embd.weight", "per_layer_token_embd.weight")
+TRIMMED = """llama.cpp's converter trims token_embd to len(model.vocab) + len(added_tokens) rows, which counts twice
+the specials a tokenizer.json lists in both (as HF tokenizers' BpeTrainer writes them), and does not trim
+per_layer_token_embd; its token list has len(model.vocab) entries. Its own loader then refuses the file
+("tensor 'token_embd.weight' has wrong shape"), and so does tandem's. tandem trims both to the token count; that
+file loads in llama.cpp (tests/reference/llamacpp_runs_fixtures.py runs such files)."""
+# Shape of every variant: 4 layers (sliding, sliding, sliding, full) unless e2b (6 layers, the last 2 sharing KV).
+N_EMBD, N_FF, N_HEAD, N_KV, N_KV_G, HD, GHD = 64, 96, 4, 2, 1, 32, 64
+N_EXPERT, N_USED, N_FF_EXP, N_PL = 4, 2, 32, 16
+
+
+# ---------------------------------------------------------------------------------------------- the tokenizer
+SPECIALS = ["<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"]
+WORDS = ["hello", "world", "the", "quick", "brown", "fox", "user", "model", "turn"]
+
+
+def tokenizer_json():
+    """A Gemma-style BPE tokenizer.json (byte fallback, "▁" for spaces, no prefix space; decoder Sequence), the
+    kind both converters take for Gemma 4: specials, the 256 byte tokens, single characters, then merges that
+    build "▁" + each word left to right."""
+    vocab, merges = {}, []
+
+    def add(t):
+        if t not in vocab:
+            vocab[t] = len(vocab)
+
+    for t in SPECIALS:
+        add(t)
+    for b in range(256):
+        add(f"<0x{b:02X}>")
+    add("▁")
+    for w in WORDS:
+        for ch in w:
+            add(ch)
+    for w in WORDS:
+        cur = "▁"
+        for ch in w:
+            if cur + ch not in vocab:
+                merges.append(f"{cur} {ch}")
+                add(cur + ch)
+            cur += ch
+    added = [dict(id=i, content=t, single_word=False, lstrip=False, rstrip=False, normalized=False, special=True)
+             for i, t in enumerate(SPECIALS)]
+    return {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+        "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "▁"},
+        "pre_tokenizer": None, "post_processor": None,
+        "decoder": {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+            {"type": "ByteFallback"}, {"type": "Fuse"}]},
+        "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
+                  "vocab": vocab, "merges": merges},
+    }
+
+
+TOKENIZER_CONFIG = {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>",
+                    "tokenizer_class": "PreTrainedTokenizerFast", "add_bos_token": True}
+
+# The stand-in `transformers` for llama.cpp's converter where the real one is absent (see the docstring).
+STAND_IN = '''"""Stand-in for transformers (tests/reference/gemma4_convert_diff.py): no real transformers here."""
+import json, os
+
+
+class AutoConfig:
+    @staticmethod
+    def from_pretrained(*args, **kwargs):
+        raise RuntimeError("stand-in transformers: read config.json")
+
+
+class _Tokenizer:
+    is_fast = True
+
+    def __init__(self, d):
+        with open(os.path.join(d, "tokenizer.json"), encoding="utf-8") as f:
+            tj = json.load(f)
+        with open(os.path.join(d, "tokenizer_config.json"), encoding="utf-8") as f:
+            tc = json.load(f)
+        self.vocab = dict(tj["model"]["vocab"])
+        self._added = {t["content"]: t["id"] for t in tj["added_tokens"]}
+        self.vocab_size = len(self.vocab)
+        self.all_special_tokens = [tc[k] for k in ("bos_token", "eos_token", "unk_token", "pad_token") if k in tc]
+
+    def get_vocab(self):
+        return {**self.vocab, **self._added}
+
+    def get_added_vocab(self):
+        return dict(self._added)
+
+    @property
+    def all_special_ids(self):
+        v = self.get_vocab()
+        return [v[t] for t in self.all_special_tokens]
+
+
+class AutoTokenizer:
+    @staticmethod
+    def from_pretrained(path, *args, **kwargs):
+        return _Tokenizer(str(path))
+'''
+
+# Runs llama.cpp's converter with placeholders for the float8 dtype names torch < 2.1 lacks.
+RUNNER = '''import runpy, sys, torch
+for name in ("float8_e4m3fn", "float8_e5m2"):
+    if not hasattr(torch, name):
+        setattr(torch, name, type(name, (), {})())
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+'''
+
+
+# ---------------------------------------------------------------------------------------------- the checkpoint
+def write_safetensors(path, tensors):
+    """safetensors: u64 header length, the JSON header (names, F32, shapes, byte offsets), the raw data."""
+    header, blobs, off = {"__metadata__": {"format": "pt"}}, [], 0
+    for name, a in tensors.items():
+        b = np.ascontiguousarray(a, dtype="<f4").tobytes()
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)))
+        f.write(h)
+        for b in blobs:
+            f.write(b)
+
+
+def write_checkpoint(d, variant, seed=0):
+    v = VARIANTS[variant]
+    d = Path(d)
+    d.mkdir(parents=True, exist_ok=True)
+    tj = tokenizer_json()
+    n_tok = len(tj["model"]["vocab"])
+    n_vocab = n_tok + v.get("extra_vocab", 0)
+    n_layer, shared = (6, 2) if v["e2b"] else (4, 0)
+    types = ["full_attention" if il % 4 == 3 or il == n_layer - 1 else "sliding_attention"
+             for il in range(n_layer)]
+    text = {
+        "model_type": "gemma4_text", "num_hidden_layers": n_layer, "hidden_size": N_EMBD,
+        "intermediate_size": N_FF, "num_attention_heads": N_HEAD, "num_key_value_heads": N_KV, "head_dim": HD,
+        "vocab_size": n_vocab, "sliding_window": 16, "max_position_embeddings": 8192, "rms_norm_eps": 1e-6,
+        "hidden_activation": "gelu_pytorch_tanh", "attention_k_eq_v": v["k_eq_v"], "final_logit_softcapping": 30.0,
+        "layer_types": types, "tie_word_embeddings": True, "num_kv_shared_layers": shared,
+        "hidden_size_per_layer_input": N_PL if v["e2b"] else 0, "vocab_size_per_layer_input": n_vocab,
+        "use_double_wide_mlp": v["e2b"], "enable_moe_block": v["moe"],
+        "num_experts": N_EXPERT if v["moe"] else None, "top_k_experts": N_USED if v["moe"] else None,
+        "moe_intermediate_size": N_FF_EXP if v["moe"] else None,
+        "rope_parameters": {"full_attention": {"rope_type": "proportional", "rope_theta": 1000000.0,
+                                               "partial_rotary_factor": 0.25},
+                            "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+        "pad_token_id": 0, "eos_token_id": 1, "bos_token_id": 2,
+    }
+    if v["per_layer_config"]:
+        text["per_layer_config"] = {f"{il:02d}": {"head_dim": GHD, "num_key_value_heads": N_KV_G}
+                                    for il, t in enumerate(types) if t == "full_attention"}
+    else:
+        text["global_head_dim"] = GHD
+        text["num_global_key_value_heads"] = N_KV_G
+    config = {"architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4", "text_config": text,
+              "tie_word_embeddings": True, "dtype": "float32"}
+    (d / "config.json").write_text(json.dumps(config, indent=1))
+    (d / "tokenizer.json").write_text(json.dumps(tj, ensure_ascii=False))
+    (d / "tokenizer_config.json").write_text(json.dumps(TOKENIZER_CONFIG))
+
+    shapes = {"model.embed_tokens.weight": (n_vocab, N_EMBD), "model.norm.weight": (N_EMBD,)}
+    if v["e2b"]:
+        shapes["model.embed_tokens_per_layer.weight"] = (n_vocab, n_layer * N_PL)
+        shapes["model.per_layer_model_projection.weight"] = (n_layer * N_PL, N_EMBD)
+        shapes["model.per_layer_projection_norm.weight"] = (N_PL,)
+    for il, t in enumerate(types):
+        p = f"model.layers.{il}."
+        full = t == "full_attention"
+        hd, kvh = (GHD, N_KV_G) if full else (HD, N_KV)
+        ff = N_FF * 2 if v["e2b"] and il >= n_layer - shared else N_FF
+        shapes.update({
+            p + "input_layernorm.weight": (N_EMBD,), p + "post_attention_layernorm.weight": (N_EMBD,),
+            p + "pre_feedforward_layernorm.weight": (N_EMBD,), p + "post_feedforward_layernorm.weight": (N_EMBD,),
+            p + "self_attn.q_proj.weight": (N_HEAD * hd, N_EMBD), p + "self_attn.k_proj.weight": (kvh * hd, N_EMBD),
+            p + "self_attn.o_proj.weight": (N_EMBD, N_HEAD * hd), p + "self_attn.q_norm.weight": (hd,),
+            p + "self_attn.k_norm.weight": (hd,), p + "mlp.gate_proj.weight": (ff, N_EMBD),
+            p + "mlp.up_proj.weight": (ff, N_EMBD), p + "mlp.down_proj.weight": (N_EMBD, ff),
+            p + "layer_scalar": (1,)})
+        if not (full and v["k_eq_v"]):
+            shapes[p + "self_attn.v_proj.weight"] = (kvh * hd, N_EMBD)
+        if v["moe"]:
+            shapes.update({
+                p + "router.proj.weight": (N_EXPERT, N_EMBD), p + "router.scale": (N_EMBD,),
+                p + "router.per_expert_scale": (N_EXPERT,),
+                p + "experts.gate_up_proj": (N_EXPERT, 2 * N_FF_EXP, N_EMBD),
+                p + "experts.down_proj": (N_EXPERT, N_EMBD, N_FF_EXP),
+                p + "pre_feedforward_layernorm_2.weight": (N_EMBD,),
+                p + "post_feedforward_layernorm_1.weight": (N_EMBD,),
+                p + "post_feedforward_layernorm_2.weight": (N_EMBD,)})
+        if v["e2b"]:
+            shapes.update({p + "per_layer_input_gate.weight": (N_PL, N_EMBD),
+                           p + "per_layer_projection.weight": (N_EMBD, N_PL),
+                           p + "post_per_layer_input_norm.weight": (N_EMBD,)})
+    rng = np.random.default_rng(seed)
+    write_safetensors(d / "model.safetensors",
+                      {n: (0.5 * rng.standard_normal(s)).astype(np.float32) for n, s in sorted(shapes.items())})
+
+
+# ---------------------------------------------------------------------------------------------- the diff
+def gguf_diff(ref_path, got_path, out=sys.stdout, rows_may_differ=()):
+    """Every gemma4.* key and every tensor of two GGUF files; returns the number of mismatches. tokenizer.*
+    differences are printed as INFO lines, not counted. Tensors named in rows_may_differ may have different
+    row counts (INFO); their common rows must be equal."""
+    from gguf import GGUFReader
+    ref, got = GGUFReader(ref_path), GGUFReader(got_path)
+
+    def kv(r, prefix):
+        res = {}
+        for k, f in r.fields.items():
+            if not k.startswith(prefix):
+                continue
+            v = f.contents() if hasattr(f, "contents") else [f.parts[i].tolist() for i in f.data]
+            res[k] = (f.types[0].name if f.types else "?", v)
+        return res
+
+    bad = 0
+    a, b = kv(ref, "gemma4."), kv(got, "gemma4.")
+    for k in sorted(set(a) | set(b)):
+        if a.get(k) != b.get(k):
+            bad += 1
+            print("KEY", k, "llama.cpp:", a.get(k), "tandem:", b.get(k), file=out)
+    ka, kb = kv(ref, "tokenizer."), kv(got, "tokenizer.")
+    for k in sorted(set(ka) | set(kb)):
+        if ka.get(k) != kb.get(k):
+            print("INFO tokenizer key differs:", k, "llama.cpp:", str(ka.get(k))[:160], "tandem:",
+                  str(kb.get(k))[:160], file=out)
+    ta, tb = {t.name: t for t in ref.tensors}, {t.name: t for t in got.tensors}
+    for n in sorted(set(ta) | set(tb)):
+        if n not in ta or n not in tb:
+            bad += 1
+            print("TENSOR only in", "tandem" if n in tb else "llama.cpp", n, file=out)
+            continue
+        x, y = ta[n], tb[n]
+        if n in rows_may_differ and list(x.shape[:-1]) == list(y.shape[:-1]) and x.tensor_type == y.tensor_type:
+            r = min(int(x.shape[-1]), int(y.shape[-1]))
+            xs, ys = np.asarray(x.data).reshape(-1)[:r * int(x.shape[0])], np.asarray(y.data).reshape(-1)[
+                :r * int(y.shape[0])]
+            print("INFO", n, "rows: llama.cpp", int(x.shape[-1]), "tandem", int(y.shape[-1]), file=out)
+            if not np.array_equal(xs, ys):
+                bad += 1
+                print("TENSOR", n, "the common rows differ", file=out)
+            continue
+        if list(x.shape) != list(y.shape) or x.tensor_type != y.tensor_type:
+            bad += 1
+            print("TENSOR", n, "shape/type", list(x.shape), x.tensor_type.name, "vs", list(y.shape),
+                  y.tensor_type.name, file=out)
+            continue
+        if not np.array_equal(np.asarray(x.data), np.asarray(y.data)):
+            bad += 1
+            d = np.max(np.abs(np.asarray(x.data, np.float64) - np.asarray(y.data, np.float64)))
+            print("TENSOR", n, "values differ, max abs diff", float(d), file=out)
+    print("keys compared:", len(set(a) | set(b)), "tensors compared:", len(set(ta) | set(tb)),
+          "mismatches:", bad, file=out)
+    return bad
+
+
+def run_variant(variant, args, work, out_dir):
+    hf = work / variant
+    write_checkpoint(hf, variant)
+    ref, got = out_dir / f"{variant}.llamacpp.gguf", out_dir / f"{variant}.tandem.gguf"
+    env = dict(os.environ)
+    paths = [str(Path(args.llama_src)), str(Path(args.llama_src) / "gguf-py")]
+    has_tf = subprocess.run([args.python, "-c", "import transformers"], capture_output=True).returncode == 0
+    if not has_tf:
+        stand_in = work / "stand_in"
+        stand_in.mkdir(exist_ok=True)
+        (stand_in / "transformers.py").write_text(STAND_IN)
+        paths.append(str(stand_in))
+    env["PYTHONPATH"] = os.pathsep.join(paths + [env.get("PYTHONPATH", "")])
+    runner = work / "run_converter.py"
+    runner.write_text(RUNNER)
+    log = out_dir / f"{variant}_llamacpp.txt"
+    r = subprocess.run([args.python, str(runner), str(Path(args.llama_src) / "convert_hf_to_gguf.py"), str(hf),
+                        "--outtype", "f32", "--outfile", str(ref)], env=env, capture_output=True, text=True,
+                       timeout=300)
+    log.write_text(r.stdout + r.stderr)
+    if r.returncode != 0:
+        return f"FAIL {variant}: llama.cpp's converter exited {r.returncode}: " + (r.stderr.strip().splitlines()
+                                                                                  or ["?"])[-1]
+    r = subprocess.run([args.tandem, "convert", str(hf), "-o", str(got), "--type", "f32"], capture_output=True,
+                       text=True, timeout=300)
+    (out_dir / f"{variant}_tandem.txt").write_text(r.stdout + r.stderr)
+    if r.returncode != 0:
+        return f"FAIL {variant}: tandem convert exited {r.returncode}: " + (r.stderr.strip().splitlines()
+                                                                           or ["?"])[-1]
+    trim = VARIANTS[variant].get("extra_vocab", 0) > 0
+    with open(out_dir / f"{variant}_diff.txt", "w") as f:
+        bad = gguf_diff(str(ref), str(got), out=f, rows_may_differ=VOCAB_ROW_TENSORS if trim else ())
+        if trim:  # tandem's rows must be the tokenizer's count exactly
+            from gguf import GGUFReader
+            n_tok = len(tokenizer_json()["model"]["vocab"])
+            for t in GGUFReader(str(got)).tensors:
+                if t.name in VOCAB_ROW_TENSORS and int(t.shape[-1]) != n_tok:
+                    bad += 1
+                    print("TENSOR", t.name, "tandem has", int(t.shape[-1]), "rows, the tokenizer", n_tok, file=f)
+            print("INFO " + TRIMMED.replace("\n", " "), file=f)
+    lines = (out_dir / f"{variant}_diff.txt").read_text().splitlines()
+    summary = [ln for ln in lines if ln.startswith("keys compared")][-1]
+    if bad:
+        first = [ln for ln in lines if not ln.startswith("INFO")][:8]
+        return f"FAIL {variant}: {summary}\n  " + "\n  ".join(first)
+    info = sum(1 for ln in lines if ln.startswith("INFO tokenizer"))
+    if trim:
+        return f"PASS {variant}: {summary} ({info} tokenizer keys differ, INFO); token rows as noted in the diff"
+    # llama.cpp's file runs in tandem exactly as tandem's own: the same greedy ids and the same logits bytes.
+    runs = []
+    for path in (ref, got):
+        dump = Path(str(path) + ".logits")
+        r = subprocess.run([args.tandem, "generate", "-m", str(path), "--prompt-ids", PROMPT_IDS, "-n", str(N_GREEDY),
+                            "--temp", "0", "--dump-logits", str(dump)], capture_output=True, timeout=300)
+        if r.returncode != 0:  # (stdout is bytes: a random model's text need not be UTF-8)
+            return f"FAIL {variant}: tandem generate on {path.name} exited {r.returncode}: " + (
+                r.stderr.decode(errors="replace").strip().splitlines() or ["?"])[-1]
+        runs.append((r.stdout, dump.read_bytes()))
+    if runs[0] != runs[1]:
+        return f"FAIL {variant}: {summary}, but tandem runs llama.cpp's file differently from its own"
+    line = (f"PASS {variant}: {summary} ({info} tokenizer keys differ, INFO); tandem runs llama.cpp's file with "
+            f"the same ids and logits ({len(runs[0][1])} bytes) as its own")
+    if args.llama_bin:  # and llama.cpp runs tandem's file: its prompt logits and greedy ids against tandem's
+        import llamacpp_runs_fixtures as lf
+        rows = read_tandem_logits(runs[1][1])
+        n_prompt = len(PROMPT_IDS.split(","))
+        want_greedy = [int(np.argmax(r)) for r in rows[n_prompt - 1:]][:N_GREEDY]
+        ids = [int(i) for i in PROMPT_IDS.split(",")]
+        own = lf.dump(args.probe, ref, N_GREEDY, ids, lbin=args.llama_bin)
+        got = lf.dump(args.probe, got, N_GREEDY, ids, lbin=args.llama_bin)
+        worst = max(lf.row_rel_error(g, w) for g, w in zip(got["logits"], rows[:n_prompt]))
+        ok = worst <= CROSS_TOL and got["greedy"] == want_greedy and len(got["logits"]) == n_prompt
+        same = own == got
+        line += (f"\n{'PASS' if ok and same else 'FAIL'} {variant}: llama.cpp runs tandem's file "
+                 f"{'exactly as' if same else 'NOT as'} its own converter's file; prompt logits max row relative "
+                 f"error {worst:.2e} vs tandem's (tol {CROSS_TOL:g}), {N_GREEDY} greedy ids "
+                 f"{'equal' if got['greedy'] == want_greedy else 'differ: ' + str(got['greedy']) + ' vs ' + str(want_greedy)}")
+    return line
+
+
+def read_tandem_logits(blob):
+    """`tandem generate --dump-logits`: "TLOG", u32 n_vocab, then per row i32 sequence, i32 position, floats."""
+    assert blob[:4] == b"TLOG"
+    n_vocab = struct.unpack_from("<I", blob, 4)[0]
+    row = 8 + 4 * n_vocab
+    return [np.frombuffer(blob, "<f4", n_vocab, 8 + i * row + 8).astype(np.float64)
+            for i in range((len(blob) - 8) // row)]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tandem")
+    ap.add_argument("--llama-src")
+    ap.add_argument("--python", default=sys.executable, help="the Python that runs llama.cpp's converter")
+    ap.add_argument("--out", default="out/gemma4_convert_diff")
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--llama-bin", help="a llama.cpp build/bin with libllama.so: llama.cpp also runs tandem's files")
+    ap.add_argument("--diff", nargs=2, metavar=("REF", "GOT"))
+    ap.add_argument("--write-checkpoint", nargs=2, metavar=("DIR", "VARIANT"))
+    args = ap.parse_args()
+    if args.llama_src:
+        sys.path.insert(0, str(Path(args.llama_src) / "gguf-py"))  # gguf_diff's GGUFReader
+    if args.diff:
+        sys.exit(1 if gguf_diff(*args.diff) else 0)
+    if args.write_checkpoint:
+        write_checkpoint(*args.write_checkpoint)
+        return
+    if not args.tandem or not args.llama_src:
+        ap.error("--tandem and --llama-src are required (or --diff / --write-checkpoint)")
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if args.llama_bin:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        import llamacpp_runs_fixtures as lf
+        args.probe = lf.build_probe(args.llama_src, args.llama_bin, out_dir)
+    fails = 0
+    with tempfile.TemporaryDirectory() as t:
+        for variant in args.variants.split(","):
+            line = run_variant(variant, args, Path(t), out_dir)
+            print(line, flush=True)
+            fails += "FAIL" in line
+    print("gemma4_convert_diff:", "FAIL" if fails else "PASS")
+    sys.exit(1 if fails else 0)
+
+
+if __name__ == "__main__":
+    main()
