@@ -15,13 +15,8 @@ names), and the two config.json forms in use:
 Both converters write --outtype f32; every key under gemma4.* and every tensor (name, shape, type, bytes) must be
 equal. tokenizer.* keys that differ are printed as INFO and not counted (each loader reads its own).
 
-llama.cpp's converter runs under the Python given by --python (its torch and numpy). Where that Python has no
-`transformers` (this development machine: Debian's torch 1.13, no transformers), a stand-in package is put on
-its path: AutoConfig raises, which sends llama.cpp's converter down its own fallback of reading config.json
-(so every hyperparameter it writes comes from its own code reading the file), and AutoTokenizer reads
-tokenizer.json and answers the five questions gguf.LlamaHfVocab asks (vocab, added vocab, special tokens). That
-stand-in only feeds the tokenizer.* keys, which are not counted. torch < 2.1 lacks the float8 dtypes the
-converter names in a table: placeholders are set for those names (no F8 tensor is converted here).
+llama.cpp's converter runs under the Python given by --python; where it has no transformers, the stand-in of
+convert_diff_util.py (only tokenizer.* keys, not counted, come through it).
 On the H200 machine (real transformers) scripts/device/gemma4_convert.sh builds the checkpoints with
 transformers itself and uses this file's diff.
 
@@ -35,14 +30,14 @@ Exit 0 only when every variant converted with both and compared equal."""
 
 import argparse
 import json
-import os
-import struct
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import convert_diff_util as cdu  # noqa: E402
 
 VARIANTS = {
     "dense_global": dict(moe=False, e2b=False, k_eq_v=True, per_layer_config=False),
@@ -117,76 +112,7 @@ def tokenizer_json():
 TOKENIZER_CONFIG = {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<pad>", "unk_token": "<unk>",
                     "tokenizer_class": "PreTrainedTokenizerFast", "add_bos_token": True}
 
-# The stand-in `transformers` for llama.cpp's converter where the real one is absent (see the docstring).
-STAND_IN = '''"""Stand-in for transformers (tests/reference/gemma4_convert_diff.py): no real transformers here."""
-import json, os
-
-
-class AutoConfig:
-    @staticmethod
-    def from_pretrained(*args, **kwargs):
-        raise RuntimeError("stand-in transformers: read config.json")
-
-
-class _Tokenizer:
-    is_fast = True
-
-    def __init__(self, d):
-        with open(os.path.join(d, "tokenizer.json"), encoding="utf-8") as f:
-            tj = json.load(f)
-        with open(os.path.join(d, "tokenizer_config.json"), encoding="utf-8") as f:
-            tc = json.load(f)
-        self.vocab = dict(tj["model"]["vocab"])
-        self._added = {t["content"]: t["id"] for t in tj["added_tokens"]}
-        self.vocab_size = len(self.vocab)
-        self.all_special_tokens = [tc[k] for k in ("bos_token", "eos_token", "unk_token", "pad_token") if k in tc]
-
-    def get_vocab(self):
-        return {**self.vocab, **self._added}
-
-    def get_added_vocab(self):
-        return dict(self._added)
-
-    @property
-    def all_special_ids(self):
-        v = self.get_vocab()
-        return [v[t] for t in self.all_special_tokens]
-
-
-class AutoTokenizer:
-    @staticmethod
-    def from_pretrained(path, *args, **kwargs):
-        return _Tokenizer(str(path))
-'''
-
-# Runs llama.cpp's converter with placeholders for the float8 dtype names torch < 2.1 lacks.
-RUNNER = '''import runpy, sys, torch
-for name in ("float8_e4m3fn", "float8_e5m2"):
-    if not hasattr(torch, name):
-        setattr(torch, name, type(name, (), {})())
-sys.argv = sys.argv[1:]
-runpy.run_path(sys.argv[0], run_name="__main__")
-'''
-
-
 # ---------------------------------------------------------------------------------------------- the checkpoint
-def write_safetensors(path, tensors):
-    """safetensors: u64 header length, the JSON header (names, F32, shapes, byte offsets), the raw data."""
-    header, blobs, off = {"__metadata__": {"format": "pt"}}, [], 0
-    for name, a in tensors.items():
-        b = np.ascontiguousarray(a, dtype="<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + len(b)]}
-        blobs.append(b)
-        off += len(b)
-    h = json.dumps(header).encode()
-    h += b" " * ((8 - len(h) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(h)))
-        f.write(h)
-        for b in blobs:
-            f.write(b)
-
-
 def write_checkpoint(d, variant, seed=0):
     v = VARIANTS[variant]
     d = Path(d)
@@ -258,100 +184,25 @@ def write_checkpoint(d, variant, seed=0):
                            p + "per_layer_projection.weight": (N_EMBD, N_PL),
                            p + "post_per_layer_input_norm.weight": (N_EMBD,)})
     rng = np.random.default_rng(seed)
-    write_safetensors(d / "model.safetensors",
+    cdu.write_safetensors(d / "model.safetensors",
                       {n: (0.5 * rng.standard_normal(s)).astype(np.float32) for n, s in sorted(shapes.items())})
 
 
-# ---------------------------------------------------------------------------------------------- the diff
-def gguf_diff(ref_path, got_path, out=sys.stdout, rows_may_differ=()):
-    """Every gemma4.* key and every tensor of two GGUF files; returns the number of mismatches. tokenizer.*
-    differences are printed as INFO lines, not counted. Tensors named in rows_may_differ may have different
-    row counts (INFO); their common rows must be equal."""
-    from gguf import GGUFReader
-    ref, got = GGUFReader(ref_path), GGUFReader(got_path)
-
-    def kv(r, prefix):
-        res = {}
-        for k, f in r.fields.items():
-            if not k.startswith(prefix):
-                continue
-            v = f.contents() if hasattr(f, "contents") else [f.parts[i].tolist() for i in f.data]
-            res[k] = (f.types[0].name if f.types else "?", v)
-        return res
-
-    bad = 0
-    a, b = kv(ref, "gemma4."), kv(got, "gemma4.")
-    for k in sorted(set(a) | set(b)):
-        if a.get(k) != b.get(k):
-            bad += 1
-            print("KEY", k, "llama.cpp:", a.get(k), "tandem:", b.get(k), file=out)
-    ka, kb = kv(ref, "tokenizer."), kv(got, "tokenizer.")
-    for k in sorted(set(ka) | set(kb)):
-        if ka.get(k) != kb.get(k):
-            print("INFO tokenizer key differs:", k, "llama.cpp:", str(ka.get(k))[:160], "tandem:",
-                  str(kb.get(k))[:160], file=out)
-    ta, tb = {t.name: t for t in ref.tensors}, {t.name: t for t in got.tensors}
-    for n in sorted(set(ta) | set(tb)):
-        if n not in ta or n not in tb:
-            bad += 1
-            print("TENSOR only in", "tandem" if n in tb else "llama.cpp", n, file=out)
-            continue
-        x, y = ta[n], tb[n]
-        if n in rows_may_differ and list(x.shape[:-1]) == list(y.shape[:-1]) and x.tensor_type == y.tensor_type:
-            r = min(int(x.shape[-1]), int(y.shape[-1]))
-            xs, ys = np.asarray(x.data).reshape(-1)[:r * int(x.shape[0])], np.asarray(y.data).reshape(-1)[
-                :r * int(y.shape[0])]
-            print("INFO", n, "rows: llama.cpp", int(x.shape[-1]), "tandem", int(y.shape[-1]), file=out)
-            if not np.array_equal(xs, ys):
-                bad += 1
-                print("TENSOR", n, "the common rows differ", file=out)
-            continue
-        if list(x.shape) != list(y.shape) or x.tensor_type != y.tensor_type:
-            bad += 1
-            print("TENSOR", n, "shape/type", list(x.shape), x.tensor_type.name, "vs", list(y.shape),
-                  y.tensor_type.name, file=out)
-            continue
-        if not np.array_equal(np.asarray(x.data), np.asarray(y.data)):
-            bad += 1
-            d = np.max(np.abs(np.asarray(x.data, np.float64) - np.asarray(y.data, np.float64)))
-            print("TENSOR", n, "values differ, max abs diff", float(d), file=out)
-    print("keys compared:", len(set(a) | set(b)), "tensors compared:", len(set(ta) | set(tb)),
-          "mismatches:", bad, file=out)
-    return bad
-
-
+# ---------------------------------------------------------------------------------------------- the run
 def run_variant(variant, args, work, out_dir):
     hf = work / variant
     write_checkpoint(hf, variant)
     ref, got = out_dir / f"{variant}.llamacpp.gguf", out_dir / f"{variant}.tandem.gguf"
-    env = dict(os.environ)
-    paths = [str(Path(args.llama_src)), str(Path(args.llama_src) / "gguf-py")]
-    has_tf = subprocess.run([args.python, "-c", "import transformers"], capture_output=True).returncode == 0
-    if not has_tf:
-        stand_in = work / "stand_in"
-        stand_in.mkdir(exist_ok=True)
-        (stand_in / "transformers.py").write_text(STAND_IN)
-        paths.append(str(stand_in))
-    env["PYTHONPATH"] = os.pathsep.join(paths + [env.get("PYTHONPATH", "")])
-    runner = work / "run_converter.py"
-    runner.write_text(RUNNER)
-    log = out_dir / f"{variant}_llamacpp.txt"
-    r = subprocess.run([args.python, str(runner), str(Path(args.llama_src) / "convert_hf_to_gguf.py"), str(hf),
-                        "--outtype", "f32", "--outfile", str(ref)], env=env, capture_output=True, text=True,
-                       timeout=300)
-    log.write_text(r.stdout + r.stderr)
-    if r.returncode != 0:
-        return f"FAIL {variant}: llama.cpp's converter exited {r.returncode}: " + (r.stderr.strip().splitlines()
-                                                                                  or ["?"])[-1]
-    r = subprocess.run([args.tandem, "convert", str(hf), "-o", str(got), "--type", "f32"], capture_output=True,
-                       text=True, timeout=300)
-    (out_dir / f"{variant}_tandem.txt").write_text(r.stdout + r.stderr)
-    if r.returncode != 0:
-        return f"FAIL {variant}: tandem convert exited {r.returncode}: " + (r.stderr.strip().splitlines()
-                                                                           or ["?"])[-1]
+    err = cdu.run_llamacpp_converter(args.python, args.llama_src, hf, ref, work, out_dir / f"{variant}_llamacpp.txt")
+    if err:
+        return f"FAIL {variant}: {err}"
+    rc, _, e = cdu.run_tandem(args.tandem, ["convert", hf, "-o", got, "--type", "f32"],
+                              out_dir / f"{variant}_tandem.txt")
+    if rc != 0:
+        return f"FAIL {variant}: tandem convert exited {rc}: {cdu.last_line(e)}"
     trim = VARIANTS[variant].get("extra_vocab", 0) > 0
     with open(out_dir / f"{variant}_diff.txt", "w") as f:
-        bad = gguf_diff(str(ref), str(got), out=f, rows_may_differ=VOCAB_ROW_TENSORS if trim else ())
+        bad = cdu.gguf_diff(str(ref), str(got), "gemma4", out=f, rows_may_differ=VOCAB_ROW_TENSORS if trim else ())
         if trim:  # tandem's rows must be the tokenizer's count exactly
             from gguf import GGUFReader
             n_tok = len(tokenizer_json()["model"]["vocab"])
@@ -372,19 +223,18 @@ def run_variant(variant, args, work, out_dir):
     runs = []
     for path in (ref, got):
         dump = Path(str(path) + ".logits")
-        r = subprocess.run([args.tandem, "generate", "-m", str(path), "--prompt-ids", PROMPT_IDS, "-n", str(N_GREEDY),
-                            "--temp", "0", "--dump-logits", str(dump)], capture_output=True, timeout=300)
-        if r.returncode != 0:  # (stdout is bytes: a random model's text need not be UTF-8)
-            return f"FAIL {variant}: tandem generate on {path.name} exited {r.returncode}: " + (
-                r.stderr.decode(errors="replace").strip().splitlines() or ["?"])[-1]
-        runs.append((r.stdout, dump.read_bytes()))
+        rc, out, e = cdu.run_tandem(args.tandem, ["generate", "-m", path, "--prompt-ids", PROMPT_IDS,
+                                                  "-n", N_GREEDY, "--temp", "0", "--dump-logits", dump])
+        if rc != 0:
+            return f"FAIL {variant}: tandem generate on {path.name} exited {rc}: {cdu.last_line(e)}"
+        runs.append((out, dump.read_bytes()))
     if runs[0] != runs[1]:
         return f"FAIL {variant}: {summary}, but tandem runs llama.cpp's file differently from its own"
     line = (f"PASS {variant}: {summary} ({info} tokenizer keys differ, INFO); tandem runs llama.cpp's file with "
             f"the same ids and logits ({len(runs[0][1])} bytes) as its own")
     if args.llama_bin:  # and llama.cpp runs tandem's file: its prompt logits and greedy ids against tandem's
         import llamacpp_runs_fixtures as lf
-        rows = read_tandem_logits(runs[1][1])
+        rows = cdu.read_tandem_logits(runs[1][1])
         n_prompt = len(PROMPT_IDS.split(","))
         want_greedy = [int(np.argmax(r)) for r in rows[n_prompt - 1:]][:N_GREEDY]
         ids = [int(i) for i in PROMPT_IDS.split(",")]
@@ -393,20 +243,11 @@ def run_variant(variant, args, work, out_dir):
         worst = max(lf.row_rel_error(g, w) for g, w in zip(got["logits"], rows[:n_prompt]))
         ok = worst <= CROSS_TOL and got["greedy"] == want_greedy and len(got["logits"]) == n_prompt
         same = own == got
+        greedy = "equal" if got["greedy"] == want_greedy else f"differ: {got['greedy']} vs {want_greedy}"
         line += (f"\n{'PASS' if ok and same else 'FAIL'} {variant}: llama.cpp runs tandem's file "
                  f"{'exactly as' if same else 'NOT as'} its own converter's file; prompt logits max row relative "
-                 f"error {worst:.2e} vs tandem's (tol {CROSS_TOL:g}), {N_GREEDY} greedy ids "
-                 f"{'equal' if got['greedy'] == want_greedy else 'differ: ' + str(got['greedy']) + ' vs ' + str(want_greedy)}")
+                 f"error {worst:.2e} vs tandem's (tol {CROSS_TOL:g}), {N_GREEDY} greedy ids {greedy}")
     return line
-
-
-def read_tandem_logits(blob):
-    """`tandem generate --dump-logits`: "TLOG", u32 n_vocab, then per row i32 sequence, i32 position, floats."""
-    assert blob[:4] == b"TLOG"
-    n_vocab = struct.unpack_from("<I", blob, 4)[0]
-    row = 8 + 4 * n_vocab
-    return [np.frombuffer(blob, "<f4", n_vocab, 8 + i * row + 8).astype(np.float64)
-            for i in range((len(blob) - 8) // row)]
 
 
 def main():
@@ -423,7 +264,7 @@ def main():
     if args.llama_src:
         sys.path.insert(0, str(Path(args.llama_src) / "gguf-py"))  # gguf_diff's GGUFReader
     if args.diff:
-        sys.exit(1 if gguf_diff(*args.diff) else 0)
+        sys.exit(1 if cdu.gguf_diff(*args.diff, "gemma4") else 0)
     if args.write_checkpoint:
         write_checkpoint(*args.write_checkpoint)
         return
@@ -432,7 +273,6 @@ def main():
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     if args.llama_bin:
-        sys.path.insert(0, str(Path(__file__).resolve().parent))
         import llamacpp_runs_fixtures as lf
         args.probe = lf.build_probe(args.llama_src, args.llama_bin, out_dir)
     fails = 0
