@@ -5,10 +5,10 @@
 // drafter of the converted target. Errors: no --target-model-dir, a hidden-size mismatch, a bad config.
 #include <gtest/gtest.h>
 
-#include <memory>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <random>
 
 #include "convert/hf_to_gguf.h"
@@ -110,12 +110,12 @@ TEST(ConvertDflash, KeysTensorsAndLoad) {
   EXPECT_EQ(f.find_tensor("token_embd.weight"), nullptr);
   EXPECT_EQ(f.find_tensor("output.weight"), nullptr);
   // Values: an HF [out, in] weight is GGUF {in, out} with the same bytes.
-  for (const auto& [gguf_name, hf_name] : std::map<std::string, std::string>{
-           {"fc.weight", "fc.weight"},
-           {"enc.output_norm.weight", "hidden_norm.weight"},
-           {"output_norm.weight", "norm.weight"},
-           {"blk.0.attn_k.weight", "layers.0.self_attn.k_proj.weight"},
-           {"blk.0.ffn_down.weight", "layers.0.mlp.down_proj.weight"}}) {
+  for (const auto& [gguf_name, hf_name] :
+       std::map<std::string, std::string>{{"fc.weight", "fc.weight"},
+                                          {"enc.output_norm.weight", "hidden_norm.weight"},
+                                          {"output_norm.weight", "norm.weight"},
+                                          {"blk.0.attn_k.weight", "layers.0.self_attn.k_proj.weight"},
+                                          {"blk.0.ffn_down.weight", "layers.0.mlp.down_proj.weight"}}) {
     const gguf::TensorInfo* ti = f.find_tensor(gguf_name);
     ASSERT_NE(ti, nullptr) << gguf_name;
     ASSERT_EQ(ti->type, DType::F32);
@@ -141,6 +141,93 @@ TEST(ConvertDflash, KeysTensorsAndLoad) {
   b.add(271, 2, 0, true, false);
   ds.decode(b);
   for (float v : ds.logits(1)) ASSERT_TRUE(std::isfinite(v));
+}
+
+// Sliding layers as llama.cpp's converter writes them (use_sliding_window + sliding_window + layer_types ->
+// dflash.attention.sliding_window / _pattern), and the loaded drafter honours them: a block attends to fewer
+// injected positions than the same weights without the window.
+TEST(ConvertDflash, SlidingLayersAreWrittenAndHonoured) {
+  TempDir tmp("dflash_swa");
+  fixture::Spec target_spec;
+  target_spec.dtype = StDType::F32;
+  fixture::write_checkpoint(tmp / "target", target_spec);
+  ConvertOptions t;
+  t.hf_dir = tmp / "target";
+  t.output = tmp / "target.gguf";
+  t.type = OutType::F32;
+  convert_hf_to_gguf(t);
+  auto convert = [&](const std::string& name, const json& cfg) {
+    write_dflash(tmp / name, cfg);
+    ConvertOptions o;
+    o.hf_dir = tmp / name;
+    o.output = tmp / (name + ".gguf");
+    o.type = OutType::F32;
+    o.target_model_dir = tmp / "target";
+    convert_hf_to_gguf(o);
+    return o.output;
+  };
+  json swa = dflash_config(target_spec.n_embd);
+  swa["use_sliding_window"] = true;
+  swa["sliding_window"] = 2;
+  swa["layer_types"] = {"sliding_attention"};
+  const fs::path with = convert("swa", swa);
+  json no_use = swa;
+  no_use["use_sliding_window"] = false;  // a window and types, but not used: every layer sees everything
+  const fs::path without = convert("full", no_use);
+
+  const gguf::GgufFile f = gguf::GgufFile::open(with.string());
+  EXPECT_EQ(f.get_int("dflash.attention.sliding_window"), 2);
+  const gguf::Value& pattern = f.get("dflash.attention.sliding_window_pattern");
+  ASSERT_EQ(pattern.type(), gguf::ValueType::ARRAY);
+  ASSERT_EQ(pattern.as_array().size(), 1u);
+  EXPECT_TRUE(pattern.as_array()[0].as_bool());
+  const gguf::GgufFile g = gguf::GgufFile::open(without.string());
+  EXPECT_EQ(g.find("dflash.attention.sliding_window"), nullptr);
+  EXPECT_EQ(g.find("dflash.attention.sliding_window_pattern"), nullptr);
+
+  // Four injected positions, then a block at 4 and 5: with a window of 2 the block sees fewer of them.
+  ModelParams mp;
+  mp.n_threads = 1;
+  const auto tm = Model::load(t.output.string(), mp);
+  mp.share_weights_from = tm;
+  auto block_logits = [&](const fs::path& drafter) {
+    const auto dm = Model::load(drafter.string(), mp);
+    Session ds(dm, {.n_ctx = 64});
+    Batch fb;
+    for (int p = 0; p < 4; ++p)
+      fb.add_embedding(std::vector<float>(size_t(2 * target_spec.n_embd), 0.3f * float(p + 1) - 0.5f), p, 0,
+                       false);
+    ds.decode(fb);
+    Batch b;
+    b.mask.kind = AttentionMask::BlockBidirectional;
+    b.add(3, 4, 0, false, false);
+    b.add(271, 5, 0, true, false);
+    ds.decode(b);
+    const auto row = ds.logits(1);
+    return std::vector<float>(row.begin(), row.end());
+  };
+  const auto a = block_logits(with), b = block_logits(without);
+  for (float v : a) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_NE(a, b);
+
+  // A layer_types list of the wrong length is an error that names the key.
+  json bad = swa;
+  bad["layer_types"] = {"sliding_attention", "full_attention"};
+  write_dflash(tmp / "bad", bad);
+  ConvertOptions o;
+  o.hf_dir = tmp / "bad";
+  o.output = tmp / "bad.gguf";
+  o.type = OutType::F32;
+  o.target_model_dir = tmp / "target";
+  try {
+    convert_hf_to_gguf(o);
+    ADD_FAILURE() << "a two-entry layer_types for one layer was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("\"layer_types\" must list one entry per layer (1)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_FALSE(fs::exists(tmp / "bad.gguf"));
 }
 
 TEST(ConvertDflash, Errors) {

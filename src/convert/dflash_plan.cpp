@@ -56,6 +56,27 @@ DflashConfig parse_dflash_config(std::string_view json_text, const std::string& 
   c.mask_token_id = d["mask_token_id"].get<int64_t>();
   if (j.contains("has_embed_tokens") && j["has_embed_tokens"].is_boolean())
     c.has_embed_tokens = j["has_embed_tokens"].get<bool>();
+  // Sliding layers only when all three are given (llama.cpp's converter writes its keys on the same
+  // condition; otherwise every layer attends to the whole context).
+  const bool use_swa = j.contains("use_sliding_window") && j["use_sliding_window"].is_boolean() &&
+                       j["use_sliding_window"].get<bool>();
+  const bool has_window = j.contains("sliding_window") && !j["sliding_window"].is_null();
+  const bool has_types = j.contains("layer_types") && !j["layer_types"].is_null();
+  if (use_swa && has_window && has_types) {
+    check(j["sliding_window"].is_number_integer() && j["sliding_window"].get<int64_t>() > 0 &&
+              j["sliding_window"].get<int64_t>() <= (int64_t(1) << 30),
+          source + ": \"sliding_window\" must be a positive integer, got " + j["sliding_window"].dump());
+    const json& types = j["layer_types"];
+    check(types.is_array() && int64_t(types.size()) == c.hp.n_layer,
+          source + ": \"layer_types\" must list one entry per layer (" + std::to_string(c.hp.n_layer) + ")");
+    for (const json& t : types) {
+      check(t.is_string() && (t == "sliding_attention" || t == "full_attention"),
+            source + ": \"layer_types\" entries must be \"sliding_attention\" or \"full_attention\", got " +
+                t.dump());
+      c.sliding.push_back(t == "sliding_attention");
+    }
+    c.sliding_window = j["sliding_window"].get<int64_t>();
+  }
   return c;
 }
 

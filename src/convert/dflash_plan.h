@@ -22,6 +22,10 @@ struct DflashConfig {
   std::vector<int32_t> target_layers;  // already + 1
   int64_t mask_token_id = -1;
   bool has_embed_tokens = false;  // config "has_embed_tokens" / the checkpoint has embed_tokens
+  // Sliding layers (E.1): with use_sliding_window, sliding_window > 0 and layer_types, as llama.cpp's
+  // converter writes dflash.attention.sliding_window and .sliding_window_pattern; sliding_window 0 = none.
+  int64_t sliding_window = 0;
+  std::vector<bool> sliding;  // per layer (empty when sliding_window is 0)
 };
 
 bool is_dflash_architecture(std::string_view hf_architecture);

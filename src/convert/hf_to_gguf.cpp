@@ -557,6 +557,12 @@ ConvertResult convert_dflash(const ConvertOptions& o, gguf::GgufWriter& w) {
   add_hparams_metadata(c.hp, w);
   w.set("dflash.block_size", Value::u32(uint32_t(c.block_size)));
   w.set("dflash.target_layers", Value::i32_array(c.target_layers));
+  if (c.sliding_window > 0) {
+    w.set("dflash.attention.sliding_window", Value::u32(uint32_t(c.sliding_window)));
+    std::vector<Value> pattern;
+    for (bool s : c.sliding) pattern.push_back(Value::boolean(s));
+    w.set("dflash.attention.sliding_window_pattern", Value::array(gguf::ValueType::BOOL, std::move(pattern)));
+  }
   w.set("general.file_type", Value::u32(file_type_of(result.type)));
   w.set("general.quantization_version", Value::u32(2));
   add_tokenizer_metadata(o.target_model_dir, w);
