@@ -88,7 +88,7 @@ def write_safetensors(path, tensors):
 
 
 def gguf_diff(ref_path, got_path, arch, out=sys.stdout, rows_may_differ=()):
-    """Every <arch>.* key and every tensor of two GGUF files; returns the number of mismatches. tokenizer.*
+    """Every <arch>.* key (arch: one prefix or a tuple of them) and every tensor of two GGUF files; returns the number of mismatches. tokenizer.*
     differences are printed as INFO lines, not counted. Tensors named in rows_may_differ may have different
     row counts (INFO); their common rows must be equal."""
     from gguf import GGUFReader
@@ -104,7 +104,8 @@ def gguf_diff(ref_path, got_path, arch, out=sys.stdout, rows_may_differ=()):
         return res
 
     bad = 0
-    a, b = kv(ref, arch + "."), kv(got, arch + ".")
+    prefixes = tuple(p + "." for p in ((arch,) if isinstance(arch, str) else arch))
+    a, b = kv(ref, prefixes), kv(got, prefixes)
     for k in sorted(set(a) | set(b)):
         if a.get(k) != b.get(k):
             bad += 1

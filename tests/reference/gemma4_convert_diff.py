@@ -113,13 +113,9 @@ TOKENIZER_CONFIG = {"bos_token": "<bos>", "eos_token": "<eos>", "pad_token": "<p
                     "tokenizer_class": "PreTrainedTokenizerFast", "add_bos_token": True}
 
 # ---------------------------------------------------------------------------------------------- the checkpoint
-def write_checkpoint(d, variant, seed=0):
-    v = VARIANTS[variant]
-    d = Path(d)
-    d.mkdir(parents=True, exist_ok=True)
-    tj = tokenizer_json()
-    n_tok = len(tj["model"]["vocab"])
-    n_vocab = n_tok + v.get("extra_vocab", 0)
+def text_config_and_shapes(v, n_vocab):
+    """The Gemma 4 text_config of a variant dict (VARIANTS) and its HF tensors {name: shape} (names under "model.":
+    transformers' Gemma4ForCausalLM; diffusion_gemma_convert_diff.py renames them)."""
     n_layer, shared = (6, 2) if v["e2b"] else (4, 0)
     types = ["full_attention" if il % 4 == 3 or il == n_layer - 1 else "sliding_attention"
              for il in range(n_layer)]
@@ -144,11 +140,6 @@ def write_checkpoint(d, variant, seed=0):
     else:
         text["global_head_dim"] = GHD
         text["num_global_key_value_heads"] = N_KV_G
-    config = {"architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4", "text_config": text,
-              "tie_word_embeddings": True, "dtype": "float32"}
-    (d / "config.json").write_text(json.dumps(config, indent=1))
-    (d / "tokenizer.json").write_text(json.dumps(tj, ensure_ascii=False))
-    (d / "tokenizer_config.json").write_text(json.dumps(TOKENIZER_CONFIG))
 
     shapes = {"model.embed_tokens.weight": (n_vocab, N_EMBD), "model.norm.weight": (N_EMBD,)}
     if v["e2b"]:
@@ -183,9 +174,31 @@ def write_checkpoint(d, variant, seed=0):
             shapes.update({p + "per_layer_input_gate.weight": (N_PL, N_EMBD),
                            p + "per_layer_projection.weight": (N_EMBD, N_PL),
                            p + "post_per_layer_input_norm.weight": (N_EMBD,)})
+    return text, shapes
+
+
+def random_tensors(shapes, seed):
+    """N(0, 0.5) values for every tensor, drawn in name order."""
     rng = np.random.default_rng(seed)
-    cdu.write_safetensors(d / "model.safetensors",
-                      {n: (0.5 * rng.standard_normal(s)).astype(np.float32) for n, s in sorted(shapes.items())})
+    return {n: (0.5 * rng.standard_normal(s)).astype(np.float32) for n, s in sorted(shapes.items())}
+
+
+def write_tokenizer_files(d, tj):
+    (d / "tokenizer.json").write_text(json.dumps(tj, ensure_ascii=False))
+    (d / "tokenizer_config.json").write_text(json.dumps(TOKENIZER_CONFIG))
+
+
+def write_checkpoint(d, variant, seed=0):
+    v = VARIANTS[variant]
+    d = Path(d)
+    d.mkdir(parents=True, exist_ok=True)
+    tj = tokenizer_json()
+    text, shapes = text_config_and_shapes(v, len(tj["model"]["vocab"]) + v.get("extra_vocab", 0))
+    config = {"architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4", "text_config": text,
+              "tie_word_embeddings": True, "dtype": "float32"}
+    (d / "config.json").write_text(json.dumps(config, indent=1))
+    write_tokenizer_files(d, tj)
+    cdu.write_safetensors(d / "model.safetensors", random_tensors(shapes, seed))
 
 
 # ---------------------------------------------------------------------------------------------- the run
