@@ -13,6 +13,9 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "reference"))
+import byte_level_tokenizer as blt  # noqa: E402
+
 SHAPES = {
     # Qwen3-0.6B and Qwen3-8B (their config.json, without the weights).
     "qwen3-0.6b": dict(hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
@@ -24,36 +27,13 @@ SHAPES = {
 }
 
 
-def byte_token(b):
-    """GPT-2's byte -> printable character map (the vocabulary of byte-level BPE)."""
-    def printable(x):
-        return ord('!') <= x <= ord('~') or 0xA1 <= x <= 0xAC or 0xAE <= x <= 0xFF
-    if printable(b):
-        return chr(b)
-    return chr(256 + sum(1 for x in range(b) if not printable(x)))
-
-
 def write_tokenizer(out_dir):
-    vocab = {byte_token(b): b for b in range(256)}
-    special = lambda i, s: {"id": i, "content": s, "special": True, "single_word": False, "lstrip": False,
-                            "rstrip": False, "normalized": False}
-    regex = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
-             "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
-    tok = {
-        "version": "1.0",
-        "added_tokens": [special(256, "<|endoftext|>"), special(257, "<|im_start|>")],
-        "normalizer": {"type": "NFC"},
-        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-            {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated", "invert": False},
-            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]},
-        "post_processor": None,
-        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
-        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
-                  "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "vocab": vocab,
-                  "merges": []},
-    }
+    """256 byte tokens and two specials (tests/reference/byte_level_tokenizer.py's shape)."""
+    m = blt.bytes_to_unicode()
+    vocab = {m[b]: b for b in range(256)}
+    added = [blt.added_token(256, "<|endoftext|>"), blt.added_token(257, "<|im_start|>")]
     with open(os.path.join(out_dir, "tokenizer.json"), "w") as f:
-        json.dump(tok, f)
+        json.dump(blt.byte_level_tokenizer_json(vocab, [], added), f)
     with open(os.path.join(out_dir, "tokenizer_config.json"), "w") as f:
         json.dump({"eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>", "bos_token": None}, f)
 

@@ -187,3 +187,42 @@ def run_tandem(tandem, args, log=None):
 
 def last_line(text):
     return (text.strip().splitlines() or ["?"])[-1]
+
+
+def compare_files(variant, ref, got, prefixes, diff_path, mask_id=None, rows_may_differ=(), extra_check=None):
+    """gguf_diff of REF (the peer's file) and GOT (tandem's) into diff_path, plus tokenizer.ggml.mask_token_id
+    when mask_id is given (a tokenizer key that carries model meaning: both must hold mask_id) and whatever
+    extra_check(out) -> mismatches adds. Returns (fail line or None, summary, tokenizer keys that differ)."""
+    with open(diff_path, "w") as f:
+        bad = gguf_diff(str(ref), str(got), prefixes, out=f, rows_may_differ=rows_may_differ)
+        if mask_id is not None:
+            from gguf import GGUFReader
+            fields = [GGUFReader(str(p)).fields.get("tokenizer.ggml.mask_token_id") for p in (ref, got)]
+            vals = [None if m is None else int(m.contents()) for m in fields]
+            if vals[0] != vals[1] or vals[1] != mask_id:
+                bad += 1
+                print("KEY tokenizer.ggml.mask_token_id peer:", vals[0], "tandem:", vals[1], "want", mask_id,
+                      file=f)
+        if extra_check:
+            bad += extra_check(f)
+    lines = Path(diff_path).read_text().splitlines()
+    summary = [ln for ln in lines if ln.startswith("keys compared")][-1]
+    if mask_id is not None:
+        summary += " + mask_token_id"
+    info = sum(1 for ln in lines if ln.startswith("INFO tokenizer"))
+    if bad:
+        first = [ln for ln in lines if not ln.startswith("INFO")][:8]
+        return f"FAIL {variant}: {summary}\n  " + "\n  ".join(first), summary, info
+    return None, summary, info
+
+
+def run_all(name, variants, run_one):
+    """run_one(variant) -> result lines for each variant; prints them and the verdict; the exit status."""
+    fails = 0
+    for variant in variants:
+        line = run_one(variant)
+        print(line, flush=True)
+        fails += "FAIL" in line
+    print(f"{name}:", "FAIL" if fails else "PASS")
+    return 1 if fails else 0
+

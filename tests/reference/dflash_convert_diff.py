@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import byte_level_tokenizer as blt  # noqa: E402
 import convert_diff_util as cdu  # noqa: E402
 
 E, N_LAYER_TARGET, N_HEAD, N_KV, HD, N_FF = 64, 4, 4, 2, 32, 96
@@ -39,42 +40,18 @@ VARIANTS = {
 CORPUS = ["hello world", "the quick brown fox jumps over the lazy dog", "user model turn", "hello\n\nworld"] * 50
 
 
-def bytes_to_unicode():
-    """GPT-2's byte -> printable character map (the alphabet of byte-level BPE tokenizer.json files)."""
-    keep = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    cs, n = keep[:], 0
-    for b in range(256):
-        if b not in keep:
-            keep.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(keep, map(chr, cs)))
-
-
 def write_target_tokenizers(d, n_vocab):
     """tokenizer.json (byte-level BPE, Qwen2-style, for tandem) and tokenizer.model (sentencepiece BPE with byte
     fallback, trained here, for llama.cpp's Qwen3 vocab code); both fit in n_vocab."""
     import sentencepiece as spm
-    b2u = bytes_to_unicode()
+    b2u = blt.bytes_to_unicode()
     vocab = {b2u[b]: b for b in range(256)}
     merges = []
     for a, b in [("h", "e"), ("l", "l"), ("he", "ll"), ("t", "h"), ("th", "e")]:
         merges.append(f"{a} {b}")
         vocab[a + b] = len(vocab)
-    added = [dict(id=len(vocab) + i, content=t, single_word=False, lstrip=False, rstrip=False, normalized=False,
-                  special=True) for i, t in enumerate(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])]
-    regex = ("(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|"
-             "\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+")
-    tok = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
-           "normalizer": {"type": "NFC"},
-           "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-               {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated", "invert": False},
-               {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]},
-           "post_processor": None,
-           "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
-           "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
-                     "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "vocab": vocab,
-                     "merges": merges}}
+    added = [blt.added_token(len(vocab) + i, t) for i, t in enumerate(["<|endoftext|>", "<|im_start|>", "<|im_end|>"])]
+    tok = blt.byte_level_tokenizer_json(vocab, merges, added)
     assert len(vocab) + len(added) <= n_vocab
     (d / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False))
     (d / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
@@ -142,20 +119,10 @@ def run_variant(variant, args, work, out_dir, target_dir, target_gguf, n_vocab):
                                             target_dir], out_dir / f"{variant}_tandem.txt")
     if rc != 0:
         return f"FAIL {variant}: tandem convert exited {rc}: {cdu.last_line(e)}"
-    with open(out_dir / f"{variant}_diff.txt", "w") as f:
-        bad = cdu.gguf_diff(str(ref), str(got), "dflash", out=f)
-        from gguf import GGUFReader
-        masks = [GGUFReader(str(p)).fields.get("tokenizer.ggml.mask_token_id") for p in (ref, got)]
-        vals = [None if m is None else int(m.contents()) for m in masks]
-        if vals[0] != vals[1] or vals[1] != n_vocab - 1:
-            bad += 1
-            print("KEY tokenizer.ggml.mask_token_id llama.cpp:", vals[0], "tandem:", vals[1], file=f)
-    lines = (out_dir / f"{variant}_diff.txt").read_text().splitlines()
-    summary = [ln for ln in lines if ln.startswith("keys compared")][-1] + " + mask_token_id"
-    if bad:
-        first = [ln for ln in lines if not ln.startswith("INFO")][:8]
-        return f"FAIL {variant}: {summary}\n  " + "\n  ".join(first)
-    info = sum(1 for ln in lines if ln.startswith("INFO tokenizer"))
+    fail, summary, info = cdu.compare_files(variant, ref, got, "dflash", out_dir / f"{variant}_diff.txt",
+                                            mask_id=n_vocab - 1)
+    if fail:
+        return fail
     # tandem runs both drafter files against the converted target: same tokens, same acceptance statistics.
     runs = []
     for path in (ref, got):
@@ -182,7 +149,6 @@ def main():
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     n_vocab = 320
-    fails = 0
     with tempfile.TemporaryDirectory() as t:
         work = Path(t)
         target_dir, target_gguf = work / "target", out_dir / "target.gguf"
@@ -191,12 +157,9 @@ def main():
                                   out_dir / "target_tandem.txt")
         if rc != 0:
             sys.exit(f"FAIL: tandem convert of the target exited {rc}: {cdu.last_line(e)}")
-        for variant in VARIANTS:
-            line = run_variant(variant, args, work, out_dir, target_dir, target_gguf, n_vocab)
-            print(line, flush=True)
-            fails += "FAIL" in line
-    print("dflash_convert_diff:", "FAIL" if fails else "PASS")
-    sys.exit(1 if fails else 0)
+        status = cdu.run_all("dflash_convert_diff", VARIANTS, lambda v: run_variant(
+            v, args, work, out_dir, target_dir, target_gguf, n_vocab))
+    sys.exit(status)
 
 
 if __name__ == "__main__":

@@ -75,20 +75,10 @@ def run_variant(variant, args, work, out_dir):
                               out_dir / f"{variant}_tandem.txt")
     if rc != 0:
         return f"FAIL {variant}: tandem convert exited {rc}: {cdu.last_line(e)}"
-    with open(out_dir / f"{variant}_diff.txt", "w") as f:
-        bad = cdu.gguf_diff(str(ref), str(got), ("diffusion-gemma", "diffusion"), out=f)
-        from gguf import GGUFReader
-        masks = [GGUFReader(str(p)).fields.get("tokenizer.ggml.mask_token_id") for p in (ref, got)]
-        vals = [None if m is None else int(m.contents()) for m in masks]
-        if vals[0] != vals[1] or vals[1] != mask_id:
-            bad += 1
-            print("KEY tokenizer.ggml.mask_token_id fork:", vals[0], "tandem:", vals[1], "want", mask_id, file=f)
-    lines = (out_dir / f"{variant}_diff.txt").read_text().splitlines()
-    summary = [ln for ln in lines if ln.startswith("keys compared")][-1] + " + mask_token_id"
-    if bad:
-        first = [ln for ln in lines if not ln.startswith("INFO")][:8]
-        return f"FAIL {variant}: {summary}\n  " + "\n  ".join(first)
-    info = sum(1 for ln in lines if ln.startswith("INFO tokenizer"))
+    fail, summary, info = cdu.compare_files(variant, ref, got, ("diffusion-gemma", "diffusion"),
+                                            out_dir / f"{variant}_diff.txt", mask_id=mask_id)
+    if fail:
+        return fail
     outs = []
     for path in (ref, got):
         rc, out, e = cdu.run_tandem(args.tandem, ["generate", "-m", path, "--prompt-ids", "2,300,301,310,6",
@@ -112,14 +102,10 @@ def main():
     sys.path.insert(0, str(Path(args.fork_src) / "gguf-py"))  # gguf_diff's GGUFReader
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
-    fails = 0
     with tempfile.TemporaryDirectory() as t:
-        for variant in VARIANTS:
-            line = run_variant(variant, args, Path(t), out_dir)
-            print(line, flush=True)
-            fails += "FAIL" in line
-    print("diffusion_gemma_convert_diff:", "FAIL" if fails else "PASS")
-    sys.exit(1 if fails else 0)
+        status = cdu.run_all("diffusion_gemma_convert_diff", VARIANTS,
+                             lambda v: run_variant(v, args, Path(t), out_dir))
+    sys.exit(status)
 
 
 if __name__ == "__main__":

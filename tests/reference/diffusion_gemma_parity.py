@@ -34,6 +34,9 @@ import time
 import traceback
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import byte_level_tokenizer as blt  # noqa: E402
+
 TOL = 1e-3
 PROMPT_LEN = 12
 TEMP_INV = [1.0, 1.25, 2.0]
@@ -65,39 +68,14 @@ def log(msg):
 # ---- tokenizer (byte-level BPE, GPT-2 byte map) ----
 
 
-def bytes_to_unicode():
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {b: chr(c) for b, c in zip(bs, cs)}
-
-
 def write_tokenizer(d, vocab_size):
     """256 byte tokens, "he", <mask> (id 257), then filler tokens up to vocab_size."""
-    m = bytes_to_unicode()
+    m = blt.bytes_to_unicode()
     vocab = {m[b]: b for b in range(256)}
     vocab["he"] = 256
-    added = [{"id": 257, "content": "<mask>", "special": True, "single_word": False, "lstrip": False,
-              "rstrip": False, "normalized": False}]
     for i in range(258, vocab_size):
         vocab[f"tok{i}"] = i
-    # The same shape as tests/test_convert_fixture.h's tokenizer (Qwen2-style split + byte level).
-    regex = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| "
-             r"?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-    tok = {"version": "1.0", "added_tokens": added, "normalizer": {"type": "NFC"},
-           "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-               {"type": "Split", "pattern": {"Regex": regex}, "behavior": "Isolated", "invert": False},
-               {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}]},
-           "post_processor": None,
-           "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False},
-           "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
-                     "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "vocab": vocab,
-                     "merges": ["h e"]}}
+    tok = blt.byte_level_tokenizer_json(vocab, ["h e"], [blt.added_token(257, "<mask>")])
     (d / "tokenizer.json").write_text(json.dumps(tok))
     (d / "tokenizer_config.json").write_text(json.dumps({"bos_token": None, "eos_token": None,
                                                          "mask_token": "<mask>"}))

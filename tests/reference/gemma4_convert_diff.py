@@ -214,22 +214,22 @@ def run_variant(variant, args, work, out_dir):
     if rc != 0:
         return f"FAIL {variant}: tandem convert exited {rc}: {cdu.last_line(e)}"
     trim = VARIANTS[variant].get("extra_vocab", 0) > 0
-    with open(out_dir / f"{variant}_diff.txt", "w") as f:
-        bad = cdu.gguf_diff(str(ref), str(got), "gemma4", out=f, rows_may_differ=VOCAB_ROW_TENSORS if trim else ())
-        if trim:  # tandem's rows must be the tokenizer's count exactly
-            from gguf import GGUFReader
-            n_tok = len(tokenizer_json()["model"]["vocab"])
-            for t in GGUFReader(str(got)).tensors:
-                if t.name in VOCAB_ROW_TENSORS and int(t.shape[-1]) != n_tok:
-                    bad += 1
-                    print("TENSOR", t.name, "tandem has", int(t.shape[-1]), "rows, the tokenizer", n_tok, file=f)
-            print("INFO " + TRIMMED.replace("\n", " "), file=f)
-    lines = (out_dir / f"{variant}_diff.txt").read_text().splitlines()
-    summary = [ln for ln in lines if ln.startswith("keys compared")][-1]
-    if bad:
-        first = [ln for ln in lines if not ln.startswith("INFO")][:8]
-        return f"FAIL {variant}: {summary}\n  " + "\n  ".join(first)
-    info = sum(1 for ln in lines if ln.startswith("INFO tokenizer"))
+
+    def tandem_rows_are_the_token_count(f):  # with extra config rows, tandem trims to the tokenizer's count
+        from gguf import GGUFReader
+        bad, n_tok = 0, len(tokenizer_json()["model"]["vocab"])
+        for t in GGUFReader(str(got)).tensors:
+            if t.name in VOCAB_ROW_TENSORS and int(t.shape[-1]) != n_tok:
+                bad += 1
+                print("TENSOR", t.name, "tandem has", int(t.shape[-1]), "rows, the tokenizer", n_tok, file=f)
+        print("INFO " + TRIMMED.replace("\n", " "), file=f)
+        return bad
+
+    fail, summary, info = cdu.compare_files(variant, ref, got, "gemma4", out_dir / f"{variant}_diff.txt",
+                                            rows_may_differ=VOCAB_ROW_TENSORS if trim else (),
+                                            extra_check=tandem_rows_are_the_token_count if trim else None)
+    if fail:
+        return fail
     if trim:
         return f"PASS {variant}: {summary} ({info} tokenizer keys differ, INFO); token rows as noted in the diff"
     # llama.cpp's file runs in tandem exactly as tandem's own: the same greedy ids and the same logits bytes.
@@ -288,14 +288,10 @@ def main():
     if args.llama_bin:
         import llamacpp_runs_fixtures as lf
         args.probe = lf.build_probe(args.llama_src, args.llama_bin, out_dir)
-    fails = 0
     with tempfile.TemporaryDirectory() as t:
-        for variant in args.variants.split(","):
-            line = run_variant(variant, args, Path(t), out_dir)
-            print(line, flush=True)
-            fails += "FAIL" in line
-    print("gemma4_convert_diff:", "FAIL" if fails else "PASS")
-    sys.exit(1 if fails else 0)
+        status = cdu.run_all("gemma4_convert_diff", args.variants.split(","),
+                             lambda v: run_variant(v, args, Path(t), out_dir))
+    sys.exit(status)
 
 
 if __name__ == "__main__":
