@@ -226,3 +226,16 @@ def run_all(name, variants, run_one):
     print(f"{name}:", "FAIL" if fails else "PASS")
     return 1 if fails else 0
 
+
+def convert_both(variant, python, peer_src, tandem, hf, ref, got, work, out_dir, extra=()):
+    """The peer's converter (HF -> REF) and `tandem convert` (HF -> GOT), both f32, `extra` given to both (e.g.
+    --target-model-dir); logs in out_dir. None, or the FAIL line."""
+    err = run_llamacpp_converter(python, peer_src, hf, ref, work, Path(out_dir) / f"{variant}_peer.txt", extra)
+    if err:
+        return f"FAIL {variant}: {err}"
+    rc, _, e = run_tandem(tandem, ["convert", hf, "-o", got, "--type", "f32", *extra],
+                          Path(out_dir) / f"{variant}_tandem.txt")
+    if rc != 0:
+        return f"FAIL {variant}: tandem convert exited {rc}: {last_line(e)}"
+    return None
+

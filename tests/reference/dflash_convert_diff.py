@@ -111,14 +111,10 @@ def run_variant(variant, args, work, out_dir, target_dir, target_gguf, n_vocab):
     hf = work / variant
     write_drafter(hf, variant, n_vocab)
     ref, got = out_dir / f"{variant}.llamacpp.gguf", out_dir / f"{variant}.tandem.gguf"
-    err = cdu.run_llamacpp_converter(args.python, args.llama_src, hf, ref, work, out_dir / f"{variant}_llamacpp.txt",
-                                     extra=["--target-model-dir", str(target_dir)])
-    if err:
-        return f"FAIL {variant}: {err}"
-    rc, _, e = cdu.run_tandem(args.tandem, ["convert", hf, "-o", got, "--type", "f32", "--target-model-dir",
-                                            target_dir], out_dir / f"{variant}_tandem.txt")
-    if rc != 0:
-        return f"FAIL {variant}: tandem convert exited {rc}: {cdu.last_line(e)}"
+    fail = cdu.convert_both(variant, args.python, args.llama_src, args.tandem, hf, ref, got, work, out_dir,
+                            ["--target-model-dir", str(target_dir)])
+    if fail:
+        return fail
     fail, summary, info = cdu.compare_files(variant, ref, got, "dflash", out_dir / f"{variant}_diff.txt",
                                             mask_id=n_vocab - 1)
     if fail:

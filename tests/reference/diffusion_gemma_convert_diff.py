@@ -68,13 +68,9 @@ def run_variant(variant, args, work, out_dir):
     hf = work / variant
     mask_id = write_checkpoint(hf, variant)
     ref, got = out_dir / f"{variant}.fork.gguf", out_dir / f"{variant}.tandem.gguf"
-    err = cdu.run_llamacpp_converter(args.python, args.fork_src, hf, ref, work, out_dir / f"{variant}_fork.txt")
-    if err:
-        return f"FAIL {variant}: {err}"
-    rc, _, e = cdu.run_tandem(args.tandem, ["convert", hf, "-o", got, "--type", "f32"],
-                              out_dir / f"{variant}_tandem.txt")
-    if rc != 0:
-        return f"FAIL {variant}: tandem convert exited {rc}: {cdu.last_line(e)}"
+    fail = cdu.convert_both(variant, args.python, args.fork_src, args.tandem, hf, ref, got, work, out_dir)
+    if fail:
+        return fail
     fail, summary, info = cdu.compare_files(variant, ref, got, ("diffusion-gemma", "diffusion"),
                                             out_dir / f"{variant}_diff.txt", mask_id=mask_id)
     if fail:

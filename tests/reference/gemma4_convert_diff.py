@@ -206,13 +206,9 @@ def run_variant(variant, args, work, out_dir):
     hf = work / variant
     write_checkpoint(hf, variant)
     ref, got = out_dir / f"{variant}.llamacpp.gguf", out_dir / f"{variant}.tandem.gguf"
-    err = cdu.run_llamacpp_converter(args.python, args.llama_src, hf, ref, work, out_dir / f"{variant}_llamacpp.txt")
-    if err:
-        return f"FAIL {variant}: {err}"
-    rc, _, e = cdu.run_tandem(args.tandem, ["convert", hf, "-o", got, "--type", "f32"],
-                              out_dir / f"{variant}_tandem.txt")
-    if rc != 0:
-        return f"FAIL {variant}: tandem convert exited {rc}: {cdu.last_line(e)}"
+    fail = cdu.convert_both(variant, args.python, args.llama_src, args.tandem, hf, ref, got, work, out_dir)
+    if fail:
+        return fail
     trim = VARIANTS[variant].get("extra_vocab", 0) > 0
 
     def tandem_rows_are_the_token_count(f):  # with extra config rows, tandem trims to the tokenizer's count
