@@ -11,6 +11,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "sampling/draft_sampling.h"
 #include "model/dflash.h"
 #include "model/model_impl.h"
 #include "runtime/session_impl.h"
@@ -20,23 +21,7 @@ namespace tandem {
 
 namespace {
 
-double top_probability(std::span<const float> logits) {
-  float mx = -INFINITY;
-  for (float v : logits) mx = std::max(mx, v);
-  double sum = 0.0;
-  for (float v : logits) sum += std::exp(double(v) - mx);
-  return sum > 0.0 ? 1.0 / sum : 0.0;
-}
-
-SamplingParams draft_sampling(const SamplingParams& target) {
-  SamplingParams p = target;  // the target's filters keep q close to p; any q stays lossless
-  p.repeat_penalty = 1.0f;
-  p.presence_penalty = 0.0f;
-  p.frequency_penalty = 0.0f;
-  p.penalty_last_n = 0;
-  p.seed = target.seed ^ 0xDF1A5DULL;  // a stream of its own, not the target's
-  return p;
-}
+constexpr uint64_t kDflashStream = 0xDF1A5DULL;  // the drafter's random stream: the target's seed ^ this
 
 bool env_device_features() {
   const char* v = std::getenv("TANDEM_DFLASH_DEVICE_FEATURES");
@@ -245,7 +230,7 @@ void DflashDrafter::draft(std::span<const int32_t> seqs, std::span<const std::ve
     if (have > n_past) s.draft.seq_remove(seq, n_past);  // features of rejected drafts
     if (!sampling[i].greedy()) {
       if (s.samplers.size() <= size_t(seq)) s.samplers.resize(size_t(seq) + 1);
-      if (!s.samplers[size_t(seq)]) s.samplers[size_t(seq)] = std::make_unique<Sampler>(draft_sampling(sampling[i]));
+      if (!s.samplers[size_t(seq)]) s.samplers[size_t(seq)] = std::make_unique<Sampler>(draft_sampling(sampling[i], kDflashStream));
     }
     row0[i] = batch.size();
     len[i] = n;

@@ -6,29 +6,13 @@
 #include <string>
 
 #include "core/error.h"
+#include "sampling/draft_sampling.h"
 #include "tandem/speculative.h"
 
 namespace tandem {
 namespace {
 
-// The largest softmax probability of a row (greedy drafts with a p_min).
-double top_probability(std::span<const float> logits) {
-  float mx = -INFINITY;
-  for (float v : logits) mx = std::max(mx, v);
-  double sum = 0.0;
-  for (float v : logits) sum += std::exp(double(v) - mx);
-  return sum > 0.0 ? 1.0 / sum : 0.0;
-}
-
-SamplingParams draft_sampling(const SamplingParams& target) {
-  SamplingParams p = target;  // the same filters and temperature keep q close to p; any q stays lossless
-  p.repeat_penalty = 1.0f;
-  p.presence_penalty = 0.0f;
-  p.frequency_penalty = 0.0f;
-  p.penalty_last_n = 0;
-  p.seed = target.seed ^ 0x5DEECE66DULL;  // a stream of its own, not the target's
-  return p;
-}
+constexpr uint64_t kDraftModelStream = 0x5DEECE66DULL;  // the drafter's random stream: the target's seed ^ this
 
 }  // namespace
 
@@ -71,7 +55,7 @@ void DraftModelDrafter::draft(std::span<const int32_t> seqs,
     if (cached_.size() <= seq) cached_.resize(seq + 1);
     if (samplers_.size() <= seq) samplers_.resize(seq + 1);
     if (!sampling[i].greedy() && !samplers_[seq])
-      samplers_[seq] = std::make_unique<Sampler>(draft_sampling(sampling[i]));
+      samplers_[seq] = std::make_unique<Sampler>(draft_sampling(sampling[i], kDraftModelStream));
     const std::vector<int32_t>& h = *history[i];
     std::vector<int32_t>& c = cached_[seq];
     size_t keep = 0;  // the cache keeps the common prefix of what it holds and h minus its last token
