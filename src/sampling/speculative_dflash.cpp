@@ -11,10 +11,10 @@
 #include <string>
 
 #include "core/error.h"
-#include "sampling/draft_sampling.h"
 #include "model/dflash.h"
 #include "model/model_impl.h"
 #include "runtime/session_impl.h"
+#include "sampling/draft_sampling.h"
 #include "tandem/speculative.h"
 
 namespace tandem {
@@ -35,7 +35,7 @@ struct DflashDrafter::Impl {
   Session& target;
   DflashInfo info;
   int64_t n_embd = 0;
-  int32_t n_rows = 0;  // rows of the feature buffer: the target's n_batch
+  int32_t n_rows = 0;                  // rows of the feature buffer: the target's n_batch
   std::vector<int32_t> sorted_layers;  // target_layers ascending (what set_taps takes)
   std::vector<size_t> tap_of;          // per file-order feature k: its index in sorted_layers
   bool device = false;                 // the device path runs
@@ -60,29 +60,30 @@ DflashDrafter::DflashDrafter(Session& draft, Session& target, const DflashDrafte
         dm.info().path + " is a " + dm.info().arch + " model, not a DFlash drafter (architecture dflash)");
   s.info = read_dflash_info(*dm.impl().file);
   s.n_embd = dm.info().n_embd;
-  check(s.n_embd == tm.info().n_embd,
-        "the DFlash drafter's hidden size (" + std::to_string(s.n_embd) + ") differs from the target's (" +
-            std::to_string(tm.info().n_embd) + "): it reads the target's hidden states at its own width");
+  check(s.n_embd == tm.info().n_embd, "the DFlash drafter's hidden size (" + std::to_string(s.n_embd) +
+                                          ") differs from the target's (" + std::to_string(tm.info().n_embd) +
+                                          "): it reads the target's hidden states at its own width");
   for (int32_t l : s.info.target_layers)
-    check(l >= 0 && l <= tm.info().n_layer,
-          "the DFlash drafter reads target layer " + std::to_string(l) + ", but the target has " +
-              std::to_string(tm.info().n_layer) + " layers (taps 0.." + std::to_string(tm.info().n_layer) +
-              ")");
+    check(l >= 0 && l <= tm.info().n_layer, "the DFlash drafter reads target layer " + std::to_string(l) +
+                                                ", but the target has " + std::to_string(tm.info().n_layer) +
+                                                " layers (taps 0.." + std::to_string(tm.info().n_layer) +
+                                                ")");
   check(s.info.mask_token_id < target.n_vocab(),
-        "the DFlash mask token " + std::to_string(s.info.mask_token_id) + " is not in the target's vocabulary (" +
-            std::to_string(target.n_vocab()) + " tokens)");
+        "the DFlash mask token " + std::to_string(s.info.mask_token_id) +
+            " is not in the target's vocabulary (" + std::to_string(target.n_vocab()) + " tokens)");
   for (int32_t id : s.info.d2t)
     check(id < target.n_vocab(), "the DFlash drafter's d2t maps to token " + std::to_string(id) +
-                                     ", outside the target's vocabulary (" + std::to_string(target.n_vocab()) +
-                                     " tokens)");
+                                     ", outside the target's vocabulary (" +
+                                     std::to_string(target.n_vocab()) + " tokens)");
   check(!s.info.d2t.empty() || draft.n_vocab() == target.n_vocab(),
-        "the DFlash drafter's vocabulary (" + std::to_string(draft.n_vocab()) + ") differs from the target's (" +
-            std::to_string(target.n_vocab()) + ") and it has no d2t mapping");
+        "the DFlash drafter's vocabulary (" + std::to_string(draft.n_vocab()) +
+            ") differs from the target's (" + std::to_string(target.n_vocab()) +
+            ") and it has no d2t mapping");
   s.sorted_layers = s.info.target_layers;
   std::sort(s.sorted_layers.begin(), s.sorted_layers.end());
   for (int32_t l : s.info.target_layers)
-    s.tap_of.push_back(size_t(std::find(s.sorted_layers.begin(), s.sorted_layers.end(), l) -
-                              s.sorted_layers.begin()));
+    s.tap_of.push_back(
+        size_t(std::find(s.sorted_layers.begin(), s.sorted_layers.end(), l) - s.sorted_layers.begin()));
   s.n_rows = target.params().n_batch;
   RankState& dr = *draft.impl().ranks.front();
   s.draft_stream = &dr.stream;
@@ -174,8 +175,10 @@ void DflashDrafter::fork(int32_t src, int32_t dst, int32_t n) {
 void DflashDrafter::target_decoded(const Batch& batch) {
   Impl& s = *impl_;
   const size_t n = batch.size();
-  check(n <= size_t(s.n_rows), "dflash: a target batch of " + std::to_string(n) + " rows exceeds the feature "
-                                   "buffer of " + std::to_string(s.n_rows) + " rows (the target's n_batch)");
+  check(n <= size_t(s.n_rows), "dflash: a target batch of " + std::to_string(n) +
+                                   " rows exceeds the feature "
+                                   "buffer of " +
+                                   std::to_string(s.n_rows) + " rows (the target's n_batch)");
   // Each sequence's drafter cache continues at the first position of its rows in this batch: what lies
   // beyond (features of rejected drafts) goes.
   std::map<int32_t, int32_t> first;
@@ -189,9 +192,10 @@ void DflashDrafter::target_decoded(const Batch& batch) {
   }
   Batch fb;
   if (s.device) {
-    for (size_t r = 0; r < n; ++r) fb.add(kNoToken, batch.positions[r], batch.seq_ids[r], false, true, int32_t(r));
-    fb.embedding_source = EmbeddingSource{s.draft_device, s.features.data(), s.n_rows,
-                                          s.row_floats() * sizeof(float)};
+    for (size_t r = 0; r < n; ++r)
+      fb.add(kNoToken, batch.positions[r], batch.seq_ids[r], false, true, int32_t(r));
+    fb.embedding_source =
+        EmbeddingSource{s.draft_device, s.features.data(), s.n_rows, s.row_floats() * sizeof(float)};
     if (Event* written = s.target.taps_written()) written->wait(*s.draft_stream);
     s.draft.decode(fb);
     s.read->record(*s.draft_stream);  // the target's next decode waits for it before overwriting
@@ -205,13 +209,14 @@ void DflashDrafter::target_decoded(const Batch& batch) {
     for (size_t k = 0; k < K; ++k)  // file order: [tap(target_layers[0]) | tap(target_layers[1]) | ...]
       std::copy_n(row + s.tap_of[k] * E, E, fb.embeddings.data() + (r * K + k) * E);
   }
-  for (size_t r = 0; r < n; ++r) fb.add(kNoToken, batch.positions[r], batch.seq_ids[r], false, true, int32_t(r));
+  for (size_t r = 0; r < n; ++r)
+    fb.add(kNoToken, batch.positions[r], batch.seq_ids[r], false, true, int32_t(r));
   s.draft.decode(fb);
 }
 
 void DflashDrafter::draft(std::span<const int32_t> seqs, std::span<const std::vector<int32_t>* const> history,
-                          std::span<const int32_t> n_max, std::span<const SamplingParams> sampling, float p_min,
-                          std::vector<Draft>& out) {
+                          std::span<const int32_t> n_max, std::span<const SamplingParams> sampling,
+                          float p_min, std::vector<Draft>& out) {
   Impl& s = *impl_;
   out.assign(seqs.size(), {});
   Batch batch;
@@ -230,7 +235,8 @@ void DflashDrafter::draft(std::span<const int32_t> seqs, std::span<const std::ve
     if (have > n_past) s.draft.seq_remove(seq, n_past);  // features of rejected drafts
     if (!sampling[i].greedy()) {
       if (s.samplers.size() <= size_t(seq)) s.samplers.resize(size_t(seq) + 1);
-      if (!s.samplers[size_t(seq)]) s.samplers[size_t(seq)] = std::make_unique<Sampler>(draft_sampling(sampling[i], kDflashStream));
+      if (!s.samplers[size_t(seq)])
+        s.samplers[size_t(seq)] = std::make_unique<Sampler>(draft_sampling(sampling[i], kDflashStream));
     }
     row0[i] = batch.size();
     len[i] = n;
