@@ -15,8 +15,10 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_device.h"
+#include "backend/cpu/cpu_features.h"
 #include "backend/cpu/matmul_kernels.h"
 #include "core/half.h"
+#include "quant/blocks.h"
 #include "quant/quant.h"
 #include "test_cpu_ops_util.h"
 
@@ -181,6 +183,41 @@ TEST(CpuMatmulKernels, Avx2MatchesScalar) {
     double scale = 0.0;
     for (float v : y_scalar) scale = std::max(scale, std::fabs(double(v)));
     for (size_t i = 0; i < y_avx.size(); ++i) EXPECT_NEAR(y_avx[i], y_scalar[i], 2e-5 * scale) << i;
+  }
+}
+
+// The AVX-512 VNNI prefill path (Q8_0, 8 or more rows) gives the AVX2 kernel's bits: the whole product with
+// it on and off, and every row against that row computed alone (one row always takes the AVX2 kernel), so a
+// row's result does not depend on the batch around it. Weights include the extreme level -128 (which
+// quantization never writes but a file may hold) and all-zero blocks.
+TEST(CpuMatmulKernels, VnniPrefillMatchesAvx2BitForBit) {
+  if (!cpu::cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  Ops& ops = test_device().ops();
+  Stream& st = test_device().default_stream();
+  uint32_t seed = 700;
+  for (int64_t n_in : {32, 96, 1024}) {
+    for (int64_t T : {8, 9, 15, 16, 63, 64, 65, 130}) {
+      SCOPED_TRACE("n_in=" + std::to_string(n_in) + " T=" + std::to_string(T));
+      const int64_t n_out = 11;
+      Weights w = make_weights(DType::Q8_0, n_in, n_out, seed++);
+      auto* blocks = reinterpret_cast<quant::BlockQ8_0*>(w.bytes.data());
+      blocks[0].qs[3] = -128;
+      blocks[0].qs[17] = -128;
+      if (n_in >= 96) std::memset(blocks[1].qs, 0, 32);
+      std::vector<float> x = random_normal(size_t(n_in * T), seed++, 1.5f);
+      std::vector<float> y_vnni(size_t(n_out * T)), y_avx2(size_t(n_out * T)), y_row(static_cast<size_t>(n_out));
+      ops.matmul(st, w.tensor, f32(x, {n_in, T}), f32(y_vnni, {n_out, T}));
+      cpu::set_vnni_enabled(false);
+      ops.matmul(st, w.tensor, f32(x, {n_in, T}), f32(y_avx2, {n_out, T}));
+      cpu::set_vnni_enabled(true);
+      EXPECT_EQ(std::memcmp(y_vnni.data(), y_avx2.data(), y_vnni.size() * sizeof(float)), 0);
+      for (int64_t t = 0; t < T; ++t) {
+        std::vector<float> xt(x.begin() + t * n_in, x.begin() + (t + 1) * n_in);
+        ops.matmul(st, w.tensor, f32(xt, {n_in, 1}), f32(y_row, {n_out, 1}));
+        ASSERT_EQ(std::memcmp(y_row.data(), y_vnni.data() + t * n_out, size_t(n_out) * sizeof(float)), 0)
+            << "row " << t;
+      }
+    }
   }
 }
 

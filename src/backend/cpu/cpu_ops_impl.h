@@ -23,6 +23,11 @@ class Workspace {
     if (act_.size() < bytes) act_.resize(bytes);
     return act_.data();
   }
+  // Bytes for the packed activation groups of the VNNI prefill matmul.
+  uint8_t* packed(size_t bytes) {
+    if (packed_.size() < bytes) packed_.resize(bytes);
+    return packed_.data();
+  }
   // `floats` floats of private scratch for each of n_threads threads; returns thread 0's, thread t's is at
   // t * stride (stride >= floats, a multiple of 16 floats: slices start 64-byte multiples apart).
   float* per_thread(size_t floats, int n_threads, size_t* stride) {
@@ -39,11 +44,13 @@ class Workspace {
     return per_thread_i32_.data();
   }
   size_t capacity_bytes() const {
-    return act_.size() + per_thread_.size() * sizeof(float) + per_thread_i32_.size() * sizeof(int32_t);
+    return act_.size() + packed_.size() + per_thread_.size() * sizeof(float) +
+           per_thread_i32_.size() * sizeof(int32_t);
   }
 
  private:
   std::vector<uint8_t> act_;
+  std::vector<uint8_t> packed_;
   std::vector<float> per_thread_;
   std::vector<int32_t> per_thread_i32_;
 };

@@ -5,6 +5,9 @@
 // Inside a tile, activation rows go 4 at a time and each weight row of the tile is read against those 4, so a
 // weight row is decoded once per 4 activation rows and the tile's weights (about 32 KiB) stay in cache across
 // the groups. With T <= C the weights are streamed from memory exactly once.
+// Q8_0 weights with 8 or more activation rows on a CPU with AVX-512 VNNI take the packed path: activation
+// rows packed 8 side by side, one weight row against 8 rows per kernel call (matmul_kernels_vnni.cpp), with
+// the same bits as the AVX2 kernel the other calls use.
 #include <algorithm>
 
 #include "backend/cpu/cpu_features.h"
@@ -38,6 +41,51 @@ size_t act_row_bytes(ActFormat f, int64_t n) {
   }
   return size_t(n) * sizeof(float);
 }
+
+namespace {
+
+// The output in tiles of `rows` weight rows x `cols` column units (activation rows, or packed groups).
+struct Tiling {
+  int64_t rows, n_row_tiles, n_col_tiles;
+};
+Tiling tiling(size_t w_row_bytes, int64_t n_out, int64_t n_col_tiles, int n_threads) {
+  int64_t R = std::max<int64_t>(1, int64_t(32768 / std::max<size_t>(w_row_bytes, 1)));
+  const int64_t min_tasks = int64_t(n_threads) * 4;
+  R = std::min(R, std::max<int64_t>(1, (n_out * n_col_tiles + min_tasks - 1) / min_tasks));
+  return {R, (n_out + R - 1) / R, n_col_tiles};
+}
+
+// Q8_0 x T >= 8 activation rows (already quantized, act_bytes apart) on AVX-512 VNNI.
+void matmul_q8_0_packed(ThreadPool& pool, Workspace& ws, const Tensor& W, const uint8_t* act,
+                        size_t act_bytes, int64_t T, const Tensor& y) {
+  const int64_t n_in = W.ne[0], n_out = W.ne[1], n_blocks = n_in / 32, n_groups = (T + 7) / 8;
+  auto* packed =
+      reinterpret_cast<ActQ8Block32x8*>(ws.packed(size_t(n_groups * n_blocks) * sizeof(ActQ8Block32x8)));
+  pool.parallel_for(n_groups, [&](int64_t g, int) {
+    const ActQ8Block32* rows[8];
+    const int n_rows = int(std::min<int64_t>(8, T - 8 * g));
+    for (int j = 0; j < n_rows; ++j)
+      rows[j] = reinterpret_cast<const ActQ8Block32*>(act + size_t(8 * g + j) * act_bytes);
+    vnni::pack_q8x32x8(rows, n_rows, n_blocks, packed + g * n_blocks);
+  });
+  const int64_t G = 8;  // groups per tile: 64 activation rows, as the other path's C
+  const Tiling t = tiling(W.row_bytes(), n_out, (n_groups + G - 1) / G, pool.n_threads());
+  pool.parallel_for(t.n_row_tiles * t.n_col_tiles, [&](int64_t task, int) {
+    const int64_t o0 = (task % t.n_row_tiles) * t.rows, o1 = std::min(n_out, o0 + t.rows);
+    const int64_t g0 = (task / t.n_row_tiles) * G, g1 = std::min(n_groups, g0 + G);
+    float res[8];
+    for (int64_t g = g0; g < g1; ++g) {
+      const int n_rows = int(std::min<int64_t>(8, T - 8 * g));
+      for (int64_t o = o0; o < o1; ++o) {
+        vnni::dot_q8_0_x8(n_in, static_cast<const char*>(W.data) + size_t(o) * W.nb[1], packed + g * n_blocks,
+                          res);
+        for (int j = 0; j < n_rows; ++j) reinterpret_cast<float*>(y.row(8 * g + j))[o] = res[j];
+      }
+    }
+  });
+}
+
+}  // namespace
 
 MatmulKernels matmul_kernels(DType weight_type) {
   const bool v = simd_enabled();
@@ -98,22 +146,20 @@ void matmul(ThreadPool& pool, Workspace& ws, const Tensor& W, const Tensor& x, c
     });
     act = buf;
   }
+  if (W.type == DType::Q8_0 && T >= 8 && vnni_enabled()) {
+    matmul_q8_0_packed(pool, ws, W, act, act_bytes, T, y);
+    return;
+  }
   auto act_row = [&](int64_t t) -> const void* {
     return act ? static_cast<const void*>(act + size_t(t) * act_bytes) : x.row(t);
   };
 
   // (2) tiles of R weight rows x C activation rows
-  const size_t w_row_bytes = W.row_bytes();
   const int64_t C = 64;
-  const int64_t n_col_tiles = (T + C - 1) / C;
-  int64_t R = std::max<int64_t>(1, int64_t(32768 / std::max<size_t>(w_row_bytes, 1)));
-  const int64_t min_tasks = int64_t(pool.n_threads()) * 4;
-  R = std::min(R, std::max<int64_t>(1, (n_out * n_col_tiles + min_tasks - 1) / min_tasks));
-  const int64_t n_row_tiles = (n_out + R - 1) / R;
-
-  pool.parallel_for(n_row_tiles * n_col_tiles, [&](int64_t task, int) {
-    const int64_t o0 = (task % n_row_tiles) * R, o1 = std::min(n_out, o0 + R);
-    const int64_t t0 = (task / n_row_tiles) * C, t1 = std::min(T, t0 + C);
+  const Tiling tl = tiling(W.row_bytes(), n_out, (T + C - 1) / C, pool.n_threads());
+  pool.parallel_for(tl.n_row_tiles * tl.n_col_tiles, [&](int64_t task, int) {
+    const int64_t o0 = (task % tl.n_row_tiles) * tl.rows, o1 = std::min(n_out, o0 + tl.rows);
+    const int64_t t0 = (task / tl.n_row_tiles) * C, t1 = std::min(T, t0 + C);
     const void* xs[kMaxDotRows];
     float res[kMaxDotRows];
     for (int64_t t = t0; t < t1; t += kMaxDotRows) {
