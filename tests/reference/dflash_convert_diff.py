@@ -43,7 +43,6 @@ CORPUS = ["hello world", "the quick brown fox jumps over the lazy dog", "user mo
 def write_target_tokenizers(d, n_vocab):
     """tokenizer.json (byte-level BPE, Qwen2-style, for tandem) and tokenizer.model (sentencepiece BPE with byte
     fallback, trained here, for llama.cpp's Qwen3 vocab code); both fit in n_vocab."""
-    import sentencepiece as spm
     b2u = blt.bytes_to_unicode()
     vocab = {b2u[b]: b for b in range(256)}
     merges = []
@@ -56,6 +55,10 @@ def write_target_tokenizers(d, n_vocab):
     (d / "tokenizer.json").write_text(json.dumps(tok, ensure_ascii=False))
     (d / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>",
                                                          "bos_token": None}))
+    try:  # without sentencepiece, llama.cpp's converter reads tokenizer.json through transformers instead
+        import sentencepiece as spm
+    except ImportError:
+        return
     spm.SentencePieceTrainer.train(sentence_iterator=iter(CORPUS), model_prefix=str(d / "tokenizer"),
                                    vocab_size=n_vocab - 10, model_type="bpe", byte_fallback=True,
                                    hard_vocab_limit=False, minloglevel=2)
