@@ -25,7 +25,7 @@ void CpuOps::reserve(const WorkspacePlan& plan) {
   const int64_t max_rows = std::max<int64_t>({plan.max_rows, plan.max_routed_rows, 1});
   ws_.act(act_row * size_t(max_rows));
   if (vnni_enabled())  // the packed activation groups of the Q8_0 prefill path (matmul.cpp)
-    ws_.packed(size_t((max_rows + 7) / 8 * (n_in / 32)) * sizeof(ActQ8Block32x8));
+    ws_.packed(size_t((max_rows + kPackedRows - 1) / kPackedRows * (n_in / 32)) * sizeof(ActQ8Block32x16));
   size_t stride = 0;
   ws_.per_thread(std::max(attention_scratch_floats(plan.max_n_head, plan.max_head_dim),
                           rope_scratch_floats(plan.max_head_dim)),

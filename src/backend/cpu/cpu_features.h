@@ -17,7 +17,7 @@ bool simd_enabled();
 // For tests: false forces the scalar kernels; true goes back to the default (hardware and environment).
 void set_simd_enabled(bool enabled);
 
-// True when the CPU has AVX-512 F/BW/VL and VNNI (vpdpbusd on 256-bit vectors) besides AVX2.
+// True when the CPU has AVX-512 F/BW/VL and VNNI (vpdpbusd) besides AVX2.
 bool cpu_has_avx512_vnni();
 // True when the VNNI prefill kernel is in use: simd_enabled(), the CPU has it, TANDEM_CPU_NO_VNNI is not set
 // to a non-zero value and set_vnni_enabled(false) is not in effect.

@@ -6,7 +6,7 @@
 // weight row is decoded once per 4 activation rows and the tile's weights (about 32 KiB) stay in cache across
 // the groups. With T <= C the weights are streamed from memory exactly once.
 // Q8_0 weights with 8 or more activation rows on a CPU with AVX-512 VNNI take the packed path: activation
-// rows packed 8 side by side, one weight row against 8 rows per kernel call (matmul_kernels_vnni.cpp), with
+// rows packed 16 side by side, one weight row against 16 rows per kernel call (matmul_kernels_vnni.cpp), with
 // the same bits as the AVX2 kernel the other calls use.
 #include <algorithm>
 
@@ -58,28 +58,29 @@ Tiling tiling(size_t w_row_bytes, int64_t n_out, int64_t n_col_tiles, int n_thre
 // Q8_0 x T >= 8 activation rows (already quantized, act_bytes apart) on AVX-512 VNNI.
 void matmul_q8_0_packed(ThreadPool& pool, Workspace& ws, const Tensor& W, const uint8_t* act,
                         size_t act_bytes, int64_t T, const Tensor& y) {
-  const int64_t n_in = W.ne[0], n_out = W.ne[1], n_blocks = n_in / 32, n_groups = (T + 7) / 8;
+  constexpr int64_t P = kPackedRows;
+  const int64_t n_in = W.ne[0], n_out = W.ne[1], n_blocks = n_in / 32, n_groups = (T + P - 1) / P;
   auto* packed =
-      reinterpret_cast<ActQ8Block32x8*>(ws.packed(size_t(n_groups * n_blocks) * sizeof(ActQ8Block32x8)));
+      reinterpret_cast<ActQ8Block32x16*>(ws.packed(size_t(n_groups * n_blocks) * sizeof(ActQ8Block32x16)));
   pool.parallel_for(n_groups, [&](int64_t g, int) {
-    const ActQ8Block32* rows[8];
-    const int n_rows = int(std::min<int64_t>(8, T - 8 * g));
+    const ActQ8Block32* rows[P];
+    const int n_rows = int(std::min<int64_t>(P, T - P * g));
     for (int j = 0; j < n_rows; ++j)
-      rows[j] = reinterpret_cast<const ActQ8Block32*>(act + size_t(8 * g + j) * act_bytes);
-    vnni::pack_q8x32x8(rows, n_rows, n_blocks, packed + g * n_blocks);
+      rows[j] = reinterpret_cast<const ActQ8Block32*>(act + size_t(P * g + j) * act_bytes);
+    vnni::pack_q8x32x16(rows, n_rows, n_blocks, packed + g * n_blocks);
   });
-  const int64_t G = 8;  // groups per tile: 64 activation rows, as the other path's C
+  const int64_t G = 64 / P;  // groups per tile: 64 activation rows, as the other path's C
   const Tiling t = tiling(W.row_bytes(), n_out, (n_groups + G - 1) / G, pool.n_threads());
   pool.parallel_for(t.n_row_tiles * t.n_col_tiles, [&](int64_t task, int) {
     const int64_t o0 = (task % t.n_row_tiles) * t.rows, o1 = std::min(n_out, o0 + t.rows);
     const int64_t g0 = (task / t.n_row_tiles) * G, g1 = std::min(n_groups, g0 + G);
-    float res[8];
+    float res[P];
     for (int64_t g = g0; g < g1; ++g) {
-      const int n_rows = int(std::min<int64_t>(8, T - 8 * g));
+      const int n_rows = int(std::min<int64_t>(P, T - P * g));
       for (int64_t o = o0; o < o1; ++o) {
-        vnni::dot_q8_0_x8(n_in, static_cast<const char*>(W.data) + size_t(o) * W.nb[1], packed + g * n_blocks,
-                          res);
-        for (int j = 0; j < n_rows; ++j) reinterpret_cast<float*>(y.row(8 * g + j))[o] = res[j];
+        vnni::dot_q8_0_x16(n_in, static_cast<const char*>(W.data) + size_t(o) * W.nb[1],
+                           packed + g * n_blocks, res);
+        for (int j = 0; j < n_rows; ++j) reinterpret_cast<float*>(y.row(P * g + j))[o] = res[j];
       }
     }
   });

@@ -32,11 +32,12 @@ struct ActQ8Block256 {
   int8_t qs[256];
 };
 
-// Eight activation rows side by side, for the VNNI Q8_0 kernel (prefill): d[j] is row j's scale, and the
-// 32 bytes of chunk c (qs[32 c .. 32 c + 31]) hold values 4c..4c+3 of rows 0..7 (row j at bytes 4j..4j+3).
-struct ActQ8Block32x8 {
-  float d[8];
-  int8_t qs[256];
+// Sixteen activation rows side by side, for the VNNI Q8_0 kernel (prefill): d[j] is row j's scale, and the
+// 64 bytes of chunk c (qs[64 c .. 64 c + 63]) hold values 4c..4c+3 of rows 0..15 (row j at bytes 4j..4j+3).
+constexpr int kPackedRows = 16;
+struct ActQ8Block32x16 {
+  float d[kPackedRows];
+  int8_t qs[32 * kPackedRows];
 };
 
 // The activation format a weight type multiplies with.
@@ -85,12 +86,12 @@ void dot_q5_k(int64_t n, const void* w, const void* const* x, int nx, float* out
 void dot_q6_k(int64_t n, const void* w, const void* const* x, int nx, float* out);
 }  // namespace avx2
 
-// AVX-512 VNNI (256-bit vectors): only when cpu_has_avx512_vnni(); bit-identical to avx2::dot_q8_0.
+// AVX-512 VNNI: only when cpu_has_avx512_vnni(); bit-identical to avx2::dot_q8_0.
 namespace vnni {
-// Packs n_rows (<= 8) rows of n_blocks ActQ8Block32 each into out[n_blocks]; missing rows are zeros.
-void pack_q8x32x8(const ActQ8Block32* const* rows, int n_rows, int64_t n_blocks, ActQ8Block32x8* out);
-// out[j] = dot(Q8_0 weight row w, row j of the packed group x), j < 8; n values per row.
-void dot_q8_0_x8(int64_t n, const void* w, const ActQ8Block32x8* x, float* out);
+// Packs n_rows (<= kPackedRows) rows of n_blocks ActQ8Block32 each into out[n_blocks]; missing rows are zeros.
+void pack_q8x32x16(const ActQ8Block32* const* rows, int n_rows, int64_t n_blocks, ActQ8Block32x16* out);
+// out[j] = dot(Q8_0 weight row w, row j of the packed group x), j < kPackedRows; n values per row.
+void dot_q8_0_x16(int64_t n, const void* w, const ActQ8Block32x16* x, float* out);
 }  // namespace vnni
 
 }  // namespace tandem::cpu
