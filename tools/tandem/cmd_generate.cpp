@@ -27,6 +27,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "diffuse_options.h"
+#include "parallel/process_world.h"
 #include "run_options.h"
 #include "spec_options.h"
 #include "split_options.h"
@@ -276,10 +277,12 @@ void run_generate(const GenerateArgs& a) {
   // One sequence of text streams to stdout as it is produced.
   const bool stream_text = !a.ids && n_seq == 1;
   StreamCallback on_token;
+  // (Not flushed per token under mpirun: its forwarding loses pieces of a line, main.cpp.)
+  const bool flush_tokens = launcher_world().size <= 1;
   if (stream_text)
-    on_token = [](const TokenEvent& e) {
+    on_token = [flush_tokens](const TokenEvent& e) {
       std::fwrite(e.text.data(), 1, e.text.size(), stdout);
-      if (e.token >= 0) std::fflush(stdout);
+      if (e.token >= 0 && flush_tokens) std::fflush(stdout);
     };
   // A shared prompt is prefilled once in sequence 0 and forked; several prompts are prefilled in one batch.
   std::vector<int> ids;

@@ -11,9 +11,15 @@ namespace {
 
 // Under mpirun every process runs the same command (process_world.h) and computes the same output: rank 0
 // prints it. The others keep stderr, so an error on any rank is seen.
+// Rank 0's stdout reaches the terminal through the launcher, and Open MPI 5's forwarding loses pieces of a
+// line written in several writes (Debian 13's 5.0.7: of a streamed answer only its last token arrived, one
+// run in three): there stdout goes out whole lines at a time (line buffered, with a buffer larger than any
+// line generate streams; generate skips its per-token flush under a launcher).
 void quiet_unless_first_process() {
-  if (tandem::launcher_world().rank > 0 && std::freopen("/dev/null", "w", stdout) == nullptr)
+  const tandem::ProcessWorld w = tandem::launcher_world();
+  if (w.rank > 0 && std::freopen("/dev/null", "w", stdout) == nullptr)
     std::fprintf(stderr, "tandem: warning: could not silence stdout of this process\n");
+  if (w.rank == 0 && w.size > 1) std::setvbuf(stdout, nullptr, _IOLBF, size_t(1) << 20);
 }
 
 // An error on one process of an MPI job ends the job: the other processes would wait in a collective forever.
