@@ -23,11 +23,9 @@ namespace {
 using json = nlohmann::json;
 using tandem::test::metric_at;
 using tandem::test::metric_value_at;
-using tandem::test::parse_sse;
 using tandem::test::RawStream;
 using tandem::test::ServerProcess;
 using tandem::test::stream_greedy_completion;
-using tandem::test::Streamed;
 using tandem::test::wait_metric_at;
 
 const std::string kModels = std::string(TANDEM_SOURCE_DIR) + "/models/";
