@@ -33,10 +33,19 @@ gcc --version | head -1; nvcc --version | tail -1
 if [ "${PEER:-0}" = src ] && [ -f .peer/llama.cpp.tar.gz ]; then
   mkdir -p /tmp/llama.cpp && tar xzf .peer/llama.cpp.tar.gz -C /tmp/llama.cpp && export LLAMA_CPP_SRC=/tmp/llama.cpp
 fi
+# The peer build runs in a process session of its own (setsid), writing its exit status to /tmp/peer_build.rc: a
+# build that a call leaves unfinished goes on while the machine stays warm, and the next call (the machine's /tmp
+# kept) waits for it or finds the tools already built instead of starting again.
+PEER_LOG=/tmp/peer_build.log
 if [ -n "${PEER_BUILD:-}" ] && [ -f "$PEER_BUILD" ]; then
   export LLAMA_CPP_SRC=/tmp/llama.cpp LLAMA_CPP_BIN=${LLAMA_CPP_BIN:-/tmp/llama.cpp/build/bin}
-  (bash "$PEER_BUILD" >"$WORK/peer_build.log" 2>&1; echo "peer build rc=$?" >>"$WORK/peer_build.log") &
-  PEER_PID=$!
+  if [ -f /tmp/peer_build.started ]; then
+    echo "=== peer build: from an earlier call ($(cat /tmp/peer_build.rc 2>/dev/null || echo running))"
+  else
+    touch /tmp/peer_build.started
+    setsid bash -c "bash '$PEER_BUILD' >$PEER_LOG 2>&1; echo \$? >/tmp/peer_build.rc" </dev/null >/dev/null 2>&1 &
+  fi
+  PEER_PENDING=1
 fi
 
 # Background topics (BG_TOPICS="name:budget ..."): GPU work that needs no tandem build (training), started
@@ -80,9 +89,29 @@ export BIN=build-gpu/bin
 cp build-gpu/tests/tandem_gpu_tests build-gpu/tests/tandem_tests build-gpu/bin/ 2>/dev/null
 
 wait_peer() {
-  if [ -n "${PEER_PID:-}" ]; then
-    wait "$PEER_PID"; PEER_PID=""; tail -2 "$WORK/peer_build.log"
-    [ -x /tmp/llama.cpp/build/bin/llama-server ] && export LLAMA_SERVER=/tmp/llama.cpp/build/bin/llama-server
+  if [ -n "${PEER_PENDING:-}" ]; then
+    while [ ! -f /tmp/peer_build.rc ]; do sleep 2; done
+    PEER_PENDING=""; cp "$PEER_LOG" "$WORK/peer_build.log" 2>/dev/null; tail -2 "$PEER_LOG"
+    echo "peer build rc=$(cat /tmp/peer_build.rc)"
+    [ -x "$LLAMA_CPP_BIN/llama-server" ] && export LLAMA_SERVER=$LLAMA_CPP_BIN/llama-server
+  fi
+}
+
+# PREP_MODELS=1: make the random-weight Qwen3-8B-shape files (bench/models.sh, FAST_QUANT=1) into
+# /dev/shm/tandem-models in the background, in a session of their own like the peer build (they outlive the call
+# on a warm machine); topics that read them (bench, speed, serve_load) wait for /dev/shm/tandem-models/.ready.
+MODELS_PREP=/dev/shm/tandem-models
+if [ "${PREP_MODELS:-0}" = 1 ] && [ ! -f $MODELS_PREP/.started ]; then
+  mkdir -p $MODELS_PREP && touch $MODELS_PREP/.started
+  setsid bash -c "FAST_QUANT=1 bash bench/models.sh $MODELS_PREP $BIN/tandem qwen3-8b >/tmp/models_prep.log 2>&1; touch $MODELS_PREP/.ready" \
+    </dev/null >/dev/null 2>&1 &
+  echo "=== $(date +%T) making the Qwen3-8B-shape files in the background"
+fi
+wait_models() {
+  if [ -f $MODELS_PREP/.started ] && [ ! -f $MODELS_PREP/.ready ]; then
+    echo "=== $(date +%T) waiting for the Qwen3-8B-shape files"
+    while [ ! -f $MODELS_PREP/.ready ]; do sleep 2; done
+    tail -4 /tmp/models_prep.log
   fi
 }
 
@@ -113,7 +142,7 @@ for spec in ${TOPICS:-}; do
   topic=${spec%%:*}; budget=120
   [ "$topic" != "$spec" ] && budget=${spec#*:}
   [ "${topic#peer_}" != "$topic" ] || [ "$topic" = serve ] || [ "${topic#gemma4}" != "$topic" ] && wait_peer
-  case "$topic" in *bench*|*speed*) wait_background ;; esac
+  case "$topic" in *bench*|*speed*) wait_background; wait_models ;; serve_load) wait_models ;; esac
   mkdir -p "$WORK/$topic"
   echo "=== $(date +%T) topic $topic (budget ${budget}s)"
   t0=$SECONDS
@@ -123,11 +152,8 @@ for spec in ${TOPICS:-}; do
   tail -25 "$WORK/$topic/stdout.log"
   pack
 done
-# No topic is left that needs the peer: stop its build rather than spend the call waiting for it.
-if [ -n "${PEER_PID:-}" ] && kill -0 "$PEER_PID" 2>/dev/null; then
-  echo "=== $(date +%T) peer build unfinished, stopped: $(tail -1 "$WORK/peer_build.log")"
-  kill "$PEER_PID" 2>/dev/null; pkill -f "llama.cpp/build" 2>/dev/null; pkill -f "ggml" 2>/dev/null
-fi
+# A peer build still running is left to go on (a session of its own): the next call on this warm machine uses it.
+[ -n "${PEER_PENDING:-}" ] && [ ! -f /tmp/peer_build.rc ] && echo "=== $(date +%T) peer build still running: $(tail -1 $PEER_LOG)"
 wait_background
 pack
 echo "=== $(date +%T) done"
