@@ -37,10 +37,10 @@ for t in $TYPES; do
   echo "exit $?"; grep -E "^\||limits|commit" "$OUT/tandem_$t.md"
 done
 
-# Wait for the background build to end (run_all.sh writes "peer build rc=" to PEER_LOG), not only for the
-# binary: a build still compiling the other tools would share the CPU with llama-bench's runs.
-PEER_LOG=${PEER_LOG:-/tmp/device_work/peer_build.log}
-peer_building() { [ -f "$PEER_LOG" ] && ! grep -q "peer build rc=" "$PEER_LOG"; }
+# Wait for the background build to end (run_all.sh marks its start in /tmp/peer_build.started and writes its exit
+# status to /tmp/peer_build.rc), not only for the binary: a build still compiling the other tools would share the
+# CPU with llama-bench's runs.
+peer_building() { [ -f /tmp/peer_build.started ] && [ ! -f /tmp/peer_build.rc ]; }
 waited=0
 while { [ -z "$(find_lbench)" ] || peer_building; } && [ -n "${LLAMA_CPP_BIN:-}" ] &&
       [ $waited -lt "${LLAMA_WAIT:-120}" ]; do

@@ -4,7 +4,9 @@ model*.safetensors in bf16, and a small byte-level BPE tokenizer.json), for `tan
 
 The weights come from transformers' own initialisation (normal, std = initializer_range), made on the GPU when
 there is one (an 8B model initialises in seconds there, minutes on the CPU). The tokenizer has 256 byte tokens
-and two special tokens; `tandem convert` pads the vocabulary to vocab_size, as real Qwen3 checkpoints are padded.
+and two special tokens, and every other id up to vocab_size is a plain word token (" w<id>", reached by no merge):
+random weights pick ids all over the vocabulary, and each generated token must decode to text, or a server
+streams nothing for it (bench/serve_load.py counts tokens by the streamed text).
 
 usage: make_random_model.py {qwen3-0.6b,qwen3-8b} OUT_DIR [--seed N] [--layers N]
 """
@@ -27,10 +29,12 @@ SHAPES = {
 }
 
 
-def write_tokenizer(out_dir):
-    """256 byte tokens and two specials (tests/reference/byte_level_tokenizer.py's shape)."""
+def write_tokenizer(out_dir, n_vocab):
+    """256 byte tokens, two specials (tests/reference/byte_level_tokenizer.py's shape), then word tokens."""
     m = blt.bytes_to_unicode()
     vocab = {m[b]: b for b in range(256)}
+    space = m[ord(" ")]
+    vocab.update({f"{space}w{i}": i for i in range(258, n_vocab)})
     added = [blt.added_token(256, "<|endoftext|>"), blt.added_token(257, "<|im_start|>")]
     with open(os.path.join(out_dir, "tokenizer.json"), "w") as f:
         json.dump(blt.byte_level_tokenizer_json(vocab, [], added), f)
@@ -60,7 +64,7 @@ def main():
         model = Qwen3ForCausalLM(config)
     os.makedirs(a.out_dir, exist_ok=True)
     model.save_pretrained(a.out_dir, max_shard_size="50GB")  # safetensors, one file
-    write_tokenizer(a.out_dir)
+    write_tokenizer(a.out_dir, cfg["vocab_size"])
     n = sum(p.numel() for p in model.parameters())
     print(f"wrote {a.out_dir}: {a.shape}, {n / 1e9:.3f} B parameters, bf16, initialised on {device}", flush=True)
 

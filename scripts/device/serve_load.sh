@@ -110,12 +110,12 @@ kill $pid 2>/dev/null; wait $pid 2>/dev/null
 
 # 4. llama-server, same GGUF, same load (unified KV of the same size, same slots, all layers on the GPU).
 LS=${LLAMA_CPP_BIN:-/tmp/llama.cpp/build/bin}/llama-server
-# run_all.sh waits for the peer build only before topics named peer_* / serve / gemma4: wait for it here (its
-# log says when it ended).
+# run_all.sh waits for the peer build only before topics named peer_* / serve / gemma4: wait for it here
+# (/tmp/peer_build.rc is written when it ends).
 if [ ! -x "$LS" ] && [ -n "${LLAMA_CPP_BIN:-}" ]; then
   for _ in $(seq 300); do
     [ -x "$LS" ] && break
-    grep -q "peer build rc=" /tmp/device_work/peer_build.log 2>/dev/null && break
+    [ -f /tmp/peer_build.rc ] && break
     sleep 1
   done
 fi

@@ -107,11 +107,16 @@ def check_variant(spec, args, log, results):
     env = dict(os.environ, PYTHONPATH=f"{args.llama_src}/gguf-py:{os.environ.get('PYTHONPATH', '')}")
     ok = True
 
-    def record(name, good, detail):
+    def record(name, good, detail, peer_only=False):
+        """peer_only: llama.cpp running its own converter's file, a reference point and not a check of tandem:
+        a failure there is reported as the peer's defect and fails nothing (seen: llama.cpp's converter keeps
+        per_layer_token_embd at transformers' 262144 rows where token_embd is trimmed, and its server then
+        answers 500; tandem's file, trimmed both, runs in llama.cpp)."""
         nonlocal ok
-        ok = ok and good
-        results.append({"check": f"{spec['name']} {name}", "pass": good, "detail": detail})
-        log(f"{'PASS' if good else 'FAIL'} {spec['name']} {name}: {detail}")
+        ok = ok and (good or peer_only)
+        results.append({"check": f"{spec['name']} {name}", "pass": good, "detail": detail, "peer_only": peer_only})
+        verdict = "PASS" if good else "PEER-DEFECT" if peer_only else "FAIL"
+        log(f"{verdict} {spec['name']} {name}: {detail}")
 
     for label, cmd in [("llama.gguf", [sys.executable, f"{args.llama_src}/convert_hf_to_gguf.py", hf_dir,
                                        "--outtype", "f32", "--outfile", files["llama.gguf"]]),
@@ -162,11 +167,11 @@ def check_variant(spec, args, log, results):
                 same = list(toks) == hf_greedy
                 record(f"llama.cpp runs {label}", same and worst <= PROB_TOL and len(probs) == N_GREEDY,
                        f"greedy equal {same} ({len(toks)} tokens), max |p - p_hf| over top-8 of {len(probs)} "
-                       f"steps {worst:.2e} (tol {PROB_TOL})")
+                       f"steps {worst:.2e} (tol {PROB_TOL})", peer_only=label == "llama.gguf")
                 if not same:
                     log(f"    llama.cpp: {list(toks)}\n    hf:        {hf_greedy}")
             except Exception as e:  # noqa: BLE001
-                record(f"llama.cpp runs {label}", False, str(e)[-800:])
+                record(f"llama.cpp runs {label}", False, str(e)[-800:], peer_only=label == "llama.gguf")
     else:
         record("llama.cpp runs the files", False, "no --llama-bin (llama-server) given: not checked")
     return ok
