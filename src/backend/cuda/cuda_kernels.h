@@ -110,10 +110,6 @@ void launch_gemv_quant_fused(const GemvArgs& a, const void* scratch, cudaStream_
 // turns it off).
 bool gemv_quant_direct_supports(const GemvArgs& a);
 void launch_gemv_quant_direct(const GemvArgs& a, const void* scratch, cudaStream_t stream);
-// The same products with 256 values per lane and piece (gemv_quant_wide.cu): what launch_gemv_quant_direct
-// runs unless TANDEM_NO_QUANT_WIDE=1.
-bool gemv_quant_wide_enabled();
-void launch_gemv_quant_wide(const GemvArgs& a, const void* scratch, cudaStream_t stream);
 
 // ---- dequantization and conversion for the tensor-core path (dequant.cu) ----------------------------------
 // n_rows rows of K values of W (any weight dtype, row stride w_ld bytes) -> bf16 (or f16 when to_f16), dense

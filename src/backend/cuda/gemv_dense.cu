@@ -11,7 +11,6 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/gemv_dense_vec.cuh"
-#include "backend/cuda/gemv_units.cuh"
 #include "backend/cuda/pdl.cuh"
 
 namespace tandem::cuda {
@@ -37,12 +36,24 @@ constexpr int rows_per_unit() {
 }
 
 __device__ __forceinline__ const GemvSeg& seg_at(const GemvArgs& a, int s) {
-  return gemv_seg_at(a, s);
+  return s == 0 ? a.seg[0] : s == 1 ? a.seg[1] : a.seg[2];
 }
 
+// The segment and first row of work unit u (units are laid segment after segment); false past the end.
 template <GemvEpilogue EPI, int R>
 __device__ __forceinline__ bool find_unit(const GemvArgs& a, int64_t u, int& seg, int64_t& row0) {
-  return gemv_find_unit<rows_per_unit<EPI, R>()>(a, EPI == GemvEpilogue::SwiGlu, u, seg, row0);
+  constexpr int per = rows_per_unit<EPI, R>();
+  const int n = EPI == GemvEpilogue::SwiGlu ? 1 : a.n_seg;
+  for (int s = 0; s < n; ++s) {
+    const int64_t nu = (seg_at(a, s).N + per - 1) / per;
+    if (u < nu) {
+      seg = s;
+      row0 = u * per;
+      return true;
+    }
+    u -= nu;
+  }
+  return false;
 }
 
 // x is read with plain loads, never __ldg / const __restrict__: under programmatic dependent launch the

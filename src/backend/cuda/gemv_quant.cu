@@ -19,7 +19,6 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/gemv_quant_decode.cuh"
-#include "backend/cuda/gemv_units.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "quant/blocks.h"
 
@@ -85,7 +84,7 @@ __global__ void __launch_bounds__(kNormQuantThreads)
 }
 
 __device__ __forceinline__ const GemvSeg& seg_at(const GemvArgs& a, int s) {
-  return gemv_seg_at(a, s);
+  return s == 0 ? a.seg[0] : s == 1 ? a.seg[1] : a.seg[2];
 }
 
 // Rows of W a block owns: kRowsPerBlock rows of one segment, or for SwiGlu kRowsPerBlock/2 gate rows (warps
@@ -114,9 +113,21 @@ __device__ __forceinline__ void row_dot(const uint8_t* rowp, int64_t n_sub, int6
   }
 }
 
+// The segment and first output row of work unit u (units laid segment after segment); false past the end.
 template <GemvEpilogue EPI>
 __device__ __forceinline__ bool find_unit(const GemvArgs& a, int64_t u, int& seg, int64_t& row0) {
-  return gemv_find_unit<outs_per_block<EPI>()>(a, EPI == GemvEpilogue::SwiGlu, u, seg, row0);
+  constexpr int per = outs_per_block<EPI>();
+  const int n_seg = EPI == GemvEpilogue::SwiGlu ? 1 : a.n_seg;
+  for (int s = 0; s < n_seg; ++s) {
+    const int64_t nu = (seg_at(a, s).N + per - 1) / per;
+    if (u < nu) {
+      seg = s;
+      row0 = u * per;
+      return true;
+    }
+    u -= nu;
+  }
+  return false;
 }
 
 // Global address of row r (0..kRowsPerBlock-1) of a unit, or null for a row past N.

@@ -9,10 +9,6 @@
 // and decodes it in registers. A warp owns R = 2 rows (SwiGlu: one gate row and the same up row), U = 2
 // pieces per row in flight per lane (~200 bytes per lane in flight, as the dense kernels).
 //
-// Since the wide-piece kernel (gemv_quant_wide.cu: 256 values per lane, offsets fixed at compile time) these
-// paths run only with TANDEM_NO_QUANT_WIDE=1, kept to compare against and to bisect; launch_gemv_quant_direct
-// hands the products to it.
-//
 // Same fused forms as the other decode products (GemvArgs: segments, Store / AddResidual / SwiGlu), and the
 // same batch invariance: a (row, column) sum is accumulated in the same order whatever the number of columns.
 #include <cuda_runtime.h>
@@ -23,7 +19,6 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/device_utils.cuh"
-#include "backend/cuda/gemv_units.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "quant/blocks.h"
 
@@ -40,12 +35,23 @@ constexpr int outs_per_warp() {
 }
 
 __device__ __forceinline__ const GemvSeg& seg_at(const GemvArgs& a, int s) {
-  return gemv_seg_at(a, s);
+  return s == 0 ? a.seg[0] : s == 1 ? a.seg[1] : a.seg[2];
 }
 
 template <GemvEpilogue EPI>
 __device__ __forceinline__ bool find_unit(const GemvArgs& a, int64_t u, int& seg, int64_t& row0) {
-  return gemv_find_unit<outs_per_warp<EPI>()>(a, EPI == GemvEpilogue::SwiGlu, u, seg, row0);
+  constexpr int per = outs_per_warp<EPI>();
+  const int n = EPI == GemvEpilogue::SwiGlu ? 1 : a.n_seg;
+  for (int s = 0; s < n; ++s) {
+    const int64_t nu = (seg_at(a, s).N + per - 1) / per;
+    if (u < nu) {
+      seg = s;
+      row0 = u * per;
+      return true;
+    }
+    u -= nu;
+  }
+  return false;
 }
 
 // What one lane decodes per step ("piece") and its loads. Q4_K / Q5_K: a 64-value sub-block pair of a
@@ -315,7 +321,6 @@ bool gemv_quant_direct_supports(const GemvArgs& a) {
 void launch_gemv_quant_direct(const GemvArgs& a, const void* scratch, cudaStream_t stream) {
   check(gemv_quant_direct_supports(a), "launch_gemv_quant_direct: arguments the direct path cannot take");
   if (a.T == 0) return;
-  if (gemv_quant_wide_enabled()) return launch_gemv_quant_wide(a, scratch, stream);
   switch (a.wt) {
     case DType::Q4_K:
       return launch_type<DType::Q4_K>(a, scratch, stream);
