@@ -69,6 +69,7 @@ class Stats:
         self.lock = threading.Lock()
         self.ttft, self.itl = [], []
         self.done = self.aborted = self.failed = self.tokens = 0
+        self.text_chunks = 0  # streamed chunks that carried text (what TTFT / ITL are measured on)
         self.errors = []
 
 
@@ -76,10 +77,11 @@ def client(args, host, port, headers, stats, stop_at, rng):
     while time.time() < stop_at:
         prompt = " ".join(rng.choice(WORDS) for _ in range(rng.randint(4, args.prompt_words)))
         body = json.dumps({"prompt": prompt, "max_tokens": args.max_tokens, "temperature": args.temperature,
-                           "seed": rng.randint(0, 1 << 30), "stream": True, "ignore_eos": True})
+                           "seed": rng.randint(0, 1 << 30), "stream": True, "ignore_eos": True,
+                           "stream_options": {"include_usage": True}})
         abort_after = rng.randint(1, args.max_tokens) if rng.random() < args.abort else None
         t0 = time.time()
-        last, n, finish = None, 0, None
+        last, n, finish, usage_tokens = None, 0, None, None
         try:
             c = http.client.HTTPConnection(host, port, timeout=args.timeout)
             c.request("POST", "/v1/completions", body=body, headers={**headers, "Content-Type": "application/json"})
@@ -97,6 +99,8 @@ def client(args, host, port, headers, stats, stop_at, rng):
                     break
                 chunk = json.loads(line[6:])
                 now = time.time()
+                if isinstance(chunk.get("usage"), dict):  # the generated-token count, text or not
+                    usage_tokens = chunk["usage"].get("completion_tokens")
                 for ch in chunk.get("choices", []):
                     if ch.get("finish_reason"):
                         finish = ch["finish_reason"]
@@ -106,13 +110,16 @@ def client(args, host, port, headers, stats, stop_at, rng):
                                 stats.ttft.append(now - t0)
                             else:
                                 stats.itl.append(now - last)
-                            stats.tokens += 1
                         last = now
                         n += 1
                 if abort_after is not None and n >= abort_after:
                     break
             c.close()
             with stats.lock:
+                # Tokens: the server's usage count when it sent one (a token whose text is empty or held back
+                # streams no chunk), else the text chunks seen (an aborted stream ends before the usage).
+                stats.tokens += usage_tokens if isinstance(usage_tokens, int) else n
+                stats.text_chunks += n
                 if abort_after is not None and finish is None:
                     stats.aborted += 1
                 elif finish:
@@ -188,8 +195,13 @@ def main():
             print("        GPU memory MiB over time (s: MiB): " + ", ".join(f"{t}: {v}" for t, _, v in samples))
         for e in sorted(set(stats.errors))[:5]:
             print(f"        error: {e}")
+        if stats.text_chunks < stats.tokens // 2:  # TTFT / ITL come from text chunks: say when they are few
+            print(f"        WARNING: only {stats.text_chunks} of {stats.tokens} generated tokens streamed text; time "
+                  "to first token and inter-token latency are measured on those chunks (a vocabulary with "
+                  "empty-text tokens?)")
         results.append({"clients": conc, "done": stats.done, "aborted": stats.aborted, "lost": stats.failed,
                         "seconds": wall, "tokens": stats.tokens, "tokens_per_s": stats.tokens / wall,
+                        "text_chunks": stats.text_chunks,
                         "ttft_p50_ms": pct(stats.ttft, .5) * 1e3, "ttft_p99_ms": pct(stats.ttft, .99) * 1e3,
                         "itl_p50_ms": pct(stats.itl, .5) * 1e3, "itl_p99_ms": pct(stats.itl, .99) * 1e3,
                         "kv_peak": kv_peak, "samples": samples, "errors": sorted(set(stats.errors))[:5]})
