@@ -1,7 +1,8 @@
-// Batch invariance of a whole model (tests/test_batch_invariance.cpp on the CPU, tests/gpu/
-// test_gpu_batch_invariance.cpp on cuda:0), the property speculative verify rests on: in a batch-invariant
-// session the logits of a row are bitwise the same whether the row is decoded alone, among 2..9 rows of its
-// sequence, beside another sequence's rows, or after a prompt prefilled in pieces.
+// Batch invariance of a whole model by arrangement of rows (tests/test_batch_invariance.cpp on the CPU,
+// beside its random-offset test; tests/gpu/test_gpu_batch_invariance.cpp on cuda:0), the property speculative
+// verify rests on: in a batch-invariant session the logits of a row are bitwise the same whether the row is
+// decoded alone, among 2..9 rows of its sequence, beside another sequence's rows, or after a prompt prefilled
+// in pieces.
 //
 // Why a test of its own: the speculative tests compare greedy tokens, so a break shows there only where it
 // flips a near-tie. A CUDA decode kernel tried in the sixth session passed the product-level check
