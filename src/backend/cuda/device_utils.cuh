@@ -105,6 +105,19 @@ __device__ __forceinline__ uint16_t load_u16_unaligned(const uint8_t* p) {
   return uint16_t(p[0] | (uint32_t(p[1]) << 8));
 }
 
+// 16 bytes of global memory (16-byte aligned) as one 128-bit load. A plain `int4 v = *p` whose fields are then
+// used one by one is split by the compiler into four 32-bit loads (seen in the PTX of the quantized decode
+// kernel: 16 loads per 64 activations instead of 4). volatile with a "memory" clobber, as pdl_wait() is: the
+// load is never moved above it (activations written by the previous kernel of a PDL chain).
+__device__ __forceinline__ int4 load_int4_global(const void* p) {
+  int4 v;
+  asm volatile("ld.global.v4.s32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p)
+               : "memory");
+  return v;
+}
+
 // Integer dot product of 4 packed signed bytes, accumulated into c.
 __device__ __forceinline__ int dot4(int a, int b, int c) {
   return __dp4a(a, b, c);

@@ -20,6 +20,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/quant_pieces.h"
 #include "quant/blocks.h"
 
 namespace tandem::cuda {
@@ -58,7 +59,7 @@ __device__ __forceinline__ bool find_unit(const GemvArgs& a, int64_t u, int& seg
 // super-block (16-byte header: d, dmin, the 12 scale bytes; 32 bytes of nibbles; Q5_K: the super-block's 32
 // bytes of fifth bits). Q8_0: one 34-byte block, read as the three aligned 16-byte chunks that hold it (a row
 // of K % 256 == 0 values is a multiple of 16 bytes, so the chunks never pass the row's end), the block's
-// bytes shifted out of them in registers.
+// bytes shifted out of them in registers (quant_pieces.h: q8_take, k4_scales_pair).
 template <DType QT>
 struct Piece {
   static constexpr int kValues = QT == DType::Q8_0 ? 32 : 64;
@@ -69,7 +70,7 @@ struct Piece {
 template <DType QT>
 __device__ __forceinline__ void load_piece(const uint8_t* row, int64_t p, Piece<QT>& l) {
   if constexpr (QT == DType::Q8_0) {
-    const uint4* c = reinterpret_cast<const uint4*>(row + ((34 * p) & ~int64_t(15)));
+    const uint4* c = reinterpret_cast<const uint4*>(row + q8_window(uint32_t(p)));  // quant_pieces.h
 #pragma unroll
     for (int k = 0; k < 3; ++k) l.v[k] = __ldcs(c + k);
   } else {
@@ -88,15 +89,6 @@ __device__ __forceinline__ void load_piece(const uint8_t* row, int64_t p, Piece<
   }
 }
 
-// Word i (0..11) of the three chunks, i a per-lane value: a chain of selects (an indexed register array would
-// go to local memory). Past the end: 0.
-__device__ __forceinline__ uint32_t word_at(const uint32_t (&w)[12], int i) {
-  uint32_t r = 0;
-#pragma unroll
-  for (int k = 0; k < 12; ++k) r = i == k ? w[k] : r;
-  return r;
-}
-
 // 32 integer products of 4 packed weights with 4 packed activations, 8 words each, in a fixed order.
 __device__ __forceinline__ int dot32(const int (&w)[8], const int4& x0, const int4& x1, int& hi) {
   hi = dot4(w[7], x1.w, dot4(w[6], x1.z, dot4(w[5], x1.y, dot4(w[4], x1.x, 0))));
@@ -112,22 +104,18 @@ __device__ __forceinline__ void piece_dot(const Piece<QT>& l, int64_t p, int64_t
   if constexpr (QT == DType::Q8_0) {
     const uint32_t w12[12] = {l.v[0].x, l.v[0].y, l.v[0].z, l.v[0].w, l.v[1].x, l.v[1].y,
                               l.v[1].z, l.v[1].w, l.v[2].x, l.v[2].y, l.v[2].z, l.v[2].w};
-    const int off = int((34 * p) & 15);  // even: 0, 2, .., 14
-    const uint32_t dw = word_at(w12, off >> 2);
-    const float d = fp16_bits_to_float(uint16_t((off & 2) ? dw >> 16 : dw & 0xffffu));
-    const int q0 = (off + 2) >> 2;                    // first word of the 32 quants
-    const unsigned sh = unsigned((off + 2) & 3) * 8;  // 0 or 16
-    uint32_t s[9];
-#pragma unroll
-    for (int k = 0; k < 9; ++k) s[k] = word_at(w12, q0 + k);
+    uint16_t d_bits;
+    uint32_t qw[8];
+    q8_take(w12, q8_offset(uint32_t(p)), d_bits, qw);  // quant_pieces.h
+    const float d = fp16_bits_to_float(d_bits);
     int w[8];
 #pragma unroll
-    for (int k = 0; k < 8; ++k) w[k] = int(__funnelshift_r(s[k], s[k + 1], sh));
+    for (int k = 0; k < 8; ++k) w[k] = int(qw[k]);
 #pragma unroll
     for (int col = 0; col < NC; ++col) {
-      const int4* xv = reinterpret_cast<const int4*>(xq + col * K + 32 * p);
+      const int8_t* xv = xq + col * K + 32 * p;
       int hi;
-      const int lo = dot32(w, xv[0], xv[1], hi);
+      const int lo = dot32(w, load_int4_global(xv), load_int4_global(xv + 16), hi);
       const float2 ds = xds[col * n_sub + p];
       acc[col] += ds.x * (d * float(lo) + d * float(hi));
     }
@@ -135,11 +123,8 @@ __device__ __forceinline__ void piece_dot(const Piece<QT>& l, int64_t p, int64_t
     const int c = int(p % 4), s0 = 2 * c, s1 = 2 * c + 1;
     const float d = fp16_bits_to_float(uint16_t(l.v[0].x & 0xffffu));
     const float dmin = fp16_bits_to_float(uint16_t(l.v[0].x >> 16));
-    const uint32_t sw[3] = {l.v[0].y, l.v[0].z, l.v[0].w};
-    const uint8_t* scales = reinterpret_cast<const uint8_t*>(sw);
-    uint8_t sc0, m0, sc1, m1;
-    quant::unpack_scale_min_k4(scales, s0, sc0, m0);
-    quant::unpack_scale_min_k4(scales, s1, sc1, m1);
+    unsigned sc0, m0, sc1, m1;  // sub-blocks s0 and s1, in registers (quant_pieces.h)
+    k4_scales_pair(l.v[0].y, l.v[0].z, l.v[0].w, unsigned(c), sc0, m0, sc1, m1);
     const uint32_t q[8] = {l.v[1].x, l.v[1].y, l.v[1].z, l.v[1].w, l.v[2].x, l.v[2].y, l.v[2].z, l.v[2].w};
     int w0[8], w1[8];
 #pragma unroll
@@ -158,10 +143,10 @@ __device__ __forceinline__ void piece_dot(const Piece<QT>& l, int64_t p, int64_t
     const float a1 = d * float(sc1), b1 = -dmin * float(m1);
 #pragma unroll
     for (int col = 0; col < NC; ++col) {
-      const int4* xv = reinterpret_cast<const int4*>(xq + col * K + 64 * p);
+      const int8_t* xv = xq + col * K + 64 * p;
       int hi0, hi1;
-      const int lo0 = dot32(w0, xv[0], xv[1], hi0);
-      const int lo1 = dot32(w1, xv[2], xv[3], hi1);
+      const int lo0 = dot32(w0, load_int4_global(xv), load_int4_global(xv + 16), hi0);
+      const int lo1 = dot32(w1, load_int4_global(xv + 32), load_int4_global(xv + 48), hi1);
       const float4 ds = *reinterpret_cast<const float4*>(xds + col * n_sub + 2 * p);  // sub-blocks 2p, 2p+1
       acc[col] += ds.x * (a0 * float(lo0) + a0 * float(hi0)) + b0 * ds.y;
       acc[col] += ds.z * (a1 * float(lo1) + a1 * float(hi1)) + b1 * ds.w;
