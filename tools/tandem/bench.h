@@ -87,7 +87,10 @@ std::vector<Result> bench_model(const std::shared_ptr<Model>& model, const Model
 
 struct KernelResult {
   std::string name;
-  double seconds = 0;  // per call (median)
+  double seconds = 0;  // per call (median), launched from the host one after another
+  // Per call (median) when the same calls are replayed as one recording (a CUDA graph): the kernels' own time,
+  // without the host's launch cost between calls (a decode step runs as a graph). 0: not measured (the CPU).
+  double graph_seconds = 0;
   double bytes = 0;    // bytes a call must move at least
   double flops = 0;
 };
