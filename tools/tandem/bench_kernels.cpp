@@ -32,27 +32,17 @@ double time_calls(Device& dev, int iters, F&& fn) {
 
 // The same, with the `iters` calls replayed as one recording (Device::run_recorded: a CUDA graph), so that the
 // host's launch cost between calls is not in the time; 0 where the device does not record (the CPU). Each
-// measurement has its own key: a recording must always enqueue the same work.
+// measurement has its own key: a recording must always enqueue the same work. time_calls times one replay a
+// sample (its warm-up records it).
 template <class F>
 double time_calls_recorded(Device& dev, int iters, F&& fn) {
   if (dev.id().kind != DeviceKind::CUDA) return 0.0;
   static uint64_t next_key = 0x6b65726e656c0000ull;  // "kernel"
   const uint64_t key = next_key++;
-  Stream& s = dev.default_stream();
   const std::function<void(Stream&)> body = [&](Stream&) {
     for (int i = 0; i < iters; ++i) fn(i);
   };
-  dev.run_recorded(s, key, body);  // records, then replays: the warm-up
-  dev.synchronize();
-  std::vector<double> samples;
-  for (int k = 0; k < 5; ++k) {
-    const auto t0 = Clock::now();
-    dev.run_recorded(s, key, body);
-    dev.synchronize();
-    samples.push_back(seconds_since(t0) / iters);
-  }
-  std::sort(samples.begin(), samples.end());
-  return samples[samples.size() / 2];
+  return time_calls(dev, 1, [&](int) { dev.run_recorded(dev.default_stream(), key, body); }) / iters;
 }
 
 // A device matrix {K, N} of dtype t from random values, replicated `copies` times so that rotating through
