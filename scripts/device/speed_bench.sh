@@ -9,8 +9,9 @@
 #      each kernel alone: `tandem bench --kernels`, run last), bf16;
 #   3. tg at depth 8192 and 32768 (goal: within 15% of the short context), bf16 (llama-bench -d 8192 beside);
 #   4. batch 32 against batch 1 (goal: >= 25x), bf16;
-#   5. tg with programmatic dependent launch on (TANDEM_PDL=1; SPEED_PDL=0 skips it), q4_k and bf16.
-# Parts 3-5 and the kernel table (run last) are skipped once SPEED_LIMIT (210) seconds have gone.
+#   5. decode attention alone at 4k / 8k / 32k positions for several split lengths (TANDEM_ATTN_SPLIT);
+#   6. tg with programmatic dependent launch on (TANDEM_PDL=1; SPEED_PDL=0 skips it), q4_k and bf16.
+# Parts 3-6 and the kernel table (run last) are skipped once SPEED_LIMIT (210) seconds have gone.
 # The last lines printed (what run_all.sh's summary shows) are the essential numbers ($OUT/summary.txt).
 set -uo pipefail
 BIN=${BIN:-build-gpu/bin}; OUT=${OUT:-/tmp/speed_bench}; mkdir -p "$OUT"
@@ -105,6 +106,16 @@ echo "=== $(date +%T) batch 32 against batch 1 (goal >= 25x), tg64"
 for t in bf16; do
   timeout 45 "$BIN/tandem" bench -m "$MODEL_DIR/qwen3-8b-$t.gguf" -p 0 -n 64 -b 1,32 -r 1 -o md >"$OUT/batch_$t.md" 2>&1
   echo "$t exit $?"; grep -E "^\| tg" "$OUT/batch_$t.md" | sed "s/^/$t /" | tee -a "$S"
+done
+}
+
+late attention || {
+echo "=== $(date +%T) decode attention alone, ctx 4k / 8k / 32k, by positions per split (TANDEM_ATTN_SPLIT; default first)"
+for L in "" 32 64 128 256; do
+  TANDEM_ATTN_SPLIT=$L timeout 60 "$BIN/tandem" bench --kernels-only attention -o md >"$OUT/attn_split${L:-default}.md" 2>&1
+  echo "split ${L:-default} exit $?"
+  grep -E "^\| attention 1 seq x 1 rows" "$OUT/attn_split${L:-default}.md" | awk -F'|' -v L="${L:-default}" \
+    '{printf "attention split %s:%s: %s us (graph %s us), %s of bw\n", L, $2, $3, $8, $5}' | tee -a "$S"
 done
 }
 

@@ -95,7 +95,8 @@ struct KernelResult {
   double flops = 0;
 };
 
-std::vector<KernelResult> bench_kernels(Device& dev, const ModelShape& shape);
+// only: "" (all) or one group, "matmul", "swiglu" (matmul_swiglu) or "attention".
+std::vector<KernelResult> bench_kernels(Device& dev, const ModelShape& shape, const std::string& only = "");
 
 // ---- the report (bench_report.cpp) ------------------------------------------------------------------------
 

@@ -80,8 +80,9 @@ Buffer device_floats(Device& dev, size_t n, std::mt19937& rng, float lo = -1, fl
 
 }  // namespace
 
-std::vector<KernelResult> bench_kernels(Device& dev, const ModelShape& shape) {
+std::vector<KernelResult> bench_kernels(Device& dev, const ModelShape& shape, const std::string& only) {
   std::vector<KernelResult> out;
+  auto wanted = [&](const char* group) { return only.empty() || only == group; };
   std::mt19937 rng(42);
   Ops& ops = dev.ops();
   Stream& s = dev.default_stream();
@@ -108,6 +109,7 @@ std::vector<KernelResult> bench_kernels(Device& dev, const ModelShape& shape) {
     for (auto& v : src) v = d(rng);
   }
   for (DType t : types) {
+    if (!wanted("matmul")) break;
     for (const auto& shape : {std::pair<int64_t, int64_t>{E, F}, {F, E}}) {
       // (not a structured binding: lambdas below use K and N, which clang before 16 cannot capture)
       const int64_t K = shape.first, N = shape.second;
@@ -135,6 +137,7 @@ std::vector<KernelResult> bench_kernels(Device& dev, const ModelShape& shape) {
   // Fused gate + up with SwiGLU in the epilogue (Ops::matmul_swiglu), T = 1 and 8: the first half of a decode
   // step's FFN in one launch (issue 19).
   for (DType t : {DType::BF16, DType::Q8_0, DType::Q4_K}) {
+    if (!wanted("swiglu")) break;
     DeviceMatrix g = make_matrix(dev, t, E, F, copies, src), u = make_matrix(dev, t, E, F, copies, src);
     Buffer tmp = dev.allocate(size_t(F) * 4 * 3 * 8);
     char* base = static_cast<char*>(tmp.data());
@@ -157,10 +160,13 @@ std::vector<KernelResult> bench_kernels(Device& dev, const ModelShape& shape) {
     }
   }
 
-  // Attention: decode over a 4096-position cache (1 and 32 sequences), and a 512-row causal prefill.
+  // Attention: decode over a 4096-, 8192- and 32768-position cache (1 sequence; issue 19's depth goals) and a
+  // 1024-position cache (32 sequences), and a 512-row causal prefill.
   const int64_t hd = shape.head_dim, nh = shape.n_head, nkv = shape.n_head_kv, bs = 16;
   for (auto [n_seq, ctx, rows_per_seq] :
-       {std::tuple<int, int, int>{1, 4096, 1}, {32, 1024, 1}, {1, 512, 512}}) {
+       {std::tuple<int, int, int>{1, 4096, 1}, {1, 8192, 1}, {1, 32768, 1}, {32, 1024, 1}, {1, 512, 512}}) {
+    if (!wanted("attention")) break;
+    if (!gpu && ctx > 4096) continue;  // (the CPU's rows would take minutes; the depth goals are the GPU's)
     const int64_t blocks_per_seq = (ctx + bs - 1) / bs, n_blocks = blocks_per_seq * n_seq;
     const int64_t T = int64_t(n_seq) * rows_per_seq;
     Buffer kc = dev.allocate(size_t(hd * nkv * bs * n_blocks) * 2),

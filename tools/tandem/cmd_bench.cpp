@@ -44,6 +44,7 @@ struct BenchArgs {
   double tflops = 0;   // 0 = default / measure
   std::string device;  // "" = cuda:0 when present, else cpu
   bool kernels = false;
+  std::string kernels_only;  // --kernels-only: one group of kernels (matmul, swiglu or attention)
   int threads = 0;
   std::string random_type;  // --random-weights: write -m's model with random TYPE matrices to --to, then exit
   std::string random_to;
@@ -141,7 +142,7 @@ void run_bench(const BenchArgs& a) {
     report.results = bench::bench_model(model, report.shape, runs, report.limits);
   }
   report.kernels = a.kernels;
-  if (a.kernels) report.kernel_results = bench::bench_kernels(*dev, report.shape);
+  if (a.kernels) report.kernel_results = bench::bench_kernels(*dev, report.shape, a.kernels_only);
 
   if (a.output == "json")
     bench::print_json(report);
@@ -171,6 +172,9 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("-t,--threads", args->threads, "CPU threads (0 = all)");
   cmd->add_flag("--kernels", args->kernels,
                 "also time the kernels alone on the model's shapes (on the main device)");
+  cmd->add_option("--kernels-only", args->kernels_only,
+                  "time only this group of kernels (implies --kernels): matmul, swiglu or attention")
+      ->check(CLI::IsMember({"matmul", "swiglu", "attention"}));
   add_split_options(cmd, &args->split);
   cmd->add_option(
       "--random-weights", args->random_type,
@@ -185,6 +189,7 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("--diffusion-steps", args->diffusion_steps,
                   "with --diffusion: denoising steps per block (0: the model's default)");
   cmd->callback([args] {
+    if (!args->kernels_only.empty()) args->kernels = true;
     if (parse_only()) return;
     run_bench(*args);
   });

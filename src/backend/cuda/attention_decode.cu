@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <mutex>
 #include <type_traits>
 
@@ -245,7 +246,18 @@ __global__ void attention_combine_kernel(const float* part_o, const float2* part
 // 16384, 256 beyond (kDecodeSplit). Short splits keep the GPU busy at short and middle contexts (8 KV heads x
 // 33 splits of 256 were 264 blocks at 8k, each walking its positions mostly one memory round trip after
 // another); the partials grow with the number of splits, hence 256 at long contexts (128+ splits already).
+// TANDEM_ATTN_SPLIT=L (16..kDecodeSplit, a multiple of 16): L positions per split at every length, for
+// measuring the schedule (bench --kernels' attention rows); 0 when unset or invalid.
+int split_override() {
+  static const int v = [] {
+    const char* e = std::getenv("TANDEM_ATTN_SPLIT");
+    const int n = e ? std::atoi(e) : 0;
+    return n >= 16 && n <= kDecodeSplit && n % 16 == 0 ? n : 0;
+  }();
+  return v;
+}
 int split_len_for(int64_t max_seq_len) {
+  if (split_override()) return split_override();
   return max_seq_len <= 4096 ? 64 : max_seq_len <= 16384 ? 128 : kDecodeSplit;
 }
 int n_splits_for(int64_t max_seq_len) {
@@ -255,6 +267,7 @@ int n_splits_for(int64_t max_seq_len) {
 // The most splits any launch over <= max_seq_len positions uses (n_splits_for is not monotonic: 64 splits of
 // 64 at 4096, 33 of 128 at 4097): what the scratch is sized for.
 int n_splits_bound(int64_t max_seq_len) {
+  if (split_override()) return int(std::max<int64_t>(1, (max_seq_len + split_override() - 1) / split_override()));
   const int64_t s64 = std::min<int64_t>(64, (max_seq_len + 63) / 64);
   const int64_t s128 = std::min<int64_t>(128, (max_seq_len + 127) / 128);
   const int64_t s256 = (max_seq_len + kDecodeSplit - 1) / kDecodeSplit;
