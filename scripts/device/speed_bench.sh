@@ -110,11 +110,15 @@ done
 }
 
 late attention || {
-echo "=== $(date +%T) decode attention alone, ctx 4k / 8k / 32k, by positions per split (TANDEM_ATTN_SPLIT; default first)"
-for L in "" 32 64 128 256; do
-  TANDEM_ATTN_SPLIT=$L timeout 60 "$BIN/tandem" bench --kernels-only attention -o md >"$OUT/attn_split${L:-default}.md" 2>&1
-  echo "split ${L:-default} exit $?"
-  grep -E "^\| attention 1 seq x 1 rows" "$OUT/attn_split${L:-default}.md" | awk -F'|' -v L="${L:-default}" \
+echo "=== $(date +%T) decode attention alone, ctx 4k / 8k / 32k, by positions per split (TANDEM_ATTN_SPLIT; default"
+echo "    first), and the default without the octet output pass (TANDEM_ATTN_NO_OCTET=1)"
+for L in default no_octet 32 64 128 256; do
+  split=$L; [ "$L" = default ] || [ "$L" = no_octet ] && split=""
+  no_octet=0; [ "$L" = no_octet ] && no_octet=1
+  TANDEM_ATTN_SPLIT=$split TANDEM_ATTN_NO_OCTET=$no_octet timeout 60 "$BIN/tandem" bench --kernels-only attention \
+    -o md >"$OUT/attn_split_$L.md" 2>&1
+  echo "split $L exit $?"
+  grep -E "^\| attention 1 seq x 1 rows" "$OUT/attn_split_$L.md" | awk -F'|' -v L="$L" \
     '{printf "attention split %s:%s: %s us (graph %s us), %s of bw\n", L, $2, $3, $8, $5}' | tee -a "$S"
 done
 }
