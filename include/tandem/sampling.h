@@ -49,6 +49,10 @@ struct SamplingParams {
             SamplerStage::Temperature};
   }
   bool greedy() const { return temperature <= 0.0f; }
+  // Whether the penalties stage changes anything (a window and a penalty that is not neutral).
+  bool penalties_active() const {
+    return penalty_last_n != 0 && (repeat_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f);
+  }
   // Throws tandem::Error naming the first bad value (a repeat penalty <= 0, top_p or min_p outside [0, 1], a
   // NaN, a penalty window below -1, a stage listed twice, ...).
   void validate() const;

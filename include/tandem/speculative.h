@@ -172,9 +172,13 @@ class DflashDrafter final : public Drafter {
 // correction at the first rejection, j = that index; or the bonus after a fully accepted draft, j = nd).
 // emit returns true to stop there (a stop token, max tokens). The sampler is not told the tokens (emit calls
 // Sampler::accept when its caller keeps them). Returns the number of accepted draft tokens.
+// emit_logits = false: the caller does not read the logits span (emit gets an empty one), so a greedy sampler
+// without penalties takes the picks of all nd + 1 rows in one device draw (Session::sample: one launch, only the
+// ids cross to the host) instead of copying each row's logits to the host and scanning them there. The tokens
+// are the same: a greedy pick without penalties does not depend on the tokens accepted before it.
 using VerifyEmit = std::function<bool(int32_t token, size_t j, bool accepted, std::span<const float> logits)>;
-size_t verify_draft(const Session& target, size_t row0, const Draft& d, Sampler& sampler,
-                    const VerifyEmit& emit);
+size_t verify_draft(Session& target, size_t row0, const Draft& d, Sampler& sampler, const VerifyEmit& emit,
+                    bool emit_logits = true);
 
 class SpeculativeDecoder {
  public:

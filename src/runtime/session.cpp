@@ -45,9 +45,7 @@ bool same_memory_space(DeviceId a, DeviceId b) {
 
 // Penalties and custom chain orders need the host sampler (they read the logits there).
 bool needs_host_sampler(const SamplingParams& p) {
-  const bool penalties = p.penalty_last_n != 0 && (p.repeat_penalty != 1.0f || p.presence_penalty != 0.0f ||
-                                                   p.frequency_penalty != 0.0f);
-  return penalties || p.order != SamplingParams::default_order();
+  return p.penalties_active() || p.order != SamplingParams::default_order();
 }
 
 }  // namespace

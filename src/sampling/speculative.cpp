@@ -171,7 +171,7 @@ std::vector<std::vector<int32_t>> SpeculativeDecoder::generate(
                   std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end();
         return done[i] != 0;
       };
-      stats_.accepted += int64_t(verify_draft(target_, row0[k], d, s, keep_token));
+      stats_.accepted += int64_t(verify_draft(target_, row0[k], d, s, keep_token, /*emit_logits=*/false));
       // The target keeps hist minus its last token; rows of rejected drafts go.
       const int32_t keep = int32_t(hist[i].size()) - 1;
       if (!done[i] && keep < target_.seq_len(int32_t(i))) target_.seq_remove(int32_t(i), keep);

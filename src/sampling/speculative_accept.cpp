@@ -61,10 +61,23 @@ AcceptOutcome speculative_accept(std::span<const TokenCandidate> p, std::span<co
   return {false, draw(plain, total_p, u2)};  // p == q on its support: p itself
 }
 
-size_t verify_draft(const Session& target, size_t row0, const Draft& d, Sampler& sampler,
-                    const VerifyEmit& emit) {
+size_t verify_draft(Session& target, size_t row0, const Draft& d, Sampler& sampler, const VerifyEmit& emit,
+                    bool emit_logits) {
   const size_t nd = d.tokens.size();
   const bool greedy = sampler.params().greedy();
+  if (greedy && !emit_logits && !sampler.params().penalties_active()) {
+    std::vector<size_t> rows(nd + 1);
+    for (size_t j = 0; j <= nd; ++j) rows[j] = row0 + j;
+    const std::vector<Sampler*> samplers(nd + 1, &sampler);
+    const std::vector<int32_t> ids = target.sample(rows, samplers);
+    size_t accepted = 0;
+    for (size_t j = 0; j <= nd; ++j) {
+      const bool ok = j < nd && ids[j] == d.tokens[j];
+      if (ok) ++accepted;
+      if (emit(ids[j], j, ok, {}) || !ok) break;
+    }
+    return accepted;
+  }
   check(greedy || d.q.size() >= nd,
         "speculative verify: the drafter gave no distribution for a sampled draft");
   std::vector<TokenCandidate> p;

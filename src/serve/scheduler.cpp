@@ -516,7 +516,8 @@ void Scheduler::accept_draft(Active& a, size_t row0, const Draft& d) {
       *session_, row0, d, a.sampler, [&](int32_t token, size_t, bool, std::span<const float> logits) {
         ended = emit(a, token, logits);  // accepts the token into the request's sampler
         return ended;
-      });
+      },
+      /*emit_logits=*/a.req.n_logprobs >= 0);
   metrics_.on_speculative(int64_t(d.tokens.size()), int64_t(accepted));
   if (ended) return;  // finished: its cells are already free
   // Rows of rejected drafts leave the KV: it keeps the history but its last token (the pending one).
