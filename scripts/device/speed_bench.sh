@@ -10,8 +10,9 @@
 #   3. tg at depth 8192 and 32768 (goal: within 15% of the short context), bf16 (llama-bench -d 8192 beside);
 #   4. batch 32 against batch 1 (goal: >= 25x), bf16;
 #   5. decode attention alone at 4k / 8k / 32k positions for several split lengths (TANDEM_ATTN_SPLIT);
-#   6. tg with programmatic dependent launch on (TANDEM_PDL=1; SPEED_PDL=0 skips it), q4_k and bf16.
-# Parts 3-6 and the kernel table (run last) are skipped once SPEED_LIMIT (210) seconds have gone.
+#   6. speculative decoding on the shipped small pair (DFlash draft-max 7, draft model 4), cuda:0;
+#   7. tg with programmatic dependent launch on (TANDEM_PDL=1; SPEED_PDL=0 skips it), q4_k and bf16.
+# Parts 3-7 and the kernel table (run last) are skipped once SPEED_LIMIT (210) seconds have gone.
 # The last lines printed (what run_all.sh's summary shows) are the essential numbers ($OUT/summary.txt).
 set -uo pipefail
 BIN=${BIN:-build-gpu/bin}; OUT=${OUT:-/tmp/speed_bench}; mkdir -p "$OUT"
@@ -120,6 +121,17 @@ for L in default no_octet 32 64 128 256; do
   echo "split $L exit $?"
   grep -E "^\| attention 1 seq x 1 rows" "$OUT/attn_split_$L.md" | awk -F'|' -v L="$L" \
     '{printf "attention split %s:%s: %s us (graph %s us), %s of bw\n", L, $2, $3, $8, $5}' | tee -a "$S"
+done
+}
+
+late spec || {
+echo "=== $(date +%T) speculative decoding on the shipped small pair (cuda:0): speedup over AR, per cycle"
+for spec in "dflash 7 models/tandem-small-dflash-q8_0.gguf" "draft 4 models/tandem-draft-q8_0.gguf"; do
+  set -- $spec
+  timeout 40 "$BIN/tandem" bench -m models/tandem-small-q8_0.gguf --draft "$3" --draft-max "$2" -p 0 -n 128 -b 1 -r 2 \
+    --device cuda:0 >"$OUT/spec_$1.md" 2>&1
+  echo "spec $1 exit $?"
+  echo "spec $1 draft-max $2: $(grep -o 'speedup over AR[^|]*' "$OUT/spec_$1.md" | head -1); $(grep -o 'mean accepted length [0-9.]*' "$OUT/spec_$1.md" | head -1); $(grep 'per cycle:' "$OUT/spec_$1.md" | head -1)" | tee -a "$S"
 done
 }
 
