@@ -10,7 +10,11 @@ c=0
 if [ "${CPU_CTEST:-1}" = 1 ]; then  # CPU_CTEST=0: a call short of time skips the CPU suite
   (cd build-gpu && ctest -j 12 -LE gpu --timeout 300 >"$OUT/ctest_cpu.log" 2>&1); c=$?
 fi
-tail -6 "$OUT/ctest_cpu.log"; grep -E "\(Failed\)|\(Timeout\)|Not Run" "$OUT/ctest_cpu.log" | head -20
+if [ -n "${CPU_GTEST_FILTER:-}" ]; then  # instead of (or beside) the whole CPU suite: the CPU binary's tests that use a GPU
+  "$BIN/tandem_tests" --gtest_brief=1 --gtest_filter="$CPU_GTEST_FILTER" >"$OUT/cpu_filtered.log" 2>&1 || c=1
+  grep -E "^\[  (PASSED|FAILED|SKIPPED)|FAILED  \]|tests ran" "$OUT/cpu_filtered.log" | tail -12
+fi
+[ -f "$OUT/ctest_cpu.log" ] && { tail -6 "$OUT/ctest_cpu.log"; grep -E "\(Failed\)|\(Timeout\)|Not Run" "$OUT/ctest_cpu.log" | head -20; }
 echo "ctest (CPU tests, GCC 13) rc=$c"
 [ "${MEMCHECK:-1}" = 1 ] && timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN/tandem_gpu_tests" --gtest_brief=1 \
   --gtest_filter="${MEMCHECK_FILTER:-GpuSplit*:CommGpu*:*StepApi*}" >"$OUT/memcheck.log" 2>&1; m=$?
