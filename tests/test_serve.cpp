@@ -502,6 +502,69 @@ TEST(ServeAdmission, AQueuedRequestWhoseClientLeavesIsDropped) {
   EXPECT_EQ(metric_at(s.port(), "tandem_requests_rejected_total"), 0);
 }
 
+// --device-sampling on (on the CPU here: the CPU Ops' sample_rows; on a GPU it is the default): greedy equals
+// generate; a seed repeats its text, with or without logprobs (a logprobs request draws on the device too and
+// only reads its row's logits), and among other requests; a bad value refuses to start.
+TEST(ServeDeviceSampling, GreedyEqualsGenerateAndSeedsRepeatWithOrWithoutLogprobs) {
+  ServerProcess s("--parallel 4 --ctx 4096 --kv-unified --device-sampling on");
+  ASSERT_GT(s.port(), 0);
+  EXPECT_NE(s.banner().find("sampling on the device"), std::string::npos) << s.banner();
+  httplib::Client c("127.0.0.1", s.port());
+  c.set_read_timeout(300, 0);
+  auto complete = [&](const json& body) {
+    auto r = c.Post("/v1/completions", body.dump(), "application/json");
+    EXPECT_TRUE(r);
+    if (!r) return json();
+    EXPECT_EQ(r->status, 200) << r->body;
+    return json::parse(r->body);
+  };
+  const auto gen = tandem::test::run_tandem("generate -p 'Once upon a time' -n 24 --temp 0",
+                                            tandem::test::Stderr::Discard);
+  ASSERT_EQ(gen.exit_code, 0);
+  const json g = complete({{"prompt", "Once upon a time"}, {"max_tokens", 24}, {"temperature", 0}});
+  EXPECT_EQ(g["choices"][0]["text"].get<std::string>() + "\n", gen.out);
+  const json req{{"prompt", "The dog"}, {"max_tokens", 20}, {"temperature", 0.9}, {"top_k", 40},
+                 {"top_p", 0.95},       {"min_p", 0.02},    {"seed", 1234},      {"ignore_eos", true}};
+  const json a = complete(req), b = complete(req);
+  EXPECT_EQ(a["choices"][0]["text"], b["choices"][0]["text"]);
+  EXPECT_EQ(a["usage"]["completion_tokens"], 20);
+  json with_lp = req;
+  with_lp["logprobs"] = 3;
+  const json l = complete(with_lp);
+  EXPECT_EQ(l["choices"][0]["text"], a["choices"][0]["text"]);
+  ASSERT_EQ(l["choices"][0]["logprobs"]["token_logprobs"].size(), 20u) << l.dump();
+  EXPECT_LE(l["choices"][0]["logprobs"]["token_logprobs"][0].get<double>(), 0.0);
+  // Among three other requests in flight at once: the same text.
+  std::vector<std::string> got(4);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 4; ++i)
+    threads.emplace_back([&, i] {
+      json r = req;
+      if (i != 2) {
+        r["prompt"] = "Other prompt " + std::to_string(i);
+        r["seed"] = 10 + i;
+      }
+      httplib::Client ci("127.0.0.1", s.port());
+      ci.set_read_timeout(300, 0);
+      auto res = ci.Post("/v1/completions", r.dump(), "application/json");
+      if (res && res->status == 200) got[size_t(i)] = json::parse(res->body)["choices"][0]["text"];
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(got[2], a["choices"][0]["text"].get<std::string>());
+  // Another seed, another text.
+  json other = req;
+  other["seed"] = 4321;
+  EXPECT_NE(complete(other)["choices"][0]["text"], a["choices"][0]["text"]);
+  EXPECT_TRUE(wait_metric_at(s.port(), "tandem_kv_cells_used", 0));
+
+  // auto on the CPU: the host (its Sampler), as before the flag.
+  ServerProcess h("--parallel 1 --ctx 512");
+  EXPECT_NE(h.banner().find("sampling on the host"), std::string::npos) << h.banner();
+  const auto bad = tandem::test::run_tandem("serve --port 0 --device-sampling maybe");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.out.find("--device-sampling"), std::string::npos) << bad.out;
+}
+
 TEST(ServeCli, UnknownChatTemplateRefusesToStart) {
   const auto r = tandem::test::run_tandem("serve --port 0 --chat-template no-such-template");
   EXPECT_NE(r.exit_code, 0);

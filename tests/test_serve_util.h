@@ -42,6 +42,7 @@ class ServerProcess {
       std::smatch m;
       const std::string s = line;
       if (std::regex_search(s, m, std::regex(R"(:(\d+) )"))) port_ = std::stoi(m[1]);
+      banner_ = s;
     }
     if (f) std::fclose(f);
   }
@@ -53,10 +54,13 @@ class ServerProcess {
     }
   }
   int port() const { return port_; }
+  // The server's first line ("listening on http://...:PORT (slots, ctx, ...)").
+  const std::string& banner() const { return banner_; }
 
  private:
   pid_t pid_ = -1;
   int port_ = 0;
+  std::string banner_;
 };
 
 // A streamed completion over a raw socket, so that the test decides when the client goes away (closing the

@@ -94,6 +94,8 @@ Scheduler::Scheduler(std::shared_ptr<Model> model, SessionParams sp, SchedulerPa
     sp.n_logits_max = std::min(params_.n_batch, params_.n_slots * (std::max(params_.spec.draft_max, 0) + 2));
   session_ = std::make_unique<Session>(model_, sp);
   block_ = sp.block_size;
+  device_sampling_ = params_.device_sampling == Toggle::On ||
+                     (params_.device_sampling == Toggle::Auto && session_->output_device().kind == DeviceKind::CUDA);
   if (draft_model_) {
     params_.spec.validate();
     const bool dflash = draft_model_->info().arch == "dflash";
@@ -400,13 +402,14 @@ bool Scheduler::step() {
   if (drafter_) drafter_->target_decoded(batch_);
   metrics_.on_kv(session_->kv_capacity() - session_->kv_free_positions(), session_->kv_capacity());
   // The generating requests: their pending token (and drafts) are now in the KV.
+  device_draws_.clear();
   for (size_t k = 0; k < gen.size(); ++k) {
     Active* a = gen[k];
     ++a->n_kv;
     if (drafter_)
       accept_draft(*a, gen_row0[k], drafts_[k]);
     else
-      sample_row(*a, gen_row0[k]);
+      sample_row_or_queue(*a, gen_row0[k]);
   }
   // Requests whose prompt is now all in the KV sample their first token from its last row.
   for (const Chunk& c : chunks) {
@@ -414,10 +417,36 @@ bool Scheduler::step() {
     metrics_.on_prompt_tokens(c.n);
     if (c.a->n_kv == int32_t(c.a->tokens.size())) {
       c.a->prefilled = true;
-      sample_row(*c.a, c.last_row);
+      sample_row_or_queue(*c.a, c.last_row);
     }
   }
+  draw_queued_on_device();
   return true;
+}
+
+void Scheduler::sample_row_or_queue(Active& a, size_t row) {
+  if (device_sampling_)
+    device_draws_.push_back({&a, row});
+  else
+    sample_row(a, row);
+}
+
+void Scheduler::draw_queued_on_device() {
+  if (device_draws_.empty()) return;
+  std::vector<size_t> rows;
+  std::vector<Sampler*> samplers;
+  for (const DeviceDraw& d : device_draws_) {
+    rows.push_back(d.row);
+    samplers.push_back(&d.a->sampler);
+  }
+  const std::vector<int32_t> ids = session_->sample(rows, samplers);  // one uniform per non-greedy sampler
+  // A request asking for logprobs still draws on the device (the same tokens as without them); its row's
+  // logits come to the host for the log-softmax only.
+  for (size_t i = 0; i < device_draws_.size(); ++i) {
+    Active& a = *device_draws_[i].a;
+    emit(a, ids[i], a.req.n_logprobs >= 0 ? session_->logits(device_draws_[i].row) : std::span<const float>{});
+  }
+  device_draws_.clear();
 }
 
 // Canvas diffusion: one request at a time, in arrival order (the canvas source holds one prompt's K/V).

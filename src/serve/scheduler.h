@@ -71,6 +71,15 @@ struct SchedulerParams {
   // not depend on what else runs, also on CUDA (the CPU kernels are so anyway). Costs prefill throughput on
   // GPUs.
   bool batch_invariant = false;
+  // Where the next tokens are drawn (--device-sampling): On, the rows of a step go to the output device in one
+  // Session::sample call (Ops::sample_rows; only the ids cross to the host, one synchronization a step); Off,
+  // each row's logits are copied to the host and drawn there by the request's Sampler (a copy, a synchronization
+  // and a scan of the vocabulary per row: on a GPU with 150k-entry vocabularies and many slots, milliseconds a
+  // step). Auto: On when the output device is a GPU. Requests with penalties or a custom chain order draw on the
+  // host either way (Session::sample); a request asking for logprobs draws on the device too and gets its row's
+  // logits copied for them. A seeded draw is reproducible within a mode, not across modes
+  // (GeneratorParams::device_sampling); greedy picks are the same.
+  Toggle device_sampling = Toggle::Auto;
   SpeculativeParams spec{};  // with a draft model: tokens drafted per step (draft_max), draft_min, p_min
 };
 
@@ -139,6 +148,8 @@ class Scheduler {
   const Model& model() const { return *model_; }
   bool is_canvas() const { return canvas_ != nullptr; }
   bool is_speculative() const { return drafter_ != nullptr; }
+  // Whether the next tokens are drawn on the output device (--device-sampling resolved; false for a canvas model).
+  bool samples_on_device() const { return device_sampling_; }
   // Stops the loop; waiting and running requests end with Rejected.
   void stop();
 
@@ -153,6 +164,16 @@ class Scheduler {
   void expire_waiting(std::chrono::steady_clock::time_point now);
   bool step();
   void sample_row(Active& a, size_t row);
+  // Rows whose token is drawn on the device at the end of the step (Session::sample), in emit order.
+  struct DeviceDraw {
+    Active* a;
+    size_t row;
+  };
+  std::vector<DeviceDraw> device_draws_;
+  bool device_sampling_ = false;  // params_.device_sampling resolved against the output device
+  // Queues row for the step's device draw when `a` can take it; otherwise samples it on the host now.
+  void sample_row_or_queue(Active& a, size_t row);
+  void draw_queued_on_device();
   // Emits `token` (drawn from `logits`) for `a`: metrics, logprobs, text, stop strings, max_tokens; an
   // end-of-generation token finishes it instead. Returns true when the request finished.
   bool emit(Active& a, int32_t token, std::span<const float> logits);

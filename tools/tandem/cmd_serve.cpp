@@ -16,6 +16,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "diffuse_options.h"
 #include "gguf/gguf.h"
 #include "run_options.h"
 #include "serve/http_server.h"
@@ -44,6 +45,7 @@ struct ServeArgs {
   std::string chat_template;
   int64_t max_body = 1 << 20;
   bool batch_invariant = false;
+  std::string device_sampling = "auto";
   SplitOptions split;
   SpecOptions spec;
 };
@@ -92,6 +94,7 @@ void run_serve(const ServeArgs& a) {
   sp.queue_timeout_s = a.queue_timeout;
   sp.max_queue = a.max_queue;
   sp.batch_invariant = a.batch_invariant;
+  sp.device_sampling = parse_toggle(a.device_sampling, "--device-sampling");
   sp.spec = spec;
   check(a.kv_unified || a.ctx / a.parallel >= 64,
         "--ctx " + std::to_string(a.ctx) + " split over --parallel " + std::to_string(a.parallel) +
@@ -118,7 +121,8 @@ void run_serve(const ServeArgs& a) {
                      (a.kv_unified ? ", unified KV" : "") +
                      (scheduler.is_speculative()
                           ? ", speculative (" + kind + ", draft-max " + std::to_string(spec.draft_max) + ")"
-                          : std::string()))
+                          : std::string()) +
+                     (scheduler.samples_on_device() ? ", sampling on the device" : ", sampling on the host"))
                         .c_str());
   std::fflush(stdout);
   server.serve();
@@ -151,6 +155,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_flag("--batch-invariant", args->batch_invariant,
                 "Every row's logits as if decoded alone, also on GPUs: the same seed gives the same text "
                 "whatever else runs (slower prefill on GPUs; the CPU is batch-invariant anyway)");
+  cmd->add_option("--device-sampling", args->device_sampling,
+                  "auto|on|off: draw the next tokens on the model's output device, only the ids back to the host "
+                  "(auto: on for a GPU; requests with logprobs or penalties draw on the host)")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   add_split_options(cmd, &args->split);
   add_spec_options(cmd, &args->spec);
   cmd->callback([args]() {
