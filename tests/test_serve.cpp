@@ -27,6 +27,7 @@ namespace {
 
 using json = nlohmann::json;
 
+using tandem::test::complete_at;
 using tandem::test::metric_at;
 using tandem::test::parse_sse;
 using tandem::test::RawStream;
@@ -399,15 +400,7 @@ TEST(ServeSpeculative, GreedyEqualsPlainDecodingAndDraftsAreAccepted) {
   ServerProcess s(std::string("--parallel 4 --ctx 4096 --kv-unified --draft-max 4 --draft ") +
                   TANDEM_SOURCE_DIR + "/models/tandem-draft-q8_0.gguf");
   ASSERT_GT(s.port(), 0);
-  httplib::Client c("127.0.0.1", s.port());
-  c.set_read_timeout(300, 0);
-  auto complete = [&](const json& body) {
-    auto r = c.Post("/v1/completions", body.dump(), "application/json");
-    EXPECT_TRUE(r);
-    if (!r) return json();
-    EXPECT_EQ(r->status, 200) << r->body;
-    return json::parse(r->body);
-  };
+  auto complete = [&](const json& body) { return complete_at(s.port(), body); };
   const auto gen = tandem::test::run_tandem("generate -p 'Once upon a time' -n 24 --temp 0",
                                             tandem::test::Stderr::Discard);
   ASSERT_EQ(gen.exit_code, 0);
@@ -509,15 +502,7 @@ TEST(ServeDeviceSampling, GreedyEqualsGenerateAndSeedsRepeatWithOrWithoutLogprob
   ServerProcess s("--parallel 4 --ctx 4096 --kv-unified --device-sampling on");
   ASSERT_GT(s.port(), 0);
   EXPECT_NE(s.banner().find("sampling on the device"), std::string::npos) << s.banner();
-  httplib::Client c("127.0.0.1", s.port());
-  c.set_read_timeout(300, 0);
-  auto complete = [&](const json& body) {
-    auto r = c.Post("/v1/completions", body.dump(), "application/json");
-    EXPECT_TRUE(r);
-    if (!r) return json();
-    EXPECT_EQ(r->status, 200) << r->body;
-    return json::parse(r->body);
-  };
+  auto complete = [&](const json& body) { return complete_at(s.port(), body); };
   const auto gen = tandem::test::run_tandem("generate -p 'Once upon a time' -n 24 --temp 0",
                                             tandem::test::Stderr::Discard);
   ASSERT_EQ(gen.exit_code, 0);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <httplib.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -109,6 +110,18 @@ class RawStream {
   bool ok_ = false;
   std::string got_;
 };
+
+// POST /v1/completions with `body` to the server on `port`; expects an answer with status 200 and returns its
+// JSON (null when there was no answer).
+inline nlohmann::json complete_at(int port, const nlohmann::json& body) {
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(300, 0);
+  auto r = c.Post("/v1/completions", body.dump(), "application/json");
+  EXPECT_TRUE(r);
+  if (!r) return {};
+  EXPECT_EQ(r->status, 200) << r->body;
+  return nlohmann::json::parse(r->body);
+}
 
 // One value of GET /metrics (-1 when it cannot be read).
 inline double metric_value_at(int port, const std::string& name) {

@@ -171,7 +171,8 @@ class Scheduler {
   };
   std::vector<DeviceDraw> device_draws_;
   bool device_sampling_ = false;  // params_.device_sampling resolved against the output device
-  // Queues row for the step's device draw when `a` can take it; otherwise samples it on the host now.
+  // With device sampling, queues `row` for the step's one device draw (draw_queued_on_device); otherwise samples
+  // it on the host now (sample_row).
   void sample_row_or_queue(Active& a, size_t row);
   void draw_queued_on_device();
   // Emits `token` (drawn from `logits`) for `a`: metrics, logprobs, text, stop strings, max_tokens; an

@@ -157,7 +157,7 @@ void add_serve_command(CLI::App& app) {
                 "whatever else runs (slower prefill on GPUs; the CPU is batch-invariant anyway)");
   cmd->add_option("--device-sampling", args->device_sampling,
                   "auto|on|off: draw the next tokens on the model's output device, only the ids back to the host "
-                  "(auto: on for a GPU; requests with logprobs or penalties draw on the host)")
+                  "(auto: on for a GPU; requests with penalties draw on the host)")
       ->check(CLI::IsMember({"auto", "on", "off"}));
   add_split_options(cmd, &args->split);
   add_spec_options(cmd, &args->spec);
