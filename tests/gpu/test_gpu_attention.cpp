@@ -16,6 +16,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
+#include <tuple>
+#include <vector>
 
 #include "gpu_test_util.h"
 
@@ -217,6 +219,13 @@ TEST_F(GpuAttention, DecodeKernelEveryMaskAndCache) {
   b.kv_begin = true;
   b.padding_row = true;
   run(b, seed++);
+  // The output pass's octet path (16-bit V, hd_v / 8 dividing the block's threads, gqa <= 8) at the head dims
+  // and group sizes models use, and gqa 16 (the paired path).
+  for (DType cache : {DType::F16, DType::BF16})
+    for (auto [nh, nkv, hd] : {std::tuple<int, int, int>{8, 1, 64}, {16, 8, 256}, {16, 2, 512}, {16, 1, 128}}) {
+      Case o{MaskKind::Causal, nh, nkv, hd, hd, cache, seqs};
+      run(o, seed++);
+    }
 }
 
 // Longer contexts: every split length of the decode kernel (64 up to 4096 positions, 128 up to 16384, 256

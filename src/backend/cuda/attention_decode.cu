@@ -36,7 +36,7 @@ template <class KTag, class VTag, int G>
 __global__ void __launch_bounds__(kThreads)
     attention_split_kernel(RowView q, const char* kc, size_t k_nb1, size_t k_slot, const char* vc,
                            size_t v_nb1, size_t v_slot, AttnMeta meta, DecodeShape sh, int gqa, bool k_vec,
-                           bool v_pair, float* part_o, float2* part_ml) {
+                           bool v_pair, bool v_oct, float* part_o, float2* part_ml) {
   // (No __restrict__ on the cache and the partials: the previous kernel writes them while a PDL grid runs, so
   // they must not go through the non-coherent read-only path.)
   extern __shared__ int64_t smem_i64[];
@@ -44,7 +44,6 @@ __global__ void __launch_bounds__(kThreads)
   int64_t* slot_s = smem_i64;                         // [L]
   float* q_s = reinterpret_cast<float*>(slot_s + L);  // [gqa][hd_k]
   float* p_s = q_s + gqa * sh.hd_k;                   // [gqa][L]
-  __shared__ float red[32];
   pdl_trigger();  // pdl.cuh
   pdl_wait();     // q and the cache rows of this step come from the previous kernel
 
@@ -119,29 +118,115 @@ __global__ void __launch_bounds__(kThreads)
   }
   __syncthreads();
 
-  // Softmax pieces per head: max, exp, sum. A split whose scores are all -inf (Explicit mask) gets m = -inf
-  // and l = 0, which the combine kernel skips (no exp(-inf - -inf)).
-  for (int h = 0; h < gqa; ++h) {
-    float m = -INFINITY;
-    for (int jj = tid; jj < n; jj += blockDim.x) m = fmaxf(m, p_s[h * L + jj]);
-    m = block_max(m, red);
-    float l = 0.0f;
-    for (int jj = tid; jj < n; jj += blockDim.x) {
-      const float e = m == -INFINITY ? 0.0f : expf(p_s[h * L + jj] - m);
-      p_s[h * L + jj] = e;
-      l += e;
+  // Softmax pieces of the group's heads, all heads at once: each thread's max and then sum over its positions,
+  // one warp reduction per head, and one pass through shared memory per quantity (4 barriers whatever gqa; a
+  // block reduction per head and quantity was 4 x gqa). A split whose scores are all -inf (Explicit mask) gets
+  // m = -inf and l = 0, which the combine kernel skips (no exp(-inf - -inf)).
+  {
+    constexpr int kW = kThreads / kWarpSize;
+    __shared__ float red_h[kW][G];
+    const int warp = tid / kWarpSize, lane = tid % kWarpSize;
+    float mh[G];
+#pragma unroll
+    for (int h = 0; h < G; ++h) mh[h] = -INFINITY;
+    for (int jj = tid; jj < n; jj += blockDim.x)
+#pragma unroll
+      for (int h = 0; h < G; ++h)
+        if (h < gqa) mh[h] = fmaxf(mh[h], p_s[h * L + jj]);
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+      mh[h] = warp_max(mh[h]);
+      if (lane == 0) red_h[warp][h] = mh[h];
     }
-    l = block_sum(l, red);
-    if (tid == 0) part_ml[part_base + int64_t(h) * sh.n_splits] = make_float2(m, l);
+    __syncthreads();
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+      float m = red_h[0][h];
+#pragma unroll
+      for (int w = 1; w < kW; ++w) m = fmaxf(m, red_h[w][h]);
+      mh[h] = m;
+    }
+    __syncthreads();  // red_h is reused for the sums
+    float lh[G];
+#pragma unroll
+    for (int h = 0; h < G; ++h) lh[h] = 0.0f;
+    for (int jj = tid; jj < n; jj += blockDim.x)
+#pragma unroll
+      for (int h = 0; h < G; ++h)
+        if (h < gqa) {
+          const float e = mh[h] == -INFINITY ? 0.0f : expf(p_s[h * L + jj] - mh[h]);
+          p_s[h * L + jj] = e;
+          lh[h] += e;
+        }
+#pragma unroll
+    for (int h = 0; h < G; ++h) {
+      lh[h] = warp_sum(lh[h]);
+      if (lane == 0) red_h[warp][h] = lh[h];
+    }
+    __syncthreads();  // (also publishes the exps in p_s to the output pass)
+    if (tid == 0)
+#pragma unroll
+      for (int h = 0; h < G; ++h)
+        if (h < gqa) {
+          float l = 0.0f;
+#pragma unroll
+          for (int w = 0; w < kW; ++w) l += red_h[w][h];
+          part_ml[part_base + int64_t(h) * sh.n_splits] = make_float2(mh[h], l);
+        }
   }
-  __syncthreads();
+
+  // Unnormalised output, octet path (16-bit V, head dim a multiple of 8 whose eighth divides kThreads, 16-byte
+  // aligned rows, gqa <= 8): a thread owns 8 dims and every n_pg-th position, loads its 16 bytes of the V row
+  // once for all gqa heads (16 threads read a 256-byte row in one go), and the n_pg position groups are summed
+  // through shared memory. Against the paired path below (4 bytes a thread, 2 position groups), a thread walks
+  // 4x fewer positions with 4x wider loads: fewer round trips to memory one after another.
+  constexpr bool v16 = sizeof(typename VTag::storage) == 2;
+  if constexpr (v16 && G <= 8) {
+    if (v_oct) {
+      const int n_do = int(sh.hd_v / 8), n_pg = kThreads / n_do;
+      const int dq = tid % n_do, pg = tid / n_do;
+      float acc[G][8];
+#pragma unroll
+      for (int h = 0; h < G; ++h)
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[h][e] = 0.0f;
+#pragma unroll 4
+      for (int jj = pg; jj < n; jj += n_pg) {
+        const uint4 w = reinterpret_cast<const uint4*>(vc + slot_s[jj] * v_slot + g * v_nb1)[dq];
+        float vf[8];
+        unpack8(w, vf, std::is_same_v<VTag, F16Tag>);
+#pragma unroll
+        for (int h = 0; h < G; ++h)
+          if (h < gqa) {
+            const float pw = p_s[h * L + jj];
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc[h][e] += pw * vf[e];
+          }
+      }
+      float* red_v = p_s + gqa * L;  // [n_pg][gqa][hd_v], after the scores (launch_split sizes it)
+#pragma unroll
+      for (int h = 0; h < G; ++h)
+        if (h < gqa) {
+          float4* dst = reinterpret_cast<float4*>(red_v + (int64_t(pg) * gqa + h) * sh.hd_v + 8 * dq);
+          dst[0] = make_float4(acc[h][0], acc[h][1], acc[h][2], acc[h][3]);
+          dst[1] = make_float4(acc[h][4], acc[h][5], acc[h][6], acc[h][7]);
+        }
+      __syncthreads();
+      for (int64_t idx = tid; idx < gqa * sh.hd_v; idx += blockDim.x) {
+        float sum = 0.0f;
+        for (int q = 0; q < n_pg; ++q) sum += red_v[int64_t(q) * gqa * sh.hd_v + idx];
+        const int64_t h = idx / sh.hd_v, d = idx % sh.hd_v;
+        part_o[(part_base + h * sh.n_splits) * sh.hd_v + d] = sum;
+      }
+      return;
+    }
+  }
 
   // Unnormalised output. Paired path (16-bit V, even head dim dividing 2 x kThreads, 4-byte aligned rows): a
   // thread owns a pair of dims and every n_pg-th position, loads the pair once for all gqa heads of the group
   // (a warp reads 128 contiguous bytes of a V row per position), and the position groups are summed through
   // shared memory. The one-thread-per-(head, dim) loop below walked all n positions serially and read each V
   // row once per head: decode attention ran at 7% of bandwidth at 4096 positions (H200, 2026-12-04).
-  constexpr bool v16 = sizeof(typename VTag::storage) == 2;
   if (v16 && v_pair) {
     const int n_dp = int(sh.hd_v / 2), n_pg = kThreads / n_dp;
     const int dp = tid % n_dp, pg = tid / n_dp;
@@ -278,6 +363,14 @@ size_t align256(size_t n) {
   return (n + 255) & ~size_t(255);
 }
 
+bool octet_disabled() {
+  static const bool off = [] {
+    const char* e = std::getenv("TANDEM_ATTN_NO_OCTET");
+    return e && *e && *e != '0';
+  }();
+  return off;
+}
+
 template <class KTag, class VTag, int G>
 void launch_split(const AttentionArgs& a, const DecodeShape& sh, int gqa, float* part_o, float2* part_ml,
                   cudaStream_t stream) {
@@ -287,7 +380,16 @@ void launch_split(const AttentionArgs& a, const DecodeShape& sh, int gqa, float*
   const bool v_pair = v16 && sh.hd_v % 2 == 0 && n_dp > 0 && n_dp <= kThreads && kThreads % n_dp == 0 &&
                       (reinterpret_cast<uintptr_t>(a.kv.v.data) & 3) == 0 && a.kv.v.nb[1] % 4 == 0 &&
                       a.kv.v.nb[2] % 4 == 0;
-  const size_t red_floats = v_pair ? size_t(kThreads / n_dp) * size_t(gqa) * size_t(sh.hd_v) : 0;
+  // The octet path needs 16-byte aligned V rows, an eighth of the head dim dividing kThreads, gqa <= 8, and
+  // hd_k % 4 == 0 (its float4 stores after q_s and p_s),
+  // (TANDEM_ATTN_NO_OCTET=1 turns it off, to compare).
+  const int64_t n_do = sh.hd_v / 8;
+  const bool v_oct = v16 && !octet_disabled() && sh.hd_v % 8 == 0 && sh.hd_k % 4 == 0 && n_do > 0 && n_do <= kThreads &&
+                     kThreads % n_do == 0 && gqa <= 8 && (reinterpret_cast<uintptr_t>(a.kv.v.data) & 15) == 0 &&
+                     a.kv.v.nb[1] % 16 == 0 && a.kv.v.nb[2] % 16 == 0;
+  const size_t red_floats = v_oct    ? size_t(kThreads / n_do) * size_t(gqa) * size_t(sh.hd_v)
+                            : v_pair ? size_t(kThreads / n_dp) * size_t(gqa) * size_t(sh.hd_v)
+                                     : 0;
   const size_t smem = size_t(gqa) * size_t(sh.hd_k) * 4 + size_t(gqa) * size_t(sh.split_len) * 4 +
                       red_floats * 4 + size_t(sh.split_len) * 8;
   static std::once_flag once;
@@ -302,7 +404,7 @@ void launch_split(const AttentionArgs& a, const DecodeShape& sh, int gqa, float*
   launch_pdl(attention_split_kernel<KTag, VTag, G>, grid, dim3(kThreads), smem, stream, row_view(a.q),
              static_cast<const char*>(a.kv.k.data), a.kv.k.nb[1], a.kv.k.nb[2],
              static_cast<const char*>(a.kv.v.data), a.kv.v.nb[1], a.kv.v.nb[2], make_meta(a), sh, gqa, k_vec,
-             v_pair, part_o, part_ml);
+             v_pair, v_oct, part_o, part_ml);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 

@@ -95,30 +95,27 @@ __device__ __forceinline__ int dot32(const int (&w)[8], const int4& x0, const in
   return dot4(w[3], x0.w, dot4(w[2], x0.z, dot4(w[1], x0.y, dot4(w[0], x0.x, 0))));
 }
 
-// Adds piece p of one row times the NC quantized activation columns to acc, with the staged kernel's
-// arithmetic per 32 values: d_x * (a * lo + a * hi) + bias * (d_x sum q_x), a = d (Q8_0) or d * sc
-// (K-quants), bias = 0 (Q8_0) or -dmin * m.
-template <DType QT, int NC>
-__device__ __forceinline__ void piece_dot(const Piece<QT>& l, int64_t p, int64_t K, int64_t n_sub,
-                                          const int8_t* xq, const float2* xds, float (&acc)[NC]) {
+// Piece p of the kR rows of a warp, decoded to integer words in registers, with the float factors of its 32-value
+// groups: Q8_0 one group (a = d, bias 0), Q4_K / Q5_K two (a = d * sc, bias = -dmin * m).
+template <DType QT>
+struct Decoded {
+  static constexpr int kGroups = QT == DType::Q8_0 ? 1 : 2;
+  int w[kGroups][8];
+  float a[kGroups], bias[kGroups];
+};
+
+template <DType QT>
+__device__ __forceinline__ void decode_piece(const Piece<QT>& l, int64_t p, Decoded<QT>& o) {
   if constexpr (QT == DType::Q8_0) {
     const uint32_t w12[12] = {l.v[0].x, l.v[0].y, l.v[0].z, l.v[0].w, l.v[1].x, l.v[1].y,
                               l.v[1].z, l.v[1].w, l.v[2].x, l.v[2].y, l.v[2].z, l.v[2].w};
     uint16_t d_bits;
     uint32_t qw[8];
     q8_take(w12, q8_offset(uint32_t(p)), d_bits, qw);  // quant_pieces.h
-    const float d = fp16_bits_to_float(d_bits);
-    int w[8];
+    o.a[0] = fp16_bits_to_float(d_bits);
+    o.bias[0] = 0.0f;
 #pragma unroll
-    for (int k = 0; k < 8; ++k) w[k] = int(qw[k]);
-#pragma unroll
-    for (int col = 0; col < NC; ++col) {
-      const int8_t* xv = xq + col * K + 32 * p;
-      int hi;
-      const int lo = dot32(w, load_int4_global(xv), load_int4_global(xv + 16), hi);
-      const float2 ds = xds[col * n_sub + p];
-      acc[col] += ds.x * (d * float(lo) + d * float(hi));
-    }
+    for (int k = 0; k < 8; ++k) o.w[0][k] = int(qw[k]);
   } else {
     const int c = int(p % 4), s0 = 2 * c, s1 = 2 * c + 1;
     const float d = fp16_bits_to_float(uint16_t(l.v[0].x & 0xffffu));
@@ -126,7 +123,6 @@ __device__ __forceinline__ void piece_dot(const Piece<QT>& l, int64_t p, int64_t
     unsigned sc0, m0, sc1, m1;  // sub-blocks s0 and s1, in registers (quant_pieces.h)
     k4_scales_pair(l.v[0].y, l.v[0].z, l.v[0].w, unsigned(c), sc0, m0, sc1, m1);
     const uint32_t q[8] = {l.v[1].x, l.v[1].y, l.v[1].z, l.v[1].w, l.v[2].x, l.v[2].y, l.v[2].z, l.v[2].w};
-    int w0[8], w1[8];
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
       uint32_t lo = q[k] & 0x0F0F0F0Fu, hi = (q[k] >> 4) & 0x0F0F0F0Fu;
@@ -136,21 +132,53 @@ __device__ __forceinline__ void piece_dot(const Piece<QT>& l, int64_t p, int64_t
         lo |= ((h[k] >> s0) & 0x01010101u) << 4;
         hi |= ((h[k] >> s1) & 0x01010101u) << 4;
       }
-      w0[k] = int(lo);
-      w1[k] = int(hi);
+      o.w[0][k] = int(lo);
+      o.w[1][k] = int(hi);
     }
-    const float a0 = d * float(sc0), b0 = -dmin * float(m0);
-    const float a1 = d * float(sc1), b1 = -dmin * float(m1);
+    o.a[0] = d * float(sc0);
+    o.bias[0] = -dmin * float(m0);
+    o.a[1] = d * float(sc1);
+    o.bias[1] = -dmin * float(m1);
+  }
+}
+
+// Adds piece p of the warp's kR rows times the NC quantized activation columns to acc, with the staged kernel's
+// arithmetic per 32 values: d_x * (a * lo + a * hi) + bias * (d_x sum q_x) (Q8_0: no bias term, as before).
+// The activations of a column are loaded once for all kR rows (they are the same bytes); each (row, column)
+// sum still takes its pieces in the same order, so the results do not depend on NC.
+template <DType QT, int NC>
+__device__ __forceinline__ void piece_dot(const Decoded<QT> (&dw)[kR], int64_t p, int64_t K, int64_t n_sub,
+                                          const int8_t* xq, const float2* xds, float (&acc)[kR][NC]) {
+  constexpr int G = Decoded<QT>::kGroups;
 #pragma unroll
-    for (int col = 0; col < NC; ++col) {
-      const int8_t* xv = xq + col * K + 64 * p;
-      int hi0, hi1;
-      const int lo0 = dot32(w0, load_int4_global(xv), load_int4_global(xv + 16), hi0);
-      const int lo1 = dot32(w1, load_int4_global(xv + 32), load_int4_global(xv + 48), hi1);
-      const float4 ds = *reinterpret_cast<const float4*>(xds + col * n_sub + 2 * p);  // sub-blocks 2p, 2p+1
-      acc[col] += ds.x * (a0 * float(lo0) + a0 * float(hi0)) + b0 * ds.y;
-      acc[col] += ds.z * (a1 * float(lo1) + a1 * float(hi1)) + b1 * ds.w;
+  for (int col = 0; col < NC; ++col) {
+    const int8_t* xv = xq + col * K + 32 * G * p;
+    int4 x[G][2];
+#pragma unroll
+    for (int g = 0; g < G; ++g) {
+      x[g][0] = load_int4_global(xv + 32 * g);
+      x[g][1] = load_int4_global(xv + 32 * g + 16);
     }
+    float2 ds[G];
+    if constexpr (G == 1) {
+      ds[0] = xds[col * n_sub + p];
+    } else {
+      const float4 d4 = *reinterpret_cast<const float4*>(xds + col * n_sub + 2 * p);  // sub-blocks 2p, 2p+1
+      ds[0] = make_float2(d4.x, d4.y);
+      ds[1] = make_float2(d4.z, d4.w);
+    }
+#pragma unroll
+    for (int r = 0; r < kR; ++r)
+#pragma unroll
+      for (int g = 0; g < G; ++g) {
+        int hi;
+        const int lo = dot32(dw[r].w[g], x[g][0], x[g][1], hi);
+        const float a = dw[r].a[g];
+        if constexpr (QT == DType::Q8_0)
+          acc[r][col] += ds[g].x * (a * float(lo) + a * float(hi));
+        else
+          acc[r][col] += ds[g].x * (a * float(lo) + a * float(hi)) + dw[r].bias[g] * ds[g].y;
+      }
   }
 }
 
@@ -197,9 +225,12 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       const int64_t p = p0 + u * kWarpSize;
-      if (p < n_pieces)
+      if (p < n_pieces) {
+        Decoded<QT> dw[kR];
 #pragma unroll
-        for (int r = 0; r < kR; ++r) piece_dot<QT, NC>(ld[u][r], p, K, n_sub, xq, xds, acc[r]);
+        for (int r = 0; r < kR; ++r) decode_piece<QT>(ld[u][r], p, dw[r]);
+        piece_dot<QT, NC>(dw, p, K, n_sub, xq, xds, acc);
+      }
     }
   }
   if (!waited) pdl_wait();
