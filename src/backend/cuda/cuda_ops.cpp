@@ -242,7 +242,12 @@ bool CudaOps::fused_gemv(Stream& s, std::span<const Tensor> W, const Tensor& x, 
         "matmul_multi: needs 1 to 3 weights and as many outputs");
   for (size_t i = 0; i < W.size(); ++i) check_matmul(W[i], x, y[i]);
   const int64_t K = W[0].ne[0], T = x.ne[1];
-  if (T == 0 || T > kGemvMaxCols) return false;
+  if (T == 0) return false;
+  // More columns than one launch takes: the unfused ops are faster (cuBLAS for the dense types) but round
+  // differently, so a batch-invariant session (speculative verify of 8 drafted tokens + 1, prefill of several
+  // sequences) keeps the fused kernels, kGemvMaxCols columns a launch: every column gets the arithmetic of a
+  // one-row step (tests/gpu/test_gpu_batch_invariance.cpp).
+  if (T > kGemvMaxCols && !batch_invariant_) return false;
   GemvArgs a;
   a.wt = W[0].type;
   a.K = K;
@@ -274,21 +279,36 @@ bool CudaOps::fused_gemv(Stream& s, std::span<const Tensor> W, const Tensor& x, 
   }
   DeviceGuard guard(index_);
   cudaStream_t st = stream_of(s, index_);
+  const int64_t cols = std::min<int64_t>(T, kGemvMaxCols);  // per launch
+  // Columns [t0, t0 + n) of the call as a call of their own.
+  auto columns = [&a](int64_t t0, int64_t n) {
+    GemvArgs c = a;
+    c.x += t0 * a.x_ld;
+    c.T = n;
+    for (int i = 0; i < a.n_seg; ++i) {
+      c.seg[i].y += t0 * a.seg[i].y_ld;
+      if (c.seg[i].r != nullptr) c.seg[i].r += t0 * a.seg[i].r_ld;
+    }
+    return c;
+  };
   if (is_float_type(a.wt)) {
-    if (!gemv_dense_fusable(a)) return false;
-    launch_gemv_dense_fused(a, st);
+    if (!gemv_dense_fusable(columns(0, cols))) return false;
+    for (int64_t t0 = 0; t0 < T; t0 += cols) launch_gemv_dense_fused(columns(t0, std::min(cols, T - t0)), st);
     return true;
   }
-  if (!gemv_quant_supports(a.wt, K) || T > plan_.max_rows || K > plan_.max_matmul_in) return false;
-  if (regions_.act_bytes < q8_activation_bytes(K, T)) return false;
+  if (!gemv_quant_supports(a.wt, K) || cols > plan_.max_rows || K > plan_.max_matmul_in) return false;
+  if (regions_.act_bytes < q8_activation_bytes(K, cols)) return false;
   void* act = region(regions_.act);
-  if (a.norm != nullptr) {  // the norm in the activation quantization; the product reads the q8 values only
-    launch_quantize_q8_norm(a.x, a.x_ld, K, T, a.norm, a.eps, act, st);
-    a.norm = nullptr;
-  } else {
-    launch_quantize_q8(a.x, a.x_ld, K, T, act, st);  // once for every segment
+  for (int64_t t0 = 0; t0 < T; t0 += cols) {
+    GemvArgs c = columns(t0, std::min(cols, T - t0));
+    if (c.norm != nullptr) {  // the norm in the activation quantization; the product reads the q8 values only
+      launch_quantize_q8_norm(c.x, c.x_ld, K, c.T, c.norm, c.eps, act, st);
+      c.norm = nullptr;
+    } else {
+      launch_quantize_q8(c.x, c.x_ld, K, c.T, act, st);  // once for every segment
+    }
+    launch_gemv_quant_fused(c, act, st);
   }
-  launch_gemv_quant_fused(a, act, st);
   return true;
 }
 
