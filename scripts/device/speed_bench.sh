@@ -112,7 +112,7 @@ done
 
 late attention || {
 echo "=== $(date +%T) decode attention alone, ctx 4k / 8k / 32k, by positions per split (TANDEM_ATTN_SPLIT; default"
-echo "    first; no_octet: TANDEM_ATTN_NO_OCTET=1, which only the octet output pass of branch s8-gpu-unverified reads)"
+echo "    first; no_octet: TANDEM_ATTN_NO_OCTET=1, the paired output pass instead of the octet one)"
 for L in default no_octet 32 64 128 256; do
   split=$L; [ "$L" = default ] || [ "$L" = no_octet ] && split=""
   no_octet=0; [ "$L" = no_octet ] && no_octet=1
