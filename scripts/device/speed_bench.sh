@@ -126,12 +126,14 @@ done
 
 late spec || {
 echo "=== $(date +%T) speculative decoding on the shipped small pair (cuda:0): speedup over AR, per cycle"
-for spec in "dflash 7 models/tandem-small-dflash-q8_0.gguf" "draft 4 models/tandem-draft-q8_0.gguf"; do
+# (record 1: TANDEM_RECORD_SHAPES=1, the drafter's block-mask and feature-row steps replayed as CUDA graphs)
+for spec in "dflash 7 models/tandem-small-dflash-q8_0.gguf 0" "dflash 7 models/tandem-small-dflash-q8_0.gguf 1" \
+            "draft 4 models/tandem-draft-q8_0.gguf 0"; do
   set -- $spec
-  timeout 40 "$BIN/tandem" bench -m models/tandem-small-q8_0.gguf --draft "$3" --draft-max "$2" -p 0 -n 128 -b 1 -r 2 \
-    --device cuda:0 >"$OUT/spec_$1.md" 2>&1
-  echo "spec $1 exit $?"
-  echo "spec $1 draft-max $2: $(grep -o 'speedup over AR[^|]*' "$OUT/spec_$1.md" | head -1); $(grep -o 'mean accepted length [0-9.]*' "$OUT/spec_$1.md" | head -1); $(grep 'per cycle:' "$OUT/spec_$1.md" | head -1)" | tee -a "$S"
+  TANDEM_RECORD_SHAPES=$4 timeout 40 "$BIN/tandem" bench -m models/tandem-small-q8_0.gguf --draft "$3" --draft-max "$2" \
+    -p 0 -n 128 -b 1 -r 2 --device cuda:0 >"$OUT/spec_$1_record$4.md" 2>&1
+  echo "spec $1 record $4 exit $?"
+  echo "spec $1 draft-max $2 record $4: $(grep -o 'speedup over AR[^|]*' "$OUT/spec_$1_record$4.md" | head -1); $(grep -o 'mean accepted length [0-9.]*' "$OUT/spec_$1_record$4.md" | head -1); $(grep 'per cycle:' "$OUT/spec_$1_record$4.md" | head -1)" | tee -a "$S"
 done
 }
 

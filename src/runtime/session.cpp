@@ -619,24 +619,37 @@ void Session::Impl::run_chunk(const Batch& batch, size_t r0, size_t r1, size_t o
     copy_logit_rows(r, r.d_logits_buf.data(), r.decoder.shard().vocab, out0, chunk_out);
   };
 
-  // Decode-sized chunks of causal token rows run as recorded CUDA graphs (Device::run_recorded), one per
-  // (session, rows, logit rows, tap setting) and rank: every pointer is fixed, and max_seq_len is the
-  // session's capacity so that the recorded attention launch covers any length. CPU devices run the forward
-  // directly; so do a row split (its matmuls span several devices' streams), steps with other masks or added
-  // embeddings (rare, and their kernel arguments differ), and staged taps.
-  bool plain = batch.mask.kind == AttentionMask::Causal && batch.embedding_source.data == nullptr &&
-               batch.embeddings.empty() && batch.kv_write.empty();
+  // Decode-sized chunks run as recorded CUDA graphs (Device::run_recorded), one per (session, step shape,
+  // rows, logit rows, tap setting) and rank: every pointer is fixed, and max_seq_len is the session's capacity
+  // so that the recorded attention launch covers any length. Step shapes (graph_key.h): causal token rows, and
+  // the DFlash drafter's block-bidirectional draft blocks and in-place feature rows, so a speculative cycle's
+  // drafter passes replay too (with TANDEM_RECORD_SHAPES=1 until a GPU run has checked them); rows that write
+  // no K/V are fine (their scratch slots are uploaded data). CPU
+  // devices run the forward directly; so do a row split (its matmuls span several devices' streams), the other
+  // masks and host-side added rows (graph_key.h says why), and staged taps.
+  bool source_readable = batch.embedding_source.data != nullptr;
+  for (const auto& r : ranks)
+    source_readable &= same_memory_space(batch.embedding_source.device, r->device.id());
+  std::optional<StepShape> shape =
+      batch.embeddings.empty() ? recordable_step_shape(batch, h_added_rows, r0, r1, source_readable) : std::nullopt;
+  // Steps recorded before graph_key.h (causal token rows, no embedding source, every row writing K/V) always;
+  // the others only with TANDEM_RECORD_SHAPES=1 for now (graph_key.h).
+  const bool newly_recordable = batch.mask.kind != AttentionMask::Causal ||
+                                batch.embedding_source.data != nullptr || !batch.kv_write.empty();
+  if (newly_recordable && !record_other_step_shapes()) shape.reset();
   bool staged_taps = false;
   for (const auto& r : ranks)
     staged_taps |= !tap_layers.empty() && !same_memory_space(tap_dst.device, r->device.id());
   // Over processes only NCCL collectives can be recorded (MPI ones run on the host).
   const bool comm_records = m.process_rank < 0 || (m.comm && std::string(m.comm->kind()) == "nccl");
-  const bool record =
-      ranks.front()->device.id().kind != DeviceKind::CPU && T <= 64 && plain && !staged_taps && comm_records;
   static std::atomic<uint64_t> next_session_id{1};  // keys never repeat, also after a session is destroyed
+  std::optional<uint32_t> shape_id;
+  if (ranks.front()->device.id().kind != DeviceKind::CPU && T <= 64 && shape && !staged_taps && comm_records)
+    shape_id = step_shapes.id_of(*shape);
+  const bool record = shape_id.has_value();
   if (record && graph_session_id == 0) graph_session_id = next_session_id++;
-  const uint64_t graph_key = (graph_session_id << 40) | (uint64_t(tap_generation & 0xff) << 32) |
-                             (uint64_t(T) << 16) | (uint64_t(chunk_out) << 1) | uint64_t(chunk_out == T);
+  const uint64_t graph_key =
+      record ? step_graph_key(graph_session_id, tap_generation, *shape_id, T, chunk_out) : 0;
   auto forward = [&](RankState& r, const ForwardInputs& in) {
     if (record) {
       r.device.run_recorded(r.stream, graph_key, [&](Stream& st) { r.forward(st, in); });

@@ -13,6 +13,7 @@
 #include "parallel/comm.h"
 #include "parallel/rank_threads.h"
 #include "parallel/row_split.h"
+#include "runtime/graph_key.h"
 #include "runtime/kv_cache.h"
 #include "runtime/kv_storage.h"
 #include "tandem/session.h"
@@ -128,6 +129,7 @@ struct Session::Impl {
   std::unique_ptr<Event> tap_written;
   uint32_t tap_generation = 0;    // part of the graph key: the taps' addresses are recorded in graphs
   uint64_t graph_session_id = 0;  // identifies this session's recorded graphs on the device
+  StepShapeIds step_shapes;       // graph_key.h: the recordable step shapes met so far, by id
 
   Impl(std::shared_ptr<Model> mdl, const SessionParams& p);
 

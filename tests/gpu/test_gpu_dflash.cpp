@@ -18,6 +18,7 @@
 #include "../test_dflash_fixture.h"
 #include "../test_spec_util.h"
 #include "gpu_test_util.h"
+#include "runtime/graph_key.h"
 #include "tandem/batch.h"
 #include "tandem/model.h"
 #include "tandem/session.h"
@@ -107,6 +108,28 @@ TEST(DflashGpu, DeviceFeaturePathIsBitIdenticalToHostPath) {
   for (size_t r = 0; r < host.block_logits.size(); ++r)
     EXPECT_EQ(host.block_logits[r], dev.block_logits[r]) << "block row " << r + 1;
   EXPECT_EQ(host.stats.accepted, dev.stats.accepted);
+}
+
+// The drafter's steps replayed as recorded graphs (runtime/graph_key.h: draft blocks under a block mask,
+// feature rows read in place) against the same steps run directly: the same tokens, bit-identical drafter
+// logits of the last draft pass, the same acceptance.
+TEST(DflashGpu, RecordedDrafterStepsAreBitIdenticalToDirectOnes) {
+  TANDEM_REQUIRE_GPU();
+  const auto target = load_cuda("tandem-small-q8_0.gguf");
+  const auto dm = shipped_shape_drafter(target);
+  set_record_other_step_shapes(false);
+  const testing::DflashRun direct = testing::run_dflash(target, dm, kPrompts, 32, 7, 1, true);
+  set_record_other_step_shapes(true);
+  const testing::DflashRun recorded = testing::run_dflash(target, dm, kPrompts, 32, 7, 1, true);
+  set_record_other_step_shapes(std::nullopt);
+  ASSERT_TRUE(direct.device_features);
+  ASSERT_TRUE(recorded.device_features);
+  EXPECT_EQ(direct.out, recorded.out);
+  ASSERT_EQ(direct.block_logits.size(), 7u);
+  for (size_t r = 0; r < direct.block_logits.size(); ++r)
+    EXPECT_EQ(direct.block_logits[r], recorded.block_logits[r]) << "block row " << r + 1;
+  EXPECT_EQ(direct.stats.accepted, recorded.stats.accepted);
+  EXPECT_EQ(direct.stats.drafted, recorded.stats.drafted);
 }
 
 TEST(DflashGpu, GreedyIsTokenIdenticalOnCuda) {
