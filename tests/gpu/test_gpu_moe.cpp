@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include "backend/cuda/cuda_kernels.h"
 #include "gpu_test_util.h"
 
 namespace tandem::gpu_test {
@@ -121,6 +122,20 @@ TEST_F(GpuMoe, MatmulIdMatchesTheCpuForEveryDtypeOnBothPaths) {
     run_case(dt, {512, 100, 12, 4, 90, 1, false});  // grouped
     run_case(dt, {256, 70, 12, 4, 90, 4, true});    // grouped
   }
+}
+
+// The direct routed kernel (gemv_id.cu, TANDEM_ID_DIRECT) on the types it takes, at decode sizes: the same
+// bounds against the double reference and the CPU as the staged kernel; N not a multiple of a block's rows
+// (8), a fused half (strided expert rows), per-slot inputs.
+TEST_F(GpuMoe, DirectRoutedKernelMatchesTheCpu) {
+  cuda::set_gemv_id_direct(true);
+  for (DType dt : {DType::Q8_0, DType::Q4_K, DType::Q5_K}) {
+    run_case(dt, {512, 72, 16, 8, 1, 1, false});
+    run_case(dt, {512, 37, 16, 8, 1, 8, false});
+    run_case(dt, {256, 41, 8, 2, 3, 1, true});
+    run_case(dt, {1024, 96, 64, 8, 4, 1, false});
+  }
+  cuda::set_gemv_id_direct(std::nullopt);
 }
 
 // The tensor-core grouped GEMM on random inputs against a double reference that rounds as the kernel does

@@ -7,6 +7,8 @@
 #include <cuda_pipeline.h>
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cstdlib>
 #include <mutex>
 #include <string>
 
@@ -15,6 +17,7 @@
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/gemv_dense_vec.cuh"
 #include "backend/cuda/gemv_quant_decode.cuh"
+#include "backend/cuda/gemv_quant_pieces.cuh"
 
 namespace tandem::cuda {
 namespace {
@@ -152,6 +155,99 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarpSize)
   if (lane == 0) y[row] = acc;
 }
 
+// Quantized, direct: Q8_0 / Q4_K / Q5_K rows of K % 256 == 0 values, 16-byte aligned (the usual case), read
+// straight into registers (gemv_quant_pieces.cuh, the decode products' pieces) instead of staged through
+// shared memory: a warp owns kIdRows rows of the slot's expert, kIdInFlight pieces per row in flight per lane.
+// The staged kernel above stays for the other types and for unaligned rows.
+constexpr int kIdWarps = 4;
+constexpr int kIdRows = 2;
+constexpr int kIdInFlight = 2;
+
+template <DType QT>
+__global__ void __launch_bounds__(kIdWarps* kWarpSize)
+    gemv_quant_id_direct_kernel(const char* __restrict__ W, size_t w_ld, size_t w_es, int64_t K, int64_t N,
+                                const int8_t* __restrict__ xq, const float2* __restrict__ xds,
+                                const int32_t* __restrict__ ids, int k, int kx, float* __restrict__ y,
+                                int64_t y_ld) {
+  const int64_t s = blockIdx.y;
+  const int64_t c = routed_col(s, k, kx);
+  W += size_t(ids[s]) * w_es;
+  xq += c * K;
+  xds += c * (K / 32);
+  y += s * y_ld;
+  const int64_t row0 = (int64_t(blockIdx.x) * kIdWarps + threadIdx.x / kWarpSize) * kIdRows;
+  if (row0 >= N) return;
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t n_pieces = K / Piece<QT>::kValues, n_sub = K / 32;
+  const uint8_t* wr[kIdRows];
+#pragma unroll
+  for (int r = 0; r < kIdRows; ++r)  // a row past N reads row0 again and is never written
+    wr[r] = reinterpret_cast<const uint8_t*>(W) + (row0 + r < N ? row0 + r : row0) * w_ld;
+  float acc[kIdRows][1];
+#pragma unroll
+  for (int r = 0; r < kIdRows; ++r) acc[r][0] = 0.0f;
+  for (int64_t p0 = lane; p0 < n_pieces; p0 += kIdInFlight * kWarpSize) {
+    Piece<QT> ld[kIdInFlight][kIdRows];
+#pragma unroll
+    for (int u = 0; u < kIdInFlight; ++u) {
+      const int64_t p = p0 + u * kWarpSize;
+      if (p < n_pieces)
+#pragma unroll
+        for (int r = 0; r < kIdRows; ++r) load_piece<QT>(wr[r], p, ld[u][r]);
+    }
+#pragma unroll
+    for (int u = 0; u < kIdInFlight; ++u) {
+      const int64_t p = p0 + u * kWarpSize;
+      if (p < n_pieces) {
+        Decoded<QT> dw[kIdRows];
+#pragma unroll
+        for (int r = 0; r < kIdRows; ++r) decode_piece<QT>(ld[u][r], p, dw[r]);
+        piece_dot<QT, 1>(dw, p, K, n_sub, xq, xds, acc);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kIdRows; ++r) acc[r][0] = warp_sum(acc[r][0]);
+  if (lane != 0) return;
+#pragma unroll
+  for (int r = 0; r < kIdRows; ++r)
+    if (row0 + r < N) y[row0 + r] = acc[r][0];
+}
+
+// TANDEM_ID_DIRECT=1: the routed products take the direct kernel where it applies. Off by default until a GPU
+// run has compared it with the staged kernel (tests/gpu/test_gpu_moe.cpp runs both; BENCHMARKS, ninth session).
+std::atomic<int> g_id_direct_override{-1};  // -1: the environment; 0 / 1: set_gemv_id_direct
+
+bool id_direct_enabled() {
+  const int o = g_id_direct_override.load(std::memory_order_relaxed);
+  if (o >= 0) return o == 1;
+  static const bool on = [] {
+    const char* e = std::getenv("TANDEM_ID_DIRECT");
+    return e != nullptr && *e != '\0' && *e != '0';
+  }();
+  return on;
+}
+
+bool id_direct_applies(DType wt, const void* W, size_t w_ld, size_t w_es, int64_t K) {
+  return (wt == DType::Q8_0 || wt == DType::Q4_K || wt == DType::Q5_K) && K % 256 == 0 && aligned16(W) &&
+         w_ld % 16 == 0 && w_es % 16 == 0;
+}
+
+template <DType QT>
+void launch_quant_id_direct(const char* W, size_t w_ld, size_t w_es, int64_t K, int64_t N, const void* scratch,
+                            const int32_t* ids, int64_t n_slots, int k, int kx, float* y, int64_t y_ld,
+                            cudaStream_t stream) {
+  const int64_t n_x = (n_slots / k) * kx;  // input columns quantized in scratch (as launch_quant_id)
+  const int8_t* xq = static_cast<const int8_t*>(scratch);
+  const float2* xds =
+      reinterpret_cast<const float2*>(static_cast<const char*>(scratch) + align256(size_t(K * n_x)));
+  const int64_t rows_per_block = int64_t(kIdWarps) * kIdRows;
+  const dim3 grid(unsigned((N + rows_per_block - 1) / rows_per_block), unsigned(n_slots));
+  gemv_quant_id_direct_kernel<QT>
+      <<<grid, kIdWarps * kWarpSize, 0, stream>>>(W, w_ld, w_es, K, N, xq, xds, ids, k, kx, y, y_ld);
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
 // Head and tail bytes of a row and the 4 bytes of padding decode_sub_block may read past it.
 size_t row_pitch(size_t row_bytes) {
   return (row_bytes + 16 + 16 + 15) & ~size_t(15);
@@ -179,6 +275,10 @@ void launch_quant_id(const char* W, size_t w_ld, size_t w_es, int64_t K, int64_t
 }
 
 }  // namespace
+
+void set_gemv_id_direct(std::optional<bool> on) {
+  g_id_direct_override.store(on ? int(*on) : -1, std::memory_order_relaxed);
+}
 
 void launch_gemv_dense_id(DType wt, const void* W, size_t w_ld, size_t w_es, int64_t K, int64_t N,
                           const float* x, int64_t x_ld, const int32_t* ids, int64_t n_slots, int k, int kx,
@@ -218,6 +318,19 @@ void launch_gemv_quant_id(DType wt, const void* W, size_t w_ld, size_t w_es, int
                                         " rows of " + std::to_string(K) + " values are not supported");
   if (N == 0 || n_slots == 0) return;
   const char* w = static_cast<const char*>(W);
+  if (id_direct_enabled() && id_direct_applies(wt, W, w_ld, w_es, K)) {
+    switch (wt) {
+      case DType::Q8_0:
+        return launch_quant_id_direct<DType::Q8_0>(w, w_ld, w_es, K, N, scratch, ids, n_slots, k, kx, y, y_ld,
+                                                   stream);
+      case DType::Q4_K:
+        return launch_quant_id_direct<DType::Q4_K>(w, w_ld, w_es, K, N, scratch, ids, n_slots, k, kx, y, y_ld,
+                                                   stream);
+      default:
+        return launch_quant_id_direct<DType::Q5_K>(w, w_ld, w_es, K, N, scratch, ids, n_slots, k, kx, y, y_ld,
+                                                   stream);
+    }
+  }
   switch (wt) {
     case DType::Q8_0:
       return launch_quant_id<DType::Q8_0>(w, w_ld, w_es, K, N, scratch, ids, n_slots, k, kx, y, y_ld, stream);

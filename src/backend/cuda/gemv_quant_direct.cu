@@ -20,7 +20,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/pdl.cuh"
-#include "backend/cuda/quant_pieces.h"
+#include "backend/cuda/gemv_quant_pieces.cuh"
 #include "quant/blocks.h"
 
 namespace tandem::cuda {
@@ -55,132 +55,8 @@ __device__ __forceinline__ bool find_unit(const GemvArgs& a, int64_t u, int& seg
   return false;
 }
 
-// What one lane decodes per step ("piece") and its loads. Q4_K / Q5_K: a 64-value sub-block pair of a
-// super-block (16-byte header: d, dmin, the 12 scale bytes; 32 bytes of nibbles; Q5_K: the super-block's 32
-// bytes of fifth bits). Q8_0: one 34-byte block, read as the three aligned 16-byte chunks that hold it (a row
-// of K % 256 == 0 values is a multiple of 16 bytes, so the chunks never pass the row's end), the block's
-// bytes shifted out of them in registers (quant_pieces.h: q8_take, k4_scales_pair).
-template <DType QT>
-struct Piece {
-  static constexpr int kValues = QT == DType::Q8_0 ? 32 : 64;
-  static constexpr int kLoads = QT == DType::Q5_K ? 5 : 3;
-  uint4 v[kLoads];
-};
-
-template <DType QT>
-__device__ __forceinline__ void load_piece(const uint8_t* row, int64_t p, Piece<QT>& l) {
-  if constexpr (QT == DType::Q8_0) {
-    const uint4* c = reinterpret_cast<const uint4*>(row + q8_window(uint32_t(p)));  // quant_pieces.h
-#pragma unroll
-    for (int k = 0; k < 3; ++k) l.v[k] = __ldcs(c + k);
-  } else {
-    constexpr int kBytes = QT == DType::Q4_K ? 144 : 176;
-    constexpr int kQs = QT == DType::Q4_K ? 16 : 48;
-    const uint8_t* b = row + (p / 4) * kBytes;
-    l.v[0] = __ldcs(reinterpret_cast<const uint4*>(b));
-    const uint4* q = reinterpret_cast<const uint4*>(b + kQs + 32 * (p % 4));
-    l.v[1] = __ldcs(q);
-    l.v[2] = __ldcs(q + 1);
-    if constexpr (QT == DType::Q5_K) {
-      const uint4* h = reinterpret_cast<const uint4*>(b + 16);
-      l.v[3] = __ldcs(h);
-      l.v[4] = __ldcs(h + 1);
-    }
-  }
-}
-
-// 32 integer products of 4 packed weights with 4 packed activations, 8 words each, in a fixed order.
-__device__ __forceinline__ int dot32(const int (&w)[8], const int4& x0, const int4& x1, int& hi) {
-  hi = dot4(w[7], x1.w, dot4(w[6], x1.z, dot4(w[5], x1.y, dot4(w[4], x1.x, 0))));
-  return dot4(w[3], x0.w, dot4(w[2], x0.z, dot4(w[1], x0.y, dot4(w[0], x0.x, 0))));
-}
-
-// Piece p of the kR rows of a warp, decoded to integer words in registers, with the float factors of its 32-value
-// groups: Q8_0 one group (a = d, bias 0), Q4_K / Q5_K two (a = d * sc, bias = -dmin * m).
-template <DType QT>
-struct Decoded {
-  static constexpr int kGroups = QT == DType::Q8_0 ? 1 : 2;
-  int w[kGroups][8];
-  float a[kGroups], bias[kGroups];
-};
-
-template <DType QT>
-__device__ __forceinline__ void decode_piece(const Piece<QT>& l, int64_t p, Decoded<QT>& o) {
-  if constexpr (QT == DType::Q8_0) {
-    const uint32_t w12[12] = {l.v[0].x, l.v[0].y, l.v[0].z, l.v[0].w, l.v[1].x, l.v[1].y,
-                              l.v[1].z, l.v[1].w, l.v[2].x, l.v[2].y, l.v[2].z, l.v[2].w};
-    uint16_t d_bits;
-    uint32_t qw[8];
-    q8_take(w12, q8_offset(uint32_t(p)), d_bits, qw);  // quant_pieces.h
-    o.a[0] = fp16_bits_to_float(d_bits);
-    o.bias[0] = 0.0f;
-#pragma unroll
-    for (int k = 0; k < 8; ++k) o.w[0][k] = int(qw[k]);
-  } else {
-    const int c = int(p % 4), s0 = 2 * c, s1 = 2 * c + 1;
-    const float d = fp16_bits_to_float(uint16_t(l.v[0].x & 0xffffu));
-    const float dmin = fp16_bits_to_float(uint16_t(l.v[0].x >> 16));
-    unsigned sc0, m0, sc1, m1;  // sub-blocks s0 and s1, in registers (quant_pieces.h)
-    k4_scales_pair(l.v[0].y, l.v[0].z, l.v[0].w, unsigned(c), sc0, m0, sc1, m1);
-    const uint32_t q[8] = {l.v[1].x, l.v[1].y, l.v[1].z, l.v[1].w, l.v[2].x, l.v[2].y, l.v[2].z, l.v[2].w};
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      uint32_t lo = q[k] & 0x0F0F0F0Fu, hi = (q[k] >> 4) & 0x0F0F0F0Fu;
-      if constexpr (QT == DType::Q5_K) {
-        const uint32_t h[8] = {l.v[3].x, l.v[3].y, l.v[3].z, l.v[3].w,
-                               l.v[4].x, l.v[4].y, l.v[4].z, l.v[4].w};
-        lo |= ((h[k] >> s0) & 0x01010101u) << 4;
-        hi |= ((h[k] >> s1) & 0x01010101u) << 4;
-      }
-      o.w[0][k] = int(lo);
-      o.w[1][k] = int(hi);
-    }
-    o.a[0] = d * float(sc0);
-    o.bias[0] = -dmin * float(m0);
-    o.a[1] = d * float(sc1);
-    o.bias[1] = -dmin * float(m1);
-  }
-}
-
-// Adds piece p of the warp's kR rows times the NC quantized activation columns to acc, with the staged kernel's
-// arithmetic per 32 values: d_x * (a * lo + a * hi) + bias * (d_x sum q_x) (Q8_0: no bias term, as before).
-// The activations of a column are loaded once for all kR rows (they are the same bytes); each (row, column)
-// sum still takes its pieces in the same order, so the results do not depend on NC.
-template <DType QT, int NC>
-__device__ __forceinline__ void piece_dot(const Decoded<QT> (&dw)[kR], int64_t p, int64_t K, int64_t n_sub,
-                                          const int8_t* xq, const float2* xds, float (&acc)[kR][NC]) {
-  constexpr int G = Decoded<QT>::kGroups;
-#pragma unroll
-  for (int col = 0; col < NC; ++col) {
-    const int8_t* xv = xq + col * K + 32 * G * p;
-    int4 x[G][2];
-#pragma unroll
-    for (int g = 0; g < G; ++g) {
-      x[g][0] = load_int4_global(xv + 32 * g);
-      x[g][1] = load_int4_global(xv + 32 * g + 16);
-    }
-    float2 ds[G];
-    if constexpr (G == 1) {
-      ds[0] = xds[col * n_sub + p];
-    } else {
-      const float4 d4 = *reinterpret_cast<const float4*>(xds + col * n_sub + 2 * p);  // sub-blocks 2p, 2p+1
-      ds[0] = make_float2(d4.x, d4.y);
-      ds[1] = make_float2(d4.z, d4.w);
-    }
-#pragma unroll
-    for (int r = 0; r < kR; ++r)
-#pragma unroll
-      for (int g = 0; g < G; ++g) {
-        int hi;
-        const int lo = dot32(dw[r].w[g], x[g][0], x[g][1], hi);
-        const float a = dw[r].a[g];
-        if constexpr (QT == DType::Q8_0)
-          acc[r][col] += ds[g].x * (a * float(lo) + a * float(hi));
-        else
-          acc[r][col] += ds[g].x * (a * float(lo) + a * float(hi)) + dw[r].bias[g] * ds[g].y;
-      }
-  }
-}
+// The pieces (Piece, load_piece, decode_piece, piece_dot) are in gemv_quant_pieces.cuh, shared with the routed
+// (MoE) products of gemv_id.cu.
 
 // xq / xds / y / r: plain loads and stores after pdl_wait (pdl.cuh); weights before it.
 template <DType QT, int NC, GemvEpilogue EPI>
