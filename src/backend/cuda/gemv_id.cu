@@ -186,26 +186,7 @@ __global__ void __launch_bounds__(kIdWarps* kWarpSize)
   float acc[kIdRows][1];
 #pragma unroll
   for (int r = 0; r < kIdRows; ++r) acc[r][0] = 0.0f;
-  for (int64_t p0 = lane; p0 < n_pieces; p0 += kIdInFlight * kWarpSize) {
-    Piece<QT> ld[kIdInFlight][kIdRows];
-#pragma unroll
-    for (int u = 0; u < kIdInFlight; ++u) {
-      const int64_t p = p0 + u * kWarpSize;
-      if (p < n_pieces)
-#pragma unroll
-        for (int r = 0; r < kIdRows; ++r) load_piece<QT>(wr[r], p, ld[u][r]);
-    }
-#pragma unroll
-    for (int u = 0; u < kIdInFlight; ++u) {
-      const int64_t p = p0 + u * kWarpSize;
-      if (p < n_pieces) {
-        Decoded<QT> dw[kIdRows];
-#pragma unroll
-        for (int r = 0; r < kIdRows; ++r) decode_piece<QT>(ld[u][r], p, dw[r]);
-        piece_dot<QT, 1>(dw, p, K, n_sub, xq, xds, acc);
-      }
-    }
-  }
+  accumulate_pieces<QT, 1, kIdRows, kIdInFlight>(wr, lane, n_pieces, K, n_sub, xq, xds, acc, [] {});
 #pragma unroll
   for (int r = 0; r < kIdRows; ++r) acc[r][0] = warp_sum(acc[r][0]);
   if (lane != 0) return;

@@ -84,32 +84,8 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
 #pragma unroll
     for (int c = 0; c < NC; ++c) acc[r][c] = 0.0f;
 
-  bool waited = false;
-  for (int64_t p0 = lane; p0 < n_pieces; p0 += kU * kWarpSize) {
-    Piece<QT> ld[kU][kR];
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const int64_t p = p0 + u * kWarpSize;
-      if (p < n_pieces)
-#pragma unroll
-        for (int r = 0; r < kR; ++r) load_piece<QT>(wr[r], p, ld[u][r]);
-    }
-    if (!waited) {
-      pdl_wait();
-      waited = true;
-    }
-#pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      const int64_t p = p0 + u * kWarpSize;
-      if (p < n_pieces) {
-        Decoded<QT> dw[kR];
-#pragma unroll
-        for (int r = 0; r < kR; ++r) decode_piece<QT>(ld[u][r], p, dw[r]);
-        piece_dot<QT, NC>(dw, p, K, n_sub, xq, xds, acc);
-      }
-    }
-  }
-  if (!waited) pdl_wait();
+  // Weights load before pdl_wait (they do not depend on the previous kernel), activations after it.
+  accumulate_pieces<QT, NC, kR, kU>(wr, lane, n_pieces, K, n_sub, xq, xds, acc, [] { pdl_wait(); });
 
 #pragma unroll
   for (int r = 0; r < kR; ++r)

@@ -141,4 +141,40 @@ __device__ __forceinline__ void piece_dot(const Decoded<QT> (&dw)[R], int64_t p,
   }
 }
 
+// A lane's walk over its pieces of the R rows wr (pieces lane, lane + 32, ..., U per row in flight): the loads of
+// a round, then after_first_loads() once (the fused decode products wait there for the previous kernel, whose
+// output the activations are: weights may load before it, activations not), then decode and dot products into
+// acc. after_first_loads() runs also when the lane has no piece.
+template <DType QT, int NC, int R, int U, class AfterFirstLoads>
+__device__ __forceinline__ void accumulate_pieces(const uint8_t* const (&wr)[R], int lane, int64_t n_pieces,
+                                                  int64_t K, int64_t n_sub, const int8_t* xq, const float2* xds,
+                                                  float (&acc)[R][NC], AfterFirstLoads after_first_loads) {
+  bool waited = false;
+  for (int64_t p0 = lane; p0 < n_pieces; p0 += U * kWarpSize) {
+    Piece<QT> ld[U][R];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t p = p0 + u * kWarpSize;
+      if (p < n_pieces)
+#pragma unroll
+        for (int r = 0; r < R; ++r) load_piece<QT>(wr[r], p, ld[u][r]);
+    }
+    if (!waited) {
+      after_first_loads();
+      waited = true;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int64_t p = p0 + u * kWarpSize;
+      if (p < n_pieces) {
+        Decoded<QT> dw[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) decode_piece<QT>(ld[u][r], p, dw[r]);
+        piece_dot<QT, NC>(dw, p, K, n_sub, xq, xds, acc);
+      }
+    }
+  }
+  if (!waited) after_first_loads();
+}
+
 }  // namespace tandem::cuda
