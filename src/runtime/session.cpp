@@ -619,14 +619,14 @@ void Session::Impl::run_chunk(const Batch& batch, size_t r0, size_t r1, size_t o
     copy_logit_rows(r, r.d_logits_buf.data(), r.decoder.shard().vocab, out0, chunk_out);
   };
 
-  // Decode-sized chunks run as recorded CUDA graphs (Device::run_recorded), one per (session, step shape,
-  // rows, logit rows, tap setting) and rank: every pointer is fixed, and max_seq_len is the session's capacity
-  // so that the recorded attention launch covers any length. Step shapes (graph_key.h): causal token rows, and
-  // the DFlash drafter's block-bidirectional draft blocks and in-place feature rows, so a speculative cycle's
-  // drafter passes replay too (with TANDEM_RECORD_SHAPES=1 until a GPU run has checked them); rows that write
-  // no K/V are fine (their scratch slots are uploaded data). CPU
-  // devices run the forward directly; so do a row split (its matmuls span several devices' streams), the other
-  // masks and host-side added rows (graph_key.h says why), and staged taps.
+  // Decode-sized chunks run as recorded CUDA graphs (Device::run_recorded; a row split records its peers'
+  // streams too, run_recorded_across), one per (session, step shape, rows, logit rows, tap setting) and rank:
+  // every pointer is fixed, and max_seq_len is the session's capacity so that the recorded attention launch
+  // covers any length. Step shapes (graph_key.h): causal token rows, and the DFlash drafter's
+  // block-bidirectional draft blocks and in-place feature rows, so a speculative cycle's drafter passes replay
+  // too (with TANDEM_RECORD_SHAPES=1 until a GPU run has checked them); rows that write no K/V are fine (their
+  // scratch slots are uploaded data). CPU devices run the forward directly; so do the other masks, host-side
+  // added rows (graph_key.h says why), staged taps, and MPI collectives.
   bool source_readable = batch.embedding_source.data != nullptr;
   for (const auto& r : ranks)
     source_readable &= same_memory_space(batch.embedding_source.device, r->device.id());
