@@ -92,6 +92,18 @@ std::shared_ptr<Model> shipped_shape_drafter(const std::shared_ptr<Model>& targe
   return dm;
 }
 
+// Two DFlash runs that must agree bitwise: the same tokens, the same drafter logits of the extra draft pass
+// (draft_max rows), the same acceptance.
+void expect_same_dflash_runs(const testing::DflashRun& a, const testing::DflashRun& b, size_t draft_max) {
+  EXPECT_EQ(a.out, b.out);
+  ASSERT_EQ(a.block_logits.size(), draft_max);
+  ASSERT_EQ(b.block_logits.size(), draft_max);
+  for (size_t r = 0; r < draft_max; ++r)
+    EXPECT_EQ(a.block_logits[r], b.block_logits[r]) << "block row " << r + 1;
+  EXPECT_EQ(a.stats.accepted, b.stats.accepted);
+  EXPECT_EQ(a.stats.drafted, b.stats.drafted);
+}
+
 // The two feature paths on cuda:0: the same tokens, the same acceptance and bit-identical drafter logits of a
 // draft pass after the generated text (the target batch-invariant, so its taps do not depend on how the
 // verify rows are grouped).
@@ -103,11 +115,7 @@ TEST(DflashGpu, DeviceFeaturePathIsBitIdenticalToHostPath) {
   const testing::DflashRun dev = testing::run_dflash(target, dm, kPrompts, 32, 7, 1, true);
   ASSERT_FALSE(host.device_features);
   ASSERT_TRUE(dev.device_features);
-  EXPECT_EQ(host.out, dev.out);
-  ASSERT_EQ(host.block_logits.size(), 7u);
-  for (size_t r = 0; r < host.block_logits.size(); ++r)
-    EXPECT_EQ(host.block_logits[r], dev.block_logits[r]) << "block row " << r + 1;
-  EXPECT_EQ(host.stats.accepted, dev.stats.accepted);
+  expect_same_dflash_runs(host, dev, 7);
 }
 
 // The drafter's steps replayed as recorded graphs (runtime/graph_key.h: draft blocks under a block mask,
@@ -124,12 +132,7 @@ TEST(DflashGpu, RecordedDrafterStepsAreBitIdenticalToDirectOnes) {
   set_record_other_step_shapes(std::nullopt);
   ASSERT_TRUE(direct.device_features);
   ASSERT_TRUE(recorded.device_features);
-  EXPECT_EQ(direct.out, recorded.out);
-  ASSERT_EQ(direct.block_logits.size(), 7u);
-  for (size_t r = 0; r < direct.block_logits.size(); ++r)
-    EXPECT_EQ(direct.block_logits[r], recorded.block_logits[r]) << "block row " << r + 1;
-  EXPECT_EQ(direct.stats.accepted, recorded.stats.accepted);
-  EXPECT_EQ(direct.stats.drafted, recorded.stats.drafted);
+  expect_same_dflash_runs(direct, recorded, 7);
 }
 
 TEST(DflashGpu, GreedyIsTokenIdenticalOnCuda) {

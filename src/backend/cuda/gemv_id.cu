@@ -34,8 +34,33 @@ bool aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
 }
 
+// The routed product's input columns as launch_quantize_q8 left them in scratch: (n_slots / k) * kx columns of
+// K int8 values, then their per-32-value scales.
+struct QuantColumns {
+  const int8_t* xq;
+  const float2* xds;
+};
+QuantColumns quant_columns(const void* scratch, int64_t K, int64_t n_slots, int k, int kx) {
+  const int64_t n_x = (n_slots / k) * kx;
+  return {static_cast<const int8_t*>(scratch),
+          reinterpret_cast<const float2*>(static_cast<const char*>(scratch) + align256(size_t(K * n_x)))};
+}
+
 __device__ __forceinline__ int64_t routed_col(int64_t s, int k, int kx) {
   return (s / k) * kx + (kx == 1 ? 0 : s % k);
+}
+
+// Slot s of a quantized routed product: its expert's weights, its 8-bit input column and its output column.
+__device__ __forceinline__ void select_quant_slot(int64_t s, int k, int kx, int64_t K, size_t w_es,
+                                                  const int32_t* __restrict__ ids,
+                                                  const char* __restrict__& W, const int8_t* __restrict__& xq,
+                                                  const float2* __restrict__& xds, float* __restrict__& y,
+                                                  int64_t y_ld) {
+  const int64_t c = routed_col(s, k, kx);
+  W += size_t(ids[s]) * w_es;
+  xq += c * K;
+  xds += c * (K / 32);
+  y += s * y_ld;
 }
 
 // Dense, 16-byte path: W rows and x columns 16-byte aligned, K a multiple of the elements per load.
@@ -109,12 +134,7 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarpSize)
                          const float2* __restrict__ xds, const int32_t* __restrict__ ids, int k, int kx,
                          float* __restrict__ y, int64_t y_ld) {
   extern __shared__ __align__(16) uint8_t smem[];
-  const int64_t s = blockIdx.y;
-  const int64_t c = routed_col(s, k, kx);
-  W += size_t(ids[s]) * w_es;
-  xq += c * K;
-  xds += c * (K / 32);
-  y += s * y_ld;
+  select_quant_slot(blockIdx.y, k, kx, K, w_es, ids, W, xq, xds, y, y_ld);
   const int64_t row0 = int64_t(blockIdx.x) * kRowsPerBlock;
   const int tid = threadIdx.x;
   for (int r = 0; r < kRowsPerBlock && row0 + r < N; ++r) {
@@ -169,12 +189,7 @@ __global__ void __launch_bounds__(kIdWarps* kWarpSize)
                                 const int8_t* __restrict__ xq, const float2* __restrict__ xds,
                                 const int32_t* __restrict__ ids, int k, int kx, float* __restrict__ y,
                                 int64_t y_ld) {
-  const int64_t s = blockIdx.y;
-  const int64_t c = routed_col(s, k, kx);
-  W += size_t(ids[s]) * w_es;
-  xq += c * K;
-  xds += c * (K / 32);
-  y += s * y_ld;
+  select_quant_slot(blockIdx.y, k, kx, K, w_es, ids, W, xq, xds, y, y_ld);
   const int64_t row0 = (int64_t(blockIdx.x) * kIdWarps + threadIdx.x / kWarpSize) * kIdRows;
   if (row0 >= N) return;
   const int lane = threadIdx.x % kWarpSize;
@@ -218,14 +233,11 @@ template <DType QT>
 void launch_quant_id_direct(const char* W, size_t w_ld, size_t w_es, int64_t K, int64_t N, const void* scratch,
                             const int32_t* ids, int64_t n_slots, int k, int kx, float* y, int64_t y_ld,
                             cudaStream_t stream) {
-  const int64_t n_x = (n_slots / k) * kx;  // input columns quantized in scratch (as launch_quant_id)
-  const int8_t* xq = static_cast<const int8_t*>(scratch);
-  const float2* xds =
-      reinterpret_cast<const float2*>(static_cast<const char*>(scratch) + align256(size_t(K * n_x)));
+  const QuantColumns x = quant_columns(scratch, K, n_slots, k, kx);
   const int64_t rows_per_block = int64_t(kIdWarps) * kIdRows;
   const dim3 grid(unsigned((N + rows_per_block - 1) / rows_per_block), unsigned(n_slots));
   gemv_quant_id_direct_kernel<QT>
-      <<<grid, kIdWarps * kWarpSize, 0, stream>>>(W, w_ld, w_es, K, N, xq, xds, ids, k, kx, y, y_ld);
+      <<<grid, kIdWarps * kWarpSize, 0, stream>>>(W, w_ld, w_es, K, N, x.xq, x.xds, ids, k, kx, y, y_ld);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
@@ -245,13 +257,10 @@ void launch_quant_id(const char* W, size_t w_ld, size_t w_es, int64_t K, int64_t
   });
   const size_t row_bytes = dtype_row_bytes(QT, K);
   const size_t pitch = row_pitch(row_bytes);
-  const int64_t n_x = (n_slots / k) * kx;  // input columns quantized in scratch
-  const int8_t* xq = static_cast<const int8_t*>(scratch);
-  const float2* xds =
-      reinterpret_cast<const float2*>(static_cast<const char*>(scratch) + align256(size_t(K * n_x)));
+  const QuantColumns x = quant_columns(scratch, K, n_slots, k, kx);
   const dim3 grid(unsigned((N + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(n_slots));
   gemv_quant_id_kernel<QT><<<grid, kRowsPerBlock * kWarpSize, kRowsPerBlock * pitch, stream>>>(
-      W, w_ld, w_es, K, N, row_bytes, pitch, xq, xds, ids, k, kx, y, y_ld);
+      W, w_ld, w_es, K, N, row_bytes, pitch, x.xq, x.xds, ids, k, kx, y, y_ld);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
