@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/kernel_profile.h"
 #include "parallel/mesh.h"
 #include "tandem/model.h"
 
@@ -77,11 +78,25 @@ struct ModelRuns {
   int depth = 0;             // tg: cached positions per sequence before the timed steps (llama-bench -d)
   std::vector<int> batches;  // tg: parallel sequences of each test
   int reps = 1;              // timed repetitions of each test
+  KernelProfiler* profiler = nullptr;  // --profile: one more tg run of the first batch, its kernels recorded
 };
 
+// --profile: the kernels of `steps` steps of one run, recorded by the kernel profiler (kernel_profile.h).
+struct ProfiledRun {
+  std::string what;    // "tg128, batch 1", "denoising steps 2..8, device reduction", ...
+  int steps = 0;       // the table divides by this: per step
+  double wall_seconds = 0;  // the steps' time on the host clock, profiled (CUPTI adds a little per kernel)
+  KernelProfile kernels;
+};
+
+// The per-step table of a profiled run (markdown): the step's time, the kernels' busy time, the idle time
+// between kernels, then the kernels by time (the largest `rows`, the rest summed in one row).
+void print_profile_markdown(const ProfiledRun& p, size_t rows = 30);
+
 // pp (when n_prompt > 0), then tg for each batch (when n_gen > 0), each against its limit.
+// With runs.profiler, *profiled (when given) gets the kernels of one more tg run of the first batch.
 std::vector<Result> bench_model(const std::shared_ptr<Model>& model, const ModelShape& shape,
-                                const ModelRuns& runs, const Limits& limits);
+                                const ModelRuns& runs, const Limits& limits, ProfiledRun* profiled = nullptr);
 
 // ---- the kernels (bench_kernels.cpp) ----------------------------------------------------------------------
 
@@ -111,6 +126,7 @@ struct Report {
   std::vector<Result> results;
   bool kernels = false;  // --kernels was given (the JSON report then has "kernels", even if empty)
   std::vector<KernelResult> kernel_results;
+  std::vector<ProfiledRun> profiles;  // --profile
 };
 
 void print_json(const Report& r);

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "bench.h"
 #include "bench_diffusion.h"
 #include "core/error.h"
 
@@ -25,10 +26,7 @@ struct PathResult {
   int steps = 0;
 };
 
-PathResult run_path(CanvasSource& source, const std::vector<int32_t>& prompt, const EbParams& eb,
-                    Toggle reduce, int reps, const char* name) {
-  PathResult r;
-  r.path = name;
+DiffusionParams bench_params(const CanvasSource& source, const EbParams& eb, Toggle reduce) {
   DiffusionParams p;
   p.eb = eb;
   // The stop rule never fires: every run is exactly max_steps steps.
@@ -38,6 +36,14 @@ PathResult run_path(CanvasSource& source, const std::vector<int32_t>& prompt, co
   p.repeat_run = 0;
   p.gpu_sample_reduce = reduce;
   p.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  return p;
+}
+
+PathResult run_path(CanvasSource& source, const std::vector<int32_t>& prompt, const EbParams& eb,
+                    Toggle reduce, int reps, const char* name) {
+  PathResult r;
+  r.path = name;
+  const DiffusionParams p = bench_params(source, eb, reduce);
   for (int i = 0; i <= reps; ++i) {  // run 0 warms up (allocations, graph recording)
     const DiffusionResult res = diffuse(source, prompt, p);
     const DiffusionBlockStats& b = res.blocks.front();
@@ -50,10 +56,33 @@ PathResult run_path(CanvasSource& source, const std::vector<int32_t>& prompt, co
   return r;
 }
 
+// One more block on the path `reduce`, its steps after the first (PREFILL and step 0's first-use work out of
+// it) in the profiler's window.
+bench::ProfiledRun profile_steps(CanvasSource& source, const std::vector<int32_t>& prompt, const EbParams& eb,
+                                 Toggle reduce, const std::string& path, KernelProfiler& profiler) {
+  bench::ProfiledRun run;
+  bench::Clock::time_point t0;
+  int last = 0;
+  auto on_step = [&](const DiffusionStep& st) {
+    if (st.step == 0) {
+      profiler.begin_window();
+      t0 = bench::Clock::now();
+    }
+    last = st.step;
+    return true;
+  };
+  diffuse(source, prompt, bench_params(source, eb, reduce), on_step);
+  run.wall_seconds = bench::seconds_since(t0);
+  run.kernels = profiler.end_window();
+  run.steps = last;
+  run.what = "denoising steps 2.." + std::to_string(last + 1) + " of a block, " + path;
+  return run;
+}
+
 }  // namespace
 
 void bench_diffusion(const std::shared_ptr<Model>& model, const std::string& model_path, int n_prompt,
-                     int steps, int reps, double bw_gbs) {
+                     int steps, int reps, double bw_gbs, KernelProfiler* profiler) {
   CanvasModelInfo info;
   try {
     info = canvas_model_info(*model);
@@ -112,6 +141,11 @@ void bench_diffusion(const std::shared_ptr<Model>& model, const std::string& mod
     std::printf(" = %.0f%% of %.0f GB/s (floor %.3f ms per step)",
                 100.0 * per_step / best.step_s / 1e9 / bw_gbs, bw_gbs, per_step / (bw_gbs * 1e9) * 1e3);
   std::printf("\n");
+  if (profiler) {
+    const bool dev = results[1].ran_on_device;
+    bench::print_profile_markdown(
+        profile_steps(*source, prompt, eb, dev ? Toggle::Auto : Toggle::Off, results[dev ? 1 : 0].path, *profiler));
+  }
 }
 
 }  // namespace tandem::cli

@@ -41,7 +41,9 @@ double run_pp(Session& session, int p, std::mt19937& rng, int64_t n_vocab) {
   return seconds_since(t0);
 }
 
-double run_tg(Session& session, int n, int n_seq, int depth, std::mt19937& rng, int64_t n_vocab) {
+// With prof, the timed steps (not the depth fill) are the profiler's window, closed into *profile.
+double run_tg(Session& session, int n, int n_seq, int depth, std::mt19937& rng, int64_t n_vocab,
+              KernelProfiler* prof = nullptr, KernelProfile* profile = nullptr) {
   session.clear();
   Batch b;
   if (depth > 0) {  // untimed: fill each sequence's cache with `depth` positions (the session chunks it)
@@ -64,6 +66,7 @@ double run_tg(Session& session, int n, int n_seq, int depth, std::mt19937& rng, 
     ptrs.push_back(&samplers[size_t(s)]);
     rows.push_back(size_t(s));
   }
+  if (prof) prof->begin_window();
   const auto t0 = Clock::now();
   for (int step = 0; step < n; ++step) {
     b.clear();
@@ -72,7 +75,12 @@ double run_tg(Session& session, int n, int n_seq, int depth, std::mt19937& rng, 
     session.decode(b);
     (void)session.sample(rows, ptrs);
   }
-  return seconds_since(t0);
+  const double seconds = seconds_since(t0);
+  if (prof) {
+    session.synchronize();
+    *profile = prof->end_window();
+  }
+  return seconds;
 }
 
 }  // namespace
@@ -150,7 +158,7 @@ ModelShape qwen3_8b_shape() {
 }
 
 std::vector<Result> bench_model(const std::shared_ptr<Model>& model, const ModelShape& shape,
-                                const ModelRuns& runs, const Limits& limits) {
+                                const ModelRuns& runs, const Limits& limits, ProfiledRun* profiled) {
   std::vector<Result> results;
   const std::vector<int>& batches = runs.batches;
   const int max_b = *std::max_element(batches.begin(), batches.end());
@@ -192,6 +200,12 @@ std::vector<Result> bench_model(const std::shared_ptr<Model>& model, const Model
           double(b) * double(shape.n_layer * shape.n_head_kv * shape.head_dim * 2) * kv_elem * avg_ctx;
       r.fraction = (double(shape.bytes_per_step) + kv_bytes) / step_time / limits.bw;
       results.push_back(r);
+      if (runs.profiler && profiled && b == batches.front()) {
+        profiled->what = r.test + ", batch " + std::to_string(b);
+        profiled->steps = runs.n_gen;
+        profiled->wall_seconds = run_tg(session, runs.n_gen, b, runs.depth, rng, shape.n_vocab, runs.profiler,
+                                        &profiled->kernels);
+      }
     }
   }
   return results;

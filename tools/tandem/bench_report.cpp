@@ -51,7 +51,54 @@ void print_json(const Report& r) {
                     {"graph_us", k.graph_seconds * 1e6},  // 0: not measured (the CPU)
                     {"graph_fraction_of_bw", k.graph_seconds > 0 ? k.bytes / k.graph_seconds / l.bw : 0.0}});
   if (r.kernels) j["kernels"] = karr;
+  nlohmann::json parr = nlohmann::json::array();
+  for (const ProfiledRun& p : r.profiles) {
+    const double n = std::max(p.steps, 1);
+    nlohmann::json ks = nlohmann::json::array();
+    for (const KernelStat& k : p.kernels.kernels)
+      ks.push_back({{"kernel", k.name}, {"calls_per_step", double(k.calls) / n}, {"us_per_step", k.seconds / n * 1e6}});
+    parr.push_back({{"run", p.what},
+                    {"steps", p.steps},
+                    {"step_us", p.wall_seconds / n * 1e6},
+                    {"kernel_busy_us", p.kernels.busy_seconds / n * 1e6},
+                    {"idle_between_kernels_us", p.kernels.idle_seconds() / n * 1e6},
+                    {"launches_per_step", double(p.kernels.launches) / n},
+                    {"kernels", ks}});
+  }
+  if (!r.profiles.empty()) j["profile"] = parr;
   std::printf("%s\n", j.dump(2).c_str());
+}
+
+void print_profile_markdown(const ProfiledRun& p, size_t rows) {
+  const double n = std::max(p.steps, 1);
+  const KernelProfile& k = p.kernels;
+  std::printf("\n## Kernels of %s: per step, mean of %d steps (CUPTI; the profiled steps run a little slower)\n\n",
+              p.what.c_str(), p.steps);
+  if (k.launches == 0) {
+    std::printf("no kernel was recorded in the window\n");
+    return;
+  }
+  std::printf(
+      "step %.1f us (host clock); kernels busy %.1f us (%.1f%% of the step); no kernel running between the "
+      "first and the last: %.1f us; outside them (host, sampling copy): %.1f us; %.1f kernels a step\n\n",
+      p.wall_seconds / n * 1e6, k.busy_seconds / n * 1e6, 100.0 * k.busy_seconds / std::max(p.wall_seconds, 1e-12),
+      k.idle_seconds() / n * 1e6, std::max(0.0, p.wall_seconds - k.span_seconds) / n * 1e6, double(k.launches) / n);
+  std::printf("| kernel | calls / step | us / step | us / call | share of kernel time |\n| --- | ---: | ---: | ---: | ---: |\n");
+  double rest_s = 0;
+  int64_t rest_calls = 0;
+  for (size_t i = 0; i < k.kernels.size(); ++i) {
+    const KernelStat& s = k.kernels[i];
+    if (i >= rows) {
+      rest_s += s.seconds;
+      rest_calls += s.calls;
+      continue;
+    }
+    std::printf("| %s | %.2f | %.1f | %.2f | %.1f%% |\n", s.name.c_str(), double(s.calls) / n, s.seconds / n * 1e6,
+                s.seconds / double(s.calls) * 1e6, 100.0 * s.seconds / k.kernel_seconds);
+  }
+  if (rest_calls > 0)
+    std::printf("| (%zu other kernels) | %.2f | %.1f | | %.1f%% |\n", k.kernels.size() - rows, double(rest_calls) / n,
+                rest_s / n * 1e6, 100.0 * rest_s / k.kernel_seconds);
 }
 
 void print_markdown(const Report& r) {
@@ -104,6 +151,7 @@ void print_markdown(const Report& r) {
                   100.0 * k.flops / k.seconds / l.rate, graph);
     }
   }
+  for (const ProfiledRun& p : r.profiles) print_profile_markdown(p);
 }
 
 }  // namespace tandem::cli::bench

@@ -4,7 +4,7 @@
 //   tandem bench -m MODEL [-p 512] [-n 128] [-b 1,8,32] [-r 5] [-o md|json] [--bw GB/s] [--tflops T]
 //                [--device cuda:0|cpu
 //                 | --devices LIST --split-mode MODE [--tensor-split R,..] [--main-device N]]
-//                [--kernels]
+//                [--kernels] [--profile]
 //   tandem bench -m MODEL --random-weights TYPE --to OUT.gguf [-t N]
 //   tandem bench -m CANVAS_MODEL --diffusion [-p 128] [--diffusion-steps S] [-r 3]   (bench_diffusion.cpp)
 //
@@ -52,6 +52,7 @@ struct BenchArgs {
   SpecOptions spec;        // --draft: speculative vs AR (bench_spec.h)
   bool diffusion = false;  // --diffusion: canvas diffusion, host vs device sampling (bench_diffusion.h)
   int diffusion_steps = 0;
+  bool profile = false;  // --profile: per-kernel times of the tg steps (or denoising steps), CUPTI
 };
 
 std::vector<int> parse_int_list(const std::string& s, const char* what) {
@@ -101,9 +102,21 @@ void run_bench(const BenchArgs& a) {
   mp.n_threads = a.threads;
   mp.device = parse_device(a.device).to_string();
   const MeshSpec mesh = apply(a.split, mp);
+  // --profile records from before the model loads: the steps' CUDA graphs are then made while it records.
+  std::unique_ptr<KernelProfiler> profiler;
+  if (a.profile) {
+    const DeviceId main_dev = mesh.devices[size_t(mesh.main_device)];
+    check(main_dev.kind == DeviceKind::CUDA,
+          "bench --profile: records the kernels of a GPU; the device is " + main_dev.to_string());
+    check(a.diffusion || (!a.model.empty() && a.n_gen > 0),
+          "bench --profile: profiles the tg steps of -m (needs -n > 0) or the denoising steps of --diffusion");
+    std::string why;
+    profiler = KernelProfiler::start(&why);
+    check(profiler != nullptr, "bench --profile: cannot record kernels: " + why);
+  }
   if (a.diffusion) {
     const auto model = Model::load(a.model, mp);
-    return bench_diffusion(model, a.model, a.n_prompt, a.diffusion_steps, a.reps, a.bw_gbs);
+    return bench_diffusion(model, a.model, a.n_prompt, a.diffusion_steps, a.reps, a.bw_gbs, profiler.get());
   }
   // The limits are measured on the main device, where the mode none runs and the logits land.
   const DeviceId dev_id = mesh.devices[size_t(mesh.main_device)];
@@ -139,7 +152,10 @@ void run_bench(const BenchArgs& a) {
     runs.depth = a.depth;
     runs.batches = batches;
     runs.reps = a.reps;
-    report.results = bench::bench_model(model, report.shape, runs, report.limits);
+    runs.profiler = profiler.get();
+    bench::ProfiledRun profiled;
+    report.results = bench::bench_model(model, report.shape, runs, report.limits, &profiled);
+    if (profiler) report.profiles.push_back(std::move(profiled));
   }
   report.kernels = a.kernels;
   if (a.kernels) report.kernel_results = bench::bench_kernels(*dev, report.shape, a.kernels_only);
@@ -186,6 +202,9 @@ void add_bench_command(CLI::App& app) {
       "--diffusion", args->diffusion,
       "canvas diffusion model: PREFILL ms, ms per denoising step and tokens/s, host vs device sampling "
       "(-p prompt tokens, -r repetitions)");
+  cmd->add_flag("--profile", args->profile,
+                "per-kernel GPU time of the tg steps (first batch; or of the denoising steps with --diffusion), "
+                "with the idle time between kernels (needs CUPTI, from the CUDA toolkit)");
   cmd->add_option("--diffusion-steps", args->diffusion_steps,
                   "with --diffusion: denoising steps per block (0: the model's default)");
   cmd->callback([args] {
