@@ -7,7 +7,8 @@
 # the host and are reduced there) and the GPU path (SC and the EB reduction on the GPU, 3 numbers per row back).
 # With SLOPE_LAYERS set (e.g. 3), bf16 also runs at that many layers: the per-layer cost from the two points
 # gives the 30-layer estimate (printed). A layer count other than 30 is a measurement of fewer layers: say so.
-# Usage: BIN=build-gpu/bin OUT=<dir> [LAYERS=6] [SLOPE_LAYERS=] [STEPS=8] scripts/device/diffusion_bench.sh
+# PROFILE=1 adds `--profile`: the per-kernel table of the GPU path's denoising steps (tandem bench --profile).
+# Usage: BIN=build-gpu/bin OUT=<dir> [LAYERS=6] [SLOPE_LAYERS=] [STEPS=8] [PROFILE=1] scripts/device/diffusion_bench.sh
 # Budget: 45 s at 6 layers on the H200 (call B, 2026-12-04: random bf16 11 GB in 9 s, q4_k_m 3.9 GB in 3 s, each
 # bench ~16 s incl. load and the SC table); give 90 s (SLOPE_LAYERS adds ~20 s); each part has a timeout.
 set -uo pipefail
@@ -35,9 +36,10 @@ run_one() {  # type layers
   echo "made $f ($(du -h --apparent-size "$f" | cut -f1)) in $((SECONDS - t0)) s"
   t0=$SECONDS
   if timeout 100 "$BIN/tandem" bench -m "$f" --diffusion -p 128 --diffusion-steps "$STEPS" -r 2 --device cuda:0 \
-      --bw "$BW" >"$OUT/bench_${t}_$L.md" 2>"$OUT/bench_${t}_$L.log"; then
+      --bw "$BW" ${PROFILE:+--profile} >"$OUT/bench_${t}_$L.md" 2>"$OUT/bench_${t}_$L.log"; then
     echo "PASS bench --diffusion $t, $L layers ($((SECONDS - t0)) s)"
     grep -E "^\| (host|device)|speedup|did not run|bytes per step" "$OUT/bench_${t}_$L.md"
+    [ -n "${PROFILE:-}" ] && grep -A14 -E "^## Kernels of" "$OUT/bench_${t}_$L.md"
     STEP_MS[$t.$L]=$(grep -E "^\| device reduction \| device" "$OUT/bench_${t}_$L.md" | awk -F'|' '{print $5}' | tr -d ' ')
   else
     echo "FAIL bench --diffusion $t, $L layers ($((SECONDS - t0)) s; see $OUT/bench_${t}_$L.*)"
