@@ -8,7 +8,8 @@
 # With SLOPE_LAYERS set (e.g. 3), bf16 also runs at that many layers: the per-layer cost from the two points
 # gives the 30-layer estimate (printed). A layer count other than 30 is a measurement of fewer layers: say so.
 # PROFILE=1 adds `--profile`: the per-kernel table of the GPU path's denoising steps (tandem bench --profile).
-# Usage: BIN=build-gpu/bin OUT=<dir> [LAYERS=6] [SLOPE_LAYERS=] [STEPS=8] [PROFILE=1] scripts/device/diffusion_bench.sh
+# Usage: BIN=build-gpu/bin OUT=<dir> [LAYERS=6] [SLOPE_LAYERS=] [STEPS=8] [PROFILE=1] [DIFF_TYPES="bf16 q4_k_m"]
+#        scripts/device/diffusion_bench.sh
 # Budget: 45 s at 6 layers on the H200 (call B, 2026-12-04: random bf16 11 GB in 9 s, q4_k_m 3.9 GB in 3 s, each
 # bench ~16 s incl. load and the SC table); give 90 s (SLOPE_LAYERS adds ~20 s); each part has a timeout.
 set -uo pipefail
@@ -48,8 +49,7 @@ run_one() {  # type layers
   rm -f "$f"
 }
 
-run_one bf16 "$LAYERS"
-run_one q4_k_m "$LAYERS"
+for t in ${DIFF_TYPES:-bf16 q4_k_m}; do run_one "$t" "$LAYERS"; done
 if [ -n "$SLOPE_LAYERS" ] && [ "$SLOPE_LAYERS" != "$LAYERS" ]; then
   run_one bf16 "$SLOPE_LAYERS"
   a=${STEP_MS[bf16.$SLOPE_LAYERS]:-} b=${STEP_MS[bf16.$LAYERS]:-}

@@ -40,10 +40,10 @@ for t in ${TYPES:-bf16 q4_k_m}; do
   fi
   grep -E "model:|shape:|decode step reads|limits:|^\| (pp|tg)" "$OUT/bench_$t.txt"
   tail -3 "$OUT/bench_$t.txt" | grep -iE "error|fail" && status=1
-  if [ "$t" != bf16 ]; then  # the direct routed kernel (gemv_id.cu, off by default until checked): tg128 beside
-    TANDEM_ID_DIRECT=1 timeout 45 "$BIN/tandem" bench -m "$f" -p 0 -n 128 -b 1 -r 2 --device cuda:0 --bw 4280 \
-      >"$OUT/bench_${t}_id_direct.txt" 2>&1
-    echo "TANDEM_ID_DIRECT=1 rc=$?: $(grep -E "^\| tg128" "$OUT/bench_${t}_id_direct.txt")"
+  if [ "$t" != bf16 ]; then  # the staged routed kernel (TANDEM_ID_DIRECT=0; the direct one is the default): tg128 beside
+    TANDEM_ID_DIRECT=0 timeout 45 "$BIN/tandem" bench -m "$f" -p 0 -n 128 -b 1 -r 2 --device cuda:0 --bw 4280 \
+      >"$OUT/bench_${t}_id_staged.txt" 2>&1
+    echo "TANDEM_ID_DIRECT=0 rc=$?: $(grep -E "^\| tg128" "$OUT/bench_${t}_id_staged.txt")"
   fi
   if [ -n "${LLAMA_CPP_BIN:-}" ] && [ -x "$LLAMA_CPP_BIN/llama-bench" ]; then
     t0=$SECONDS

@@ -11,7 +11,8 @@
 #   4. batch 32 against batch 1 (goal: >= 25x), bf16;
 #   5. decode attention alone at 4k / 8k / 32k positions for several split lengths (TANDEM_ATTN_SPLIT);
 #   6. speculative decoding on the shipped small pair (DFlash draft-max 7, draft model 4), cuda:0;
-#   7. tg with programmatic dependent launch on (TANDEM_PDL=1; SPEED_PDL=0 skips it), q4_k and bf16.
+#   7. tg with programmatic dependent launch off (TANDEM_PDL=0; on by default since the tenth session;
+#      SPEED_PDL=0 skips it), q8_0, q4_k and bf16: the A/B of the default.
 # Parts 3-7 and the kernel table (run last) are skipped once SPEED_LIMIT (210) seconds have gone.
 # The last lines printed (what run_all.sh's summary shows) are the essential numbers ($OUT/summary.txt).
 set -uo pipefail
@@ -138,12 +139,12 @@ done
 }
 
 if [ "${SPEED_PDL:-1}" = 1 ] && ! late PDL; then
-  echo "=== $(date +%T) programmatic dependent launch on (TANDEM_PDL=1), tg128"
-  for t in q4_k bf16; do
+  echo "=== $(date +%T) programmatic dependent launch off (TANDEM_PDL=0), tg128"
+  for t in q8_0 q4_k bf16; do
     late "PDL $t" && break
-    TANDEM_PDL=1 timeout 40 "$BIN/tandem" bench -m "$MODEL_DIR/qwen3-8b-$t.gguf" -p 0 -n 128 -b 1 -r 1 -o md \
+    TANDEM_PDL=0 timeout 40 "$BIN/tandem" bench -m "$MODEL_DIR/qwen3-8b-$t.gguf" -p 0 -n 128 -b 1 -r 1 -o md \
       >"$OUT/pdl_$t.md" 2>&1
-    echo "$t exit $?"; grep -E "^\| tg" "$OUT/pdl_$t.md" | sed "s/^/PDL $t /" | tee -a "$S"
+    echo "$t exit $?"; grep -E "^\| tg" "$OUT/pdl_$t.md" | sed "s/^/PDL off $t /" | tee -a "$S"
   done
 fi
 if { [ -z "$NSYS" ] || [ "${SPEED_KERNELS:-0}" = 1 ]; } && ! late "kernel table"; then

@@ -1,6 +1,8 @@
 // graph_key.h: which steps a session replays as recorded graphs, and their keys.
 #include "runtime/graph_key.h"
 
+#include "core/env_switch.h"
+
 #include <atomic>
 #include <cstdlib>
 
@@ -24,21 +26,16 @@ std::optional<StepShape> recordable_step_shape(const Batch& batch, std::span<con
 }
 
 namespace {
-std::atomic<int> g_record_override{-1};  // -1: the environment; 0 / 1: set_record_other_step_shapes
+// On by default since the tenth session's GPU run (tandem_gpu_tests 75/75 with it; DFlash small pair 0.99x -> 1.12x).
+EnvSwitch g_record_other{"TANDEM_RECORD_SHAPES", true};
 }  // namespace
 
 bool record_other_step_shapes() {
-  const int o = g_record_override.load(std::memory_order_relaxed);
-  if (o >= 0) return o == 1;
-  static const bool on = [] {
-    const char* e = std::getenv("TANDEM_RECORD_SHAPES");
-    return e != nullptr && *e != '\0' && *e != '0';
-  }();
-  return on;
+  return g_record_other.on();
 }
 
 void set_record_other_step_shapes(std::optional<bool> on) {
-  g_record_override.store(on ? int(*on) : -1, std::memory_order_relaxed);
+  g_record_other.set(on);
 }
 
 std::optional<uint32_t> StepShapeIds::id_of(const StepShape& s) {

@@ -36,9 +36,9 @@ struct StepShape {
 std::optional<StepShape> recordable_step_shape(const Batch& batch, std::span<const int32_t> added_rows, size_t r0,
                                                size_t r1, bool source_readable);
 
-// TANDEM_RECORD_SHAPES=1: record the step shapes other than plain causal token rows too (DFlash draft blocks and
-// feature rows). Off by default until a GPU run has compared them with direct runs (bench/BENCHMARKS.md, ninth
-// session): with it off those steps run directly, as before.
+// Record the step shapes other than plain causal token rows too (DFlash draft blocks and feature rows). On by
+// default since a GPU run compared them with direct runs (bench/BENCHMARKS.md, tenth session);
+// TANDEM_RECORD_SHAPES=0 runs those steps directly, as before.
 bool record_other_step_shapes();
 // Tests: overrides the environment variable (nullopt: back to it). Takes effect for the next steps.
 void set_record_other_step_shapes(std::optional<bool> on);

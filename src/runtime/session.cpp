@@ -624,7 +624,7 @@ void Session::Impl::run_chunk(const Batch& batch, size_t r0, size_t r1, size_t o
   // every pointer is fixed, and max_seq_len is the session's capacity so that the recorded attention launch
   // covers any length. Step shapes (graph_key.h): causal token rows, and the DFlash drafter's
   // block-bidirectional draft blocks and in-place feature rows, so a speculative cycle's drafter passes replay
-  // too (with TANDEM_RECORD_SHAPES=1 until a GPU run has checked them); rows that write no K/V are fine (their
+  // too (TANDEM_RECORD_SHAPES=0 runs them directly); rows that write no K/V are fine (their
   // scratch slots are uploaded data). CPU devices run the forward directly; so do the other masks, host-side
   // added rows (graph_key.h says why), staged taps, and MPI collectives.
   bool source_readable = batch.embedding_source.data != nullptr;
@@ -633,7 +633,7 @@ void Session::Impl::run_chunk(const Batch& batch, size_t r0, size_t r1, size_t o
   std::optional<StepShape> shape =
       batch.embeddings.empty() ? recordable_step_shape(batch, h_added_rows, r0, r1, source_readable) : std::nullopt;
   // Steps recorded before graph_key.h (causal token rows, no embedding source, every row writing K/V) always;
-  // the others only with TANDEM_RECORD_SHAPES=1 for now (graph_key.h).
+  // the others unless TANDEM_RECORD_SHAPES=0 (graph_key.h).
   const bool newly_recordable = batch.mask.kind != AttentionMask::Causal ||
                                 batch.embedding_source.data != nullptr || !batch.kv_write.empty();
   if (newly_recordable && !record_other_step_shapes()) shape.reset();

@@ -30,6 +30,15 @@ double time_calls(Device& dev, int iters, F&& fn) {
   return samples[samples.size() / 2];
 }
 
+// A recording key no earlier measurement of this process used. (Not a static inside the template below: each
+// instantiation, one per group's lambda type, had its own counter, so the swiglu group's first key was the
+// matmul group's first key, and the device replayed the matmul recording, whose weights were freed: the
+// illegal memory access of `bench --kernels`, found by compute-sanitizer, 2026-12-05.)
+uint64_t next_recording_key() {
+  static uint64_t next = 0x6b65726e656c0000ull;  // "kernel"
+  return next++;
+}
+
 // The same, with the `iters` calls replayed as one recording (Device::run_recorded: a CUDA graph), so that the
 // host's launch cost between calls is not in the time; 0 where the device does not record (the CPU). Each
 // measurement has its own key: a recording must always enqueue the same work. time_calls times one replay a
@@ -37,8 +46,7 @@ double time_calls(Device& dev, int iters, F&& fn) {
 template <class F>
 double time_calls_recorded(Device& dev, int iters, F&& fn) {
   if (dev.id().kind != DeviceKind::CUDA) return 0.0;
-  static uint64_t next_key = 0x6b65726e656c0000ull;  // "kernel"
-  const uint64_t key = next_key++;
+  const uint64_t key = next_recording_key();
   const std::function<void(Stream&)> body = [&](Stream&) {
     for (int i = 0; i < iters; ++i) fn(i);
   };

@@ -182,7 +182,7 @@ void launch_gemv_quant_id(DType wt, const void* W, size_t w_ld, size_t w_es, int
                           const void* scratch, const int32_t* ids, int64_t n_slots, int k, int kx, float* y,
                           int64_t y_ld, cudaStream_t stream);
 // Q8_0 / Q4_K / Q5_K rows of K % 256 == 0 values, 16-byte aligned, can take a direct kernel (gemv_id.cu): on
-// with TANDEM_ID_DIRECT=1 until a GPU run has checked it; tests set it here (nullopt: the environment again).
+// unless TANDEM_ID_DIRECT=0; tests set it here (nullopt: the environment again).
 void set_gemv_id_direct(std::optional<bool> on);
 void launch_gemv_dense_id(DType wt, const void* W, size_t w_ld, size_t w_es, int64_t K, int64_t N,
                           const float* x, int64_t x_ld, const int32_t* ids, int64_t n_slots, int k, int kx,

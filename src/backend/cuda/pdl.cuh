@@ -10,10 +10,11 @@
 //     before it: that is the point.
 //   - pdl_trigger() early (at the start): lets the next kernel launch once every block of this one has
 //     started; that kernel's own pdl_wait() still waits for this one to complete.
-// In a kernel launched normally both are no-ops. Off by default, on with TANDEM_PDL=1: the first H200 run
-// (2026-12-04 15:50) measured no gain on Qwen3-8B bf16 tg128 (154.8 t/s with, 155.6 without) while whole-model
-// GPU tests failed with it on (dense products read their input with __ldg, an invariant load the compiler may
-// move above pdl_wait; fixed since: activations are read with plain loads). Opt in to measure it again.
+// In a kernel launched normally both are no-ops. On by default since the tenth session (H100: tandem_gpu_tests
+// 75/75 with it; Qwen3-8B-shape tg128 q4_k 258.8 -> 272.7 t/s, bf16 155.4 -> 158.5); TANDEM_PDL=0 turns it off.
+// (The first H200 run, 2026-12-04, measured no gain while whole-model GPU tests failed with it on: dense
+// products read their input with __ldg, an invariant load the compiler may move above pdl_wait; they read
+// activations with plain loads since.)
 #pragma once
 
 #include <cuda_runtime.h>
@@ -22,6 +23,7 @@
 #include <utility>
 
 #include "backend/cuda/cuda_check.h"
+#include "core/env_switch.h"
 
 namespace tandem::cuda {
 
@@ -32,12 +34,10 @@ __device__ __forceinline__ void pdl_trigger() {
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 }
 
+inline EnvSwitch g_pdl{"TANDEM_PDL", true};
+
 inline bool pdl_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("TANDEM_PDL");
-    return e && *e && *e != '0';
-  }();
-  return on;
+  return g_pdl.on();
 }
 
 template <class... KArgs, class... Args>
