@@ -11,7 +11,9 @@
 # $OUT/summary.txt: per type tandem vs llama.cpp t/s (tg128, pp512), their ratio, and each engine's tg as a
 # fraction of the bandwidth limit on the active bytes (tandem's "decode step reads" line; llama.cpp reads the
 # same file). Per-step figures are for LAYERS layers: not scaled to 30 (the ratio to the limit is what carries).
-# Usage: BIN=build-gpu/bin OUT=<dir> [LAYERS=4] [TYPES="bf16 q4_k_m"] scripts/device/gemma4_moe_bench.sh. Budget:
+# PROFILE=1: the first bench also prints the per-kernel table of its tg steps (tandem bench --profile; those
+# t/s are profiled, slower).
+# Usage: BIN=build-gpu/bin OUT=<dir> [LAYERS=4] [TYPES="bf16 q4_k_m"] [PROFILE=1] scripts/device/gemma4_moe_bench.sh. Budget:
 # about 110 s for 4 layers (bf16 ~8 GB and q4_k_m ~3 GB of random weights written in seconds; each engine's
 # runs <= 45 s); a type is skipped (said so) when less than 50 s of BUDGET (default 115) is left.
 set -uo pipefail
@@ -33,12 +35,13 @@ for t in ${TYPES:-bf16 q4_k_m}; do
   echo "made $f ($(du -h "$f" | cut -f1)) in $((SECONDS - t0)) s"
   t0=$SECONDS
   if timeout 45 "$BIN/tandem" bench -m "$f" -p 512 -n 128 -b 1 -r 2 --device cuda:0 --bw 4280 \
-      >"$OUT/bench_$t.txt" 2>&1; then
+      ${PROFILE:+--profile} >"$OUT/bench_$t.txt" 2>&1; then
     echo "PASS bench_$t ($((SECONDS - t0)) s)"
   else
     echo "FAIL bench_$t ($((SECONDS - t0)) s)"; status=1
   fi
   grep -E "model:|shape:|decode step reads|limits:|^\| (pp|tg)" "$OUT/bench_$t.txt"
+  [ -n "${PROFILE:-}" ] && grep -A26 -E "^## Kernels of" "$OUT/bench_$t.txt" | grep -v "^$"
   tail -3 "$OUT/bench_$t.txt" | grep -iE "error|fail" && status=1
   if [ "$t" != bf16 ]; then  # the staged routed kernel (TANDEM_ID_DIRECT=0; the direct one is the default): tg128 beside
     TANDEM_ID_DIRECT=0 timeout 45 "$BIN/tandem" bench -m "$f" -p 0 -n 128 -b 1 -r 2 --device cuda:0 --bw 4280 \

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <span>
 
 #include "core/error.h"
 #include "model/scratch_views.h"
@@ -118,16 +119,18 @@ void Gemma4Base::attention(const BlockRun& run, const Gemma4Layer& w, const Laye
   const Tensor attn2 = slot_view(sc.attn, d.n_head * d.head_dim_v, T);
   const Tensor q = split_heads(q2, d.head_dim_k), k = split_heads(k2, d.head_dim_k),
                v = split_heads(v2, d.head_dim_v);
-  ops.rms_norm(st, x, &w.attn_norm, run.eps, h);
-  ops.matmul(st, w.wq, h, q2);
+  // The norm and the Q, K (and V) products in one launch where the backend can (h read once; at decode the
+  // norm, three activation quantizations and three products become one quantization and one product).
+  // A KV-sharing layer (kv_source >= 0) projects Q only: its source layer wrote these rows' K/V.
+  const bool own_kv = w.kv_source < 0;
+  const Tensor w_qkv[3] = {w.wq, w.wk, w.wv ? *w.wv : w.wk};
+  const Tensor y_qkv[3] = {q2, k2, v2};
+  const size_t n_proj = !own_kv ? 1 : w.wv ? 3 : 2;
+  ops.norm_matmul_multi(st, x, w.attn_norm, run.eps, h, std::span(w_qkv, n_proj), std::span(y_qkv, n_proj));
   ops.rms_norm(st, q, &w.q_norm, run.eps, q);
   ops.rope(st, q, positions, d.rope);
-  if (w.kv_source < 0) {  // a KV-sharing layer stores nothing: its source layer wrote these rows' K/V
-    ops.matmul(st, w.wk, h, k2);
-    if (w.wv)
-      ops.matmul(st, *w.wv, h, v2);
-    else
-      ops.copy(st, k2, v2);  // V = the raw K projection, taken before K's norm (C.4 step 3)
+  if (own_kv) {
+    if (!w.wv) ops.copy(st, k2, v2);  // V = the raw K projection, taken before K's norm (C.4 step 3)
     ops.rms_norm(st, k, &w.k_norm, run.eps, k);
     ops.rms_norm(st, v, nullptr, run.eps, v);
     ops.rope(st, k, positions, d.rope);
@@ -151,9 +154,10 @@ void Gemma4Base::ffn(const BlockRun& run, const Gemma4Layer& w, int64_t n_ff, co
   const Tensor h = slot_view(sc.h, x.ne[0], T), proj = slot_view(sc.proj, x.ne[0], T);
   const Tensor gate = slot_view(sc.gate, n_ff, T), up = slot_view(sc.up, n_ff, T),
                act = slot_view(sc.act, n_ff, T);
-  ops.rms_norm(st, x, &w.ffn_norm, run.eps, h);
-  ops.matmul(st, w.gate, h, gate);
-  ops.matmul(st, w.up, h, up);
+  // The norm, gate and up in one launch where the backend can (GELU-tanh, not SwiGLU: no fused epilogue yet).
+  const Tensor w_gu[2] = {w.gate, w.up};
+  const Tensor y_gu[2] = {gate, up};
+  ops.norm_matmul_multi(st, x, w.ffn_norm, run.eps, h, w_gu, y_gu);
   ops.gelu_mul(st, gate, up, act);
   ops.matmul(st, w.down, act, proj);
   run.reduce(proj);

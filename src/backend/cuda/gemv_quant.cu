@@ -20,6 +20,7 @@
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/gemv_quant_decode.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "core/env_switch.h"
 #include "quant/blocks.h"
 
 namespace tandem::cuda {
@@ -52,26 +53,33 @@ __global__ void quantize_q8_kernel(const float* x, int64_t x_ld, int64_t K, int6
   if (lane == 0) xds[bi] = make_float2(d, d * float(sum));
 }
 
-// rms_norm of column t = blockIdx.x (x * inv * norm, rms_norm_kernel's expression), then quantized per 32
+// rms_norm of column t = blockIdx.y (x * inv * norm, rms_norm_kernel's expression), then quantized per 32
 // values as quantize_q8_kernel does: the norm before the Q/K/V and gate/up products and their activation
-// quantization in one launch. A block per column: the sum of squares is a block reduction over the whole
-// column.
+// quantization in one launch. The sum of squares is a block reduction over the whole column.
+//
+// Wide (the default): gridDim.x blocks per column, each computing the column's sum of squares (the same loop
+// and reduction, so the same value in every block) and quantizing its own 8 groups of 32 values, a warp a
+// group. One block per column (TANDEM_NORM_QUANT_WIDE=0, as before) walked the column's 128 groups (n_embd
+// 4096) 8 at a time: 16 dependent rounds of loads on one SM, twice a layer on the critical path of a decode
+// step. Both give bitwise the same values.
 constexpr int kNormQuantThreads = 256;
+EnvSwitch g_norm_quant_wide{"TANDEM_NORM_QUANT_WIDE", true};
 __global__ void __launch_bounds__(kNormQuantThreads)
     quantize_q8_norm_kernel(const float* x, int64_t x_ld, int64_t K, const float* norm, float eps,
                             int8_t* __restrict__ xq, float2* __restrict__ xds) {
   __shared__ float red[32];
   pdl_trigger();  // pdl.cuh
   pdl_wait();     // x is the previous kernel's output
-  const int64_t t = blockIdx.x;
+  const int64_t t = blockIdx.y;
   const float* xc = x + t * x_ld;
   float ss = 0.0f;
   for (int64_t i = threadIdx.x; i < K; i += blockDim.x) ss += xc[i] * xc[i];
   ss = block_sum(ss, red);
   const float inv = 1.0f / sqrtf(ss / float(K) + eps);
+  const int warps = blockDim.x / kWarpSize;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const int64_t per_col = K / 32;
-  for (int64_t b = warp; b < per_col; b += blockDim.x / kWarpSize) {
+  for (int64_t b = int64_t(blockIdx.x) * warps + warp; b < per_col; b += int64_t(gridDim.x) * warps) {
     const int64_t i = b * 32 + lane;
     const float v = xc[i] * inv * norm[i];
     const float amax = warp_max(fabsf(v));
@@ -341,8 +349,11 @@ void launch_quantize_q8_norm(const float* x, int64_t x_ld, int64_t K, int64_t T,
   if (T == 0 || K == 0) return;
   int8_t* xq = static_cast<int8_t*>(scratch);
   float2* xds = reinterpret_cast<float2*>(static_cast<char*>(scratch) + align256(size_t(K * T)));
-  launch_pdl(quantize_q8_norm_kernel, dim3(unsigned(T)), dim3(kNormQuantThreads), 0, stream, x, x_ld, K, norm,
-             eps, xq, xds);
+  check(T <= 65535, "launch_quantize_q8_norm: at most 65535 columns a launch");
+  const int64_t groups = K / 32, per_block = kNormQuantThreads / kWarpSize;
+  const unsigned wide = g_norm_quant_wide.on() ? unsigned((groups + per_block - 1) / per_block) : 1u;
+  launch_pdl(quantize_q8_norm_kernel, dim3(std::max(wide, 1u), unsigned(T)), dim3(kNormQuantThreads), 0, stream,
+             x, x_ld, K, norm, eps, xq, xds);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
