@@ -11,8 +11,8 @@
 #   4. batch 32 against batch 1 (goal: >= 25x), bf16;
 #   5. decode attention alone at 4k / 8k / 32k positions for several split lengths (TANDEM_ATTN_SPLIT);
 #   6. speculative decoding on the shipped small pair (DFlash draft-max 7, draft model 4), cuda:0;
-#   7. tg with programmatic dependent launch off (TANDEM_PDL=0; on by default since the tenth session;
-#      SPEED_PDL=0 skips it), q8_0, q4_k and bf16: the A/B of the default.
+#   7. tg128 with each default of SPEED_OFF switched off (default TANDEM_PDL=0 on q8_0, q4_k, bf16; SPEED_PDL=0
+#      skips the part): the A/B of the defaults in the same call.
 # Parts 3-7 and the kernel table (run last) are skipped once SPEED_LIMIT (210) seconds have gone.
 # The last lines printed (what run_all.sh's summary shows) are the essential numbers ($OUT/summary.txt).
 set -uo pipefail
@@ -127,9 +127,9 @@ done
 
 late spec || {
 echo "=== $(date +%T) speculative decoding on the shipped small pair (cuda:0): speedup over AR, per cycle"
-# (record 1: TANDEM_RECORD_SHAPES=1, the drafter's block-mask and feature-row steps replayed as CUDA graphs)
-for spec in "dflash 7 models/tandem-small-dflash-q8_0.gguf 0" "dflash 7 models/tandem-small-dflash-q8_0.gguf 1" \
-            "draft 4 models/tandem-draft-q8_0.gguf 0"; do
+# (record 1, the default since the tenth session: the drafter's block-mask and feature-row steps replayed as CUDA
+# graphs; record 0 runs them directly)
+for spec in "dflash 7 models/tandem-small-dflash-q8_0.gguf 1" "draft 4 models/tandem-draft-q8_0.gguf 1"; do
   set -- $spec
   TANDEM_RECORD_SHAPES=$4 timeout 40 "$BIN/tandem" bench -m models/tandem-small-q8_0.gguf --draft "$3" --draft-max "$2" \
     -p 0 -n 128 -b 1 -r 2 --device cuda:0 >"$OUT/spec_$1_record$4.md" 2>&1
@@ -138,13 +138,18 @@ for spec in "dflash 7 models/tandem-small-dflash-q8_0.gguf 0" "dflash 7 models/t
 done
 }
 
+# Each default switched off in turn (SPEED_OFF="ENV=0:types ..."; default: PDL on all three files), tg128: the
+# A/B of each default in the same call.
 if [ "${SPEED_PDL:-1}" = 1 ] && ! late PDL; then
-  echo "=== $(date +%T) programmatic dependent launch off (TANDEM_PDL=0), tg128"
-  for t in q8_0 q4_k bf16; do
-    late "PDL $t" && break
-    TANDEM_PDL=0 timeout 40 "$BIN/tandem" bench -m "$MODEL_DIR/qwen3-8b-$t.gguf" -p 0 -n 128 -b 1 -r 1 -o md \
-      >"$OUT/pdl_$t.md" 2>&1
-    echo "$t exit $?"; grep -E "^\| tg" "$OUT/pdl_$t.md" | sed "s/^/PDL off $t /" | tee -a "$S"
+  for spec in ${SPEED_OFF:-TANDEM_PDL=0:q8_0,q4_k,bf16}; do
+    sw=${spec%%:*}; types=${spec#*:}
+    echo "=== $(date +%T) $sw, tg128"
+    for t in ${types//,/ }; do
+      late "$sw $t" && break
+      env "$sw" timeout 40 "$BIN/tandem" bench -m "$MODEL_DIR/qwen3-8b-$t.gguf" -p 0 -n 128 -b 1 -r 1 -o md \
+        >"$OUT/off_${sw%%=*}_$t.md" 2>&1
+      echo "$t exit $?"; grep -E "^\| tg" "$OUT/off_${sw%%=*}_$t.md" | sed "s/^/$sw $t /" | tee -a "$S"
+    done
   done
 fi
 if { [ -z "$NSYS" ] || [ "${SPEED_KERNELS:-0}" = 1 ]; } && ! late "kernel table"; then

@@ -314,6 +314,14 @@ class Ops {
   // (AttentionBatch::explicit_mask).
   virtual void attention(Stream& s, const Tensor& q, const KvLayerView& kv, const AttentionBatch& batch,
                          float scale, const Tensor& out) = 0;
+  // attention(q, kv, batch, scale, out), then matmul_add(W_o, out_rows, tmp, y): a layer's attention and its
+  // output projection added to the residual stream. out_rows is out viewed as {n_head * hd_v, T} (the same
+  // memory). A fused backend hands the attention output to the product already in the form the product reads
+  // (CUDA, quantized weights: its 8-bit activations, without a separate quantization launch), with the same
+  // values as the composition here.
+  virtual void attention_project_add(Stream& s, const Tensor& q, const KvLayerView& kv, const AttentionBatch& batch,
+                                     float scale, const Tensor& out, const Tensor& out_rows, const Tensor& W_o,
+                                     const Tensor& tmp, const Tensor& y);
 
   // out = silu(gate) * up (SwiGLU), silu(x) = x / (1 + exp(-x)). gate, up, out F32 of the same shape.
   virtual void silu_mul(Stream& s, const Tensor& gate, const Tensor& up, const Tensor& out) = 0;

@@ -31,6 +31,15 @@ void Ops::norm_matmul_swiglu(Stream& s, const Tensor& x, const Tensor& norm, flo
   matmul_swiglu(s, W_gate, W_up, h, gate, up, out);
 }
 
+void Ops::attention_project_add(Stream& s, const Tensor& q, const KvLayerView& kv, const AttentionBatch& batch,
+                                float scale, const Tensor& out, const Tensor& out_rows, const Tensor& W_o,
+                                const Tensor& tmp, const Tensor& y) {
+  check(out.data == out_rows.data && out.nbytes() == out_rows.nbytes(),
+        "attention_project_add: out_rows must be out's memory viewed as {n_head * head_dim_v, T}");
+  attention(s, q, kv, batch, scale, out);
+  matmul_add(s, W_o, out_rows, tmp, y);
+}
+
 void Ops::matmul_add(Stream& s, const Tensor& W, const Tensor& x, const Tensor& tmp, const Tensor& y) {
   matmul(s, W, x, tmp);
   add(s, y, tmp, y);

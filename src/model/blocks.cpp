@@ -120,11 +120,12 @@ void attention_block(const BlockRun& run, const AttentionWeights& w, const Layer
   // Q/K norms, rope and the K/V store: one launch where the backend can.
   ops.qk_norm_rope_store(st, q, k, v, w.q_norm ? &*w.q_norm : nullptr, w.k_norm ? &*w.k_norm : nullptr,
                          run.eps, positions, d.rope, kv, group.slot_mapping);
-  ops.attention(st, q, kv, group.attention, d.attn_scale, attn);
-  if (run.comm == nullptr && !w.bo) {  // residual add in the product's epilogue: x += wo attn
-    ops.matmul_add(st, w.wo, attn2, proj, x);
+  if (run.comm == nullptr && !w.bo) {  // x += wo attn: the residual add in the product's epilogue, and (CUDA,
+                                       // quantized wo) the attention output handed over already quantized
+    ops.attention_project_add(st, q, kv, group.attention, d.attn_scale, attn, attn2, w.wo, proj, x);
     return;
   }
+  ops.attention(st, q, kv, group.attention, d.attn_scale, attn);
   ops.matmul(st, w.wo, attn2, proj);
   run.reduce(proj);  // tensor split: partial sums over this rank's heads; the (mirrored) bias once, after
   if (w.bo) ops.add(st, proj, *w.bo, proj);

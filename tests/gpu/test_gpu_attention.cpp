@@ -15,10 +15,12 @@
 // < 1.5e-2 bf16, < 2e-3 f16.
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <numeric>
 #include <tuple>
 #include <vector>
 
+#include "backend/kernel_profile.h"
 #include "gpu_test_util.h"
 
 namespace tandem::gpu_test {
@@ -41,10 +43,65 @@ struct Case {
   int mask_cols = 0;        // Explicit: columns of the mask (0 = the longest sequence's length)
   int all_masked_row = -1;  // Explicit: a row whose every bias is -inf (its output must be 0)
   bool evict = false;       // block-table entries of blocks before every row's window of a sequence -> -1
+  // Not F32: also Ops::attention_project_add with an output projection of this dtype (decode-sized batches):
+  // bitwise the same as attention + matmul_add on the GPU, and close to the CPU's composition.
+  DType project = DType::F32;
 };
 
 class GpuAttention : public GpuTest {
  protected:
+  // Ops::attention_project_add against its composition: y = residual + W_o attention(q) on the GPU both ways
+  // (bitwise: the fused path's quantized attention output must be what quantize_q8 makes of it, and the
+  // attention output itself must not change), and against the CPU's composition.
+  void check_projection(const Case& c, Pair& q, const KvLayerView& kv_g, const KvLayerView& kv_c,
+                        const AttentionBatch& b_g, const AttentionBatch& b_c, float scale,
+                        const std::vector<float>& attn_ref, std::mt19937& rng) {
+    SCOPED_TRACE(std::string("projection ") + dtype_name(c.project));
+    const int64_t T = q.dev.ne[2], K = int64_t(c.n_head) * c.hd_v, N = 192;
+    const auto w = random_floats(size_t(K * N), rng, -0.1f, 0.1f);
+    std::vector<uint8_t> wq(dtype_row_bytes(c.project, K) * size_t(N));
+    quant::quantize_matrix(c.project, w.data(), wq.data(), N, K, 0);
+    Pair W = make(c.project, {K, N}, wq.data());
+    const auto y0 = random_floats(size_t(N * T), rng);
+    Pair y_fused = make_f32({N, T}, y0), y_comp = make_f32({N, T}, y0);
+    Pair out1 = make_out(DType::F32, {c.hd_v, c.n_head, T}), out2 = make_out(DType::F32, {c.hd_v, c.n_head, T});
+    Pair tmp = make_out(DType::F32, {N, T});
+    auto rows = [&](const Tensor& t) { return Tensor::contiguous(DType::F32, {K, T}, t.data, t.device); };
+    // Which kernels ran (src/backend/kernel_profile.h): the fused path launches no activation quantization,
+    // the composition one (quantized weights).
+    std::string why;
+    std::unique_ptr<KernelProfiler> prof = KernelProfiler::start(&why);
+    ASSERT_NE(prof, nullptr) << why;
+    auto quantize_launches = [&](const std::function<void()>& work) {
+      gpu_->synchronize();
+      prof->begin_window();
+      work();
+      gpu_->synchronize();
+      int64_t n = 0;
+      for (const KernelStat& k : prof->end_window().kernels)
+        if (k.name.find("quantize_q8") != std::string::npos) n += k.calls;
+      return n;
+    };
+    const int64_t fused = quantize_launches([&] {
+      gops().attention_project_add(gs(), q.dev, kv_g, b_g, scale, out1.dev, rows(out1.dev), W.dev, tmp.dev,
+                                   y_fused.dev);
+    });
+    const int64_t composed = quantize_launches([&] {
+      gops().attention(gs(), q.dev, kv_g, b_g, scale, out2.dev);
+      gops().matmul_add(gs(), W.dev, rows(out2.dev), tmp.dev, y_comp.dev);
+    });
+    prof.reset();
+    EXPECT_EQ(fused, 0);
+    EXPECT_EQ(composed, c.project == DType::F16 || c.project == DType::BF16 ? 0 : 1);
+    EXPECT_EQ(download_f32(out1), attn_ref) << "the attention output changed";
+    const auto yf = download_f32(y_fused), yc = download_f32(y_comp);
+    EXPECT_EQ(yf, yc) << "fused and composed projections differ";
+    Pair out_c = make_out(DType::F32, {c.hd_v, c.n_head, T});
+    cops().attention_project_add(cs(), q.cpu, kv_c, b_c, scale, out_c.cpu, rows(out_c.cpu), W.cpu, tmp.cpu,
+                                 y_fused.cpu);
+    EXPECT_LT(rel_l2(yf, host_f32(y_fused)), 2e-2);  // the q8 activations' rounding against the CPU's f32
+  }
+
   void run(const Case& c, uint32_t seed) {
     SCOPED_TRACE(std::string("mask ") + std::to_string(int(c.mask)) + " heads " + std::to_string(c.n_head) +
                  "/" + std::to_string(c.n_kv_head) + " hd " + std::to_string(c.hd_k) + "/" +
@@ -192,6 +249,7 @@ class GpuAttention : public GpuTest {
         ASSERT_EQ(g[r * size_t(c.hd_v * c.n_head) + size_t(i)], 0.0f) << "GPU, all -inf row";
       }
     }
+    if (c.project != DType::F32) check_projection(c, q, kv_g, kv_c, batch_for(true), batch_for(false), scale, g, rng);
     if (c.evict) {  // the same batch over the full block tables gives the same result
       Pair bt_full = make_i32({max_blocks, n_seqs}, tables);
       Pair out_full = make_out(DType::F32, {c.hd_v, c.n_head, T});
@@ -231,6 +289,24 @@ TEST_F(GpuAttention, DecodeKernelEveryMaskAndCache) {
 // Longer contexts: every split length of the decode kernel (64 up to 4096 positions, 128 up to 16384, 256
 // beyond) with many splits per row, rows of different lengths in one launch, and the combine over up to 67
 // splits.
+TEST_F(GpuAttention, ProjectionTakesTheQuantizedOutputOfDecodeAttention) {
+  // Decode-sized batches (1 to 8 rows: one product launch), the quantized weight types the fused path takes
+  // and one it does not (F16: composed), head dims 64 / 128 / 256, GQA, a padding row (zeros quantized).
+  uint32_t seed = 300;
+  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::F16}) {
+    Case c{MaskKind::Causal, 8, 2, 128, 128, DType::F16, {{37, 1}}};
+    c.project = t;
+    run(c, seed++);
+    Case several{MaskKind::Causal, 4, 4, 64, 64, DType::BF16, {{5, 2}, {300, 1}, {0, 3}}};
+    several.project = t;
+    several.padding_row = true;
+    run(several, seed++);
+    Case wide{MaskKind::Causal, 4, 1, 256, 256, DType::F16, {{700, 1}}};
+    wide.project = t;
+    run(wide, seed++);
+  }
+}
+
 TEST_F(GpuAttention, DecodeLongContextsEverySplitLength) {
   uint32_t seed = 77;
   const std::vector<std::vector<Seq>> batches = {

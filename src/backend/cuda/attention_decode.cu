@@ -285,11 +285,29 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The output value v of dim i of a row, also quantized to 8 bits per 32 values into xq / xds when they are
+// given (launch_quantize_q8's layout and arithmetic, so the product after reads what quantize_q8 would have
+// written, bit for bit). The 32 values of a group are the 32 lanes of one warp (hd_v % 32 == 0 and whole warps:
+// launch_attention_decode checks it).
+__device__ __forceinline__ void emit_output(float* o, int64_t d, float v, int8_t* xq, float2* xds,
+                                            int64_t row_base) {
+  o[d] = v;
+  if (xq == nullptr) return;
+  const float amax = warp_max(fabsf(v));
+  const float dq = amax / 127.0f;
+  const int q = amax > 0.0f ? __float2int_rn(v / dq) : 0;
+  xq[row_base + d] = int8_t(q);
+  const int sum = __reduce_add_sync(0xffffffffu, q);
+  if (threadIdx.x % kWarpSize == 0) xds[(row_base + d) / 32] = make_float2(dq, dq * float(sum));
+}
+
 // One block per (head, row): the splits' weights exp(m_s - M) once into shared memory (threads over the
 // splits, block reductions for M and the denominator; a thread per output dim walked every split twice,
-// serially), then each output dim sums its splits' partial outputs.
+// serially), then each output dim sums its splits' partial outputs. xq / xds (or null): the output rows also
+// quantized for the output projection (Ops::attention_project_add), K = n_head * hd_v values a row.
 __global__ void attention_combine_kernel(const float* part_o, const float2* part_ml, AttnMeta meta,
-                                         int64_t n_head, int64_t hd_v, int n_splits, RowView out) {
+                                         int64_t n_head, int64_t hd_v, int n_splits, RowView out, int8_t* xq,
+                                         float2* xds) {
   extern __shared__ float wts[];  // [n_splits]
   __shared__ float red[32];
   pdl_trigger();
@@ -306,8 +324,10 @@ __global__ void attention_combine_kernel(const float* part_o, const float2* part
     }
   }
   M = block_max(M, red);
+  // Where this (row, head)'s values sit in the quantized rows (xq: K bytes a row; xds: K / 32 pairs a row).
+  const int64_t q_base = (r * n_head + h) * hd_v;
   if (M == -INFINITY) {  // padding row, a row that sees no position, or whose every score is -inf
-    for (int64_t d = threadIdx.x; d < hd_v; d += blockDim.x) o[d] = 0.0f;
+    for (int64_t d = threadIdx.x; d < hd_v; d += blockDim.x) emit_output(o, d, 0.0f, xq, xds, q_base);
     return;
   }
   float den = 0.0f;
@@ -323,7 +343,7 @@ __global__ void attention_combine_kernel(const float* part_o, const float2* part
     float num = 0.0f;
     for (int s = 0; s < n_splits; ++s)
       if (wts[s] > 0.0f) num += wts[s] * part_o[(base + s) * hd_v + d];
-    o[d] = num * inv;
+    emit_output(o, d, num * inv, xq, xds, q_base);
   }
 }
 
@@ -441,8 +461,8 @@ size_t attention_decode_scratch_bytes(int64_t T, int64_t n_head, int64_t hd_v, i
   return align256(n * size_t(hd_v) * 4) + align256(n * sizeof(float2));
 }
 
-void launch_attention_decode(const AttentionArgs& a, void* partials, size_t partials_bytes,
-                             cudaStream_t stream) {
+void launch_attention_decode(const AttentionArgs& a, void* partials, size_t partials_bytes, cudaStream_t stream,
+                             int8_t* xq, float2* xds) {
   const int64_t T = a.q.ne[2];
   if (T == 0) return;
   DecodeShape sh;
@@ -477,8 +497,10 @@ void launch_attention_decode(const AttentionArgs& a, void* partials, size_t part
   }
   const dim3 grid(unsigned(sh.n_head), unsigned(T));
   const int threads = int(std::min<int64_t>(256, (sh.hd_v + 31) / 32 * 32));
+  check(xq == nullptr || (xds != nullptr && sh.hd_v % 32 == 0 && a.out.is_contiguous()),
+        "CUDA attention: a quantized output needs head_dim_v % 32 == 0 and a contiguous output");
   launch_pdl(attention_combine_kernel, grid, dim3(threads), size_t(sh.n_splits) * sizeof(float), stream,
-             part_o, part_ml, make_meta(a), sh.n_head, sh.hd_v, sh.n_splits, row_view(a.out));
+             part_o, part_ml, make_meta(a), sh.n_head, sh.hd_v, sh.n_splits, row_view(a.out), xq, xds);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 

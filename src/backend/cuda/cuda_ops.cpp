@@ -9,6 +9,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "core/env_switch.h"
 #include "backend/op_checks.h"
 #include "core/out_of_memory.h"
 #include "quant/quant.h"
@@ -236,7 +237,7 @@ void CudaOps::matmul(Stream& s, const Tensor& W, const Tensor& x, const Tensor& 
 }
 
 bool CudaOps::fused_gemv(Stream& s, std::span<const Tensor> W, const Tensor& x, std::span<const Tensor> y,
-                         int epi_int, const Tensor* norm, float eps) {
+                         int epi_int, const Tensor* norm, float eps, bool x_quantized) {
   const auto epi = GemvEpilogue(epi_int);
   check(!W.empty() && W.size() <= size_t(kGemvMaxSegs) && W.size() == y.size(),
         "matmul_multi: needs 1 to 3 weights and as many outputs");
@@ -247,7 +248,7 @@ bool CudaOps::fused_gemv(Stream& s, std::span<const Tensor> W, const Tensor& x, 
   // differently, so a batch-invariant session (speculative verify of 8 drafted tokens + 1, prefill of several
   // sequences) keeps the fused kernels, kGemvMaxCols columns a launch: every column gets the arithmetic of a
   // one-row step (tests/gpu/test_gpu_batch_invariance.cpp).
-  if (T > kGemvMaxCols && !batch_invariant_) return false;
+  if (T > kGemvMaxCols && (!batch_invariant_ || x_quantized)) return false;
   GemvArgs a;
   a.wt = W[0].type;
   a.K = K;
@@ -292,6 +293,7 @@ bool CudaOps::fused_gemv(Stream& s, std::span<const Tensor> W, const Tensor& x, 
     return c;
   };
   if (is_float_type(a.wt)) {
+    if (x_quantized) return false;
     if (!gemv_dense_fusable(columns(0, cols))) return false;
     for (int64_t t0 = 0; t0 < T; t0 += cols) launch_gemv_dense_fused(columns(t0, std::min(cols, T - t0)), st);
     return true;
@@ -301,7 +303,9 @@ bool CudaOps::fused_gemv(Stream& s, std::span<const Tensor> W, const Tensor& x, 
   void* act = region(regions_.act);
   for (int64_t t0 = 0; t0 < T; t0 += cols) {
     GemvArgs c = columns(t0, std::min(cols, T - t0));
-    if (c.norm != nullptr) {  // the norm in the activation quantization; the product reads the q8 values only
+    if (x_quantized) {  // (one launch: T <= kGemvMaxCols) the producer wrote the q8 values
+      c.norm = nullptr;
+    } else if (c.norm != nullptr) {  // the norm in the activation quantization; the product reads the q8 values only
       launch_quantize_q8_norm(c.x, c.x_ld, K, c.T, c.norm, c.eps, act, st);
       c.norm = nullptr;
     } else {
@@ -502,6 +506,37 @@ void CudaOps::qk_norm_rope_store(Stream& s, const Tensor& q, const Tensor& k, co
 
 void CudaOps::attention(Stream& s, const Tensor& q, const KvLayerView& kv, const AttentionBatch& batch,
                         float scale, const Tensor& out) {
+  attention_impl(s, q, kv, batch, scale, out, nullptr);
+}
+
+namespace {
+// TANDEM_ATTN_Q8=0: attention_project_add composes attention and matmul_add (a separate quantization launch).
+EnvSwitch g_attn_q8{"TANDEM_ATTN_Q8", true};
+}  // namespace
+
+void CudaOps::attention_project_add(Stream& s, const Tensor& q, const KvLayerView& kv, const AttentionBatch& batch,
+                                    float scale, const Tensor& out, const Tensor& out_rows, const Tensor& W_o,
+                                    const Tensor& tmp, const Tensor& y) {
+  // The attention output goes to the product as q8 values written by the combine kernel when the product is
+  // a quantized matrix-vector launch of at most kGemvMaxCols columns (what fused_gemv takes in one launch with
+  // x_quantized; every condition under which it would decline is checked here, before anything is enqueued).
+  const int64_t K = out_rows.ne[0], T = out_rows.ne[1];
+  const bool fuse = g_attn_q8.on() && !fused_disabled() && !is_float_type(W_o.type) && T >= 1 &&
+                    T <= kGemvMaxCols && T <= plan_.max_rows && K <= plan_.max_matmul_in &&
+                    gemv_quant_supports(W_o.type, K) && regions_.act_bytes >= q8_activation_bytes(K, T) &&
+                    kv.v.ne[0] % 32 == 0 && out.data == out_rows.data && out.is_contiguous() &&
+                    out_rows.is_contiguous() && out.nbytes() == out_rows.nbytes() && out_rows.data != y.data;
+  if (!fuse) return Ops::attention_project_add(s, q, kv, batch, scale, out, out_rows, W_o, tmp, y);
+  check_matmul(W_o, out_rows, y);
+  attention_impl(s, q, kv, batch, scale, out, region(regions_.act));
+  const Tensor Ws[1] = {W_o};
+  const Tensor ys[1] = {y};
+  check(fused_gemv(s, Ws, out_rows, ys, int(GemvEpilogue::AddResidual), nullptr, 0.0f, true),
+        "attention_project_add: the product declined after the attention wrote its q8 output");
+}
+
+void CudaOps::attention_impl(Stream& s, const Tensor& q, const KvLayerView& kv, const AttentionBatch& batch,
+                             float scale, const Tensor& out, void* q8) {
   const char* op = "attention";
   check_f32(op, "q", q, index_);
   check_f32(op, "out", out, index_);
@@ -565,7 +600,7 @@ void CudaOps::attention(Stream& s, const Tensor& q, const KvLayerView& kv, const
   a.scale = scale;
   // The tensor-core kernel shares each K/V tile among the rows of one sequence; decode batches (one row per
   // sequence) go to split-K decoding, which handles each row's sequence in parallel.
-  if (!batch_invariant_ && T >= std::max<int64_t>(kPrefillMinRows, 2 * n_seqs) &&
+  if (q8 == nullptr && !batch_invariant_ && T >= std::max<int64_t>(kPrefillMinRows, 2 * n_seqs) &&
       attention_prefill_supported(a)) {
     launch_attention_prefill(a, st);
     return;
@@ -587,7 +622,15 @@ void CudaOps::attention(Stream& s, const Tensor& q, const KvLayerView& kv, const
     if (c.block_end) c.block_end = a.block_end + r0;
     if (c.kv_begin) c.kv_begin = a.kv_begin + r0;
     if (c.explicit_mask) c.explicit_mask = a.explicit_mask + r0 * a.mask_stride;
-    launch_attention_decode(c, region(regions_.attn), regions_.attn_bytes, st);
+    // The q8 image (launch_quantize_q8's layout for all T rows): this chunk's rows of xq and of xds.
+    int8_t* xq = nullptr;
+    float2* xds = nullptr;
+    if (q8 != nullptr) {
+      const int64_t K = n_head * hd_v;
+      xq = static_cast<int8_t*>(q8) + r0 * K;
+      xds = reinterpret_cast<float2*>(static_cast<char*>(q8) + ((size_t(K * T) + 255) & ~size_t(255))) + r0 * (K / 32);
+    }
+    launch_attention_decode(c, region(regions_.attn), regions_.attn_bytes, st, xq, xds);
   }
 }
 

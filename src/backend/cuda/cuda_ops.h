@@ -72,6 +72,9 @@ class CudaOps final : public Ops {
                 const Tensor& slot_mapping) override;
   void attention(Stream&, const Tensor& q, const KvLayerView& kv, const AttentionBatch& batch, float scale,
                  const Tensor& out) override;
+  void attention_project_add(Stream&, const Tensor& q, const KvLayerView& kv, const AttentionBatch& batch,
+                             float scale, const Tensor& out, const Tensor& out_rows, const Tensor& W_o,
+                             const Tensor& tmp, const Tensor& y) override;
   void silu_mul(Stream&, const Tensor& gate, const Tensor& up, const Tensor& out) override;
   void gelu_mul(Stream&, const Tensor& gate, const Tensor& up, const Tensor& out) override;
   void add(Stream&, const Tensor& a, const Tensor& b, const Tensor& out) override;
@@ -104,8 +107,14 @@ class CudaOps final : public Ops {
   // apply (T > 8, mixed dtypes, unaligned dense rows), and the caller composes the ops instead.
   // norm (F32 {K} on this device, or null): x is rms-normed first (eps), inside the product or its activation
   // quantization.
+  // x_quantized: x's 8-bit image is already in the activation region (attention_project_add), for one launch
+  // of at most kGemvMaxCols columns: no quantization is launched.
   bool fused_gemv(Stream& s, std::span<const Tensor> W, const Tensor& x, std::span<const Tensor> y, int epi,
-                  const Tensor* norm = nullptr, float eps = 0.0f);
+                  const Tensor* norm = nullptr, float eps = 0.0f, bool x_quantized = false);
+  // attention, its decode path also writing the output's 8-bit image to q8 (the activation region) when q8 is
+  // not null.
+  void attention_impl(Stream& s, const Tensor& q, const KvLayerView& kv, const AttentionBatch& batch, float scale,
+                      const Tensor& out, void* q8);
   char* region(size_t offset) const { return static_cast<char*>(ws_) + offset; }
   void need(size_t have, size_t want, const char* what) const;
 
