@@ -267,6 +267,13 @@ class Ops {
   // y = y + W x (the residual stream updated in place: add(y, W x, y)). tmp: F32 {out, T} scratch the
   // composition writes the product to (a fused backend need not). x must not overlap y.
   virtual void matmul_add(Stream& s, const Tensor& W, const Tensor& x, const Tensor& tmp, const Tensor& y);
+  // A SwiGLU FFN added to the residual: norm_matmul_swiglu(x, norm, eps, h, W_gate, W_up, gate, up, act), then
+  // matmul_add(W_down, act, tmp, y) (y may be x: the residual stream). A fused backend hands act to the down
+  // product already in the form it reads (CUDA, quantized weights: its 8-bit activations, written by the
+  // gate/up product), with the same values as the composition here.
+  virtual void ffn_swiglu_add(Stream& s, const Tensor& x, const Tensor& norm, float eps, const Tensor& h,
+                              const Tensor& W_gate, const Tensor& W_up, const Tensor& gate, const Tensor& up,
+                              const Tensor& act, const Tensor& W_down, const Tensor& tmp, const Tensor& y);
   // The attention inputs of a layer: q and k normed per head (rms_norm with q_norm / k_norm, each skipped
   // when null), both roped (rope), then k and v stored at slot_mapping (kv_store). q {hd_k, n_head, T}, k
   // {hd_k, n_kv, T}, v {hd_v, n_kv, T}; q and k are updated in place, as the ops one at a time do.

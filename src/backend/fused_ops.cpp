@@ -40,6 +40,13 @@ void Ops::attention_project_add(Stream& s, const Tensor& q, const KvLayerView& k
   matmul_add(s, W_o, out_rows, tmp, y);
 }
 
+void Ops::ffn_swiglu_add(Stream& s, const Tensor& x, const Tensor& norm, float eps, const Tensor& h,
+                         const Tensor& W_gate, const Tensor& W_up, const Tensor& gate, const Tensor& up,
+                         const Tensor& act, const Tensor& W_down, const Tensor& tmp, const Tensor& y) {
+  norm_matmul_swiglu(s, x, norm, eps, h, W_gate, W_up, gate, up, act);
+  matmul_add(s, W_down, act, tmp, y);
+}
+
 void Ops::matmul_add(Stream& s, const Tensor& W, const Tensor& x, const Tensor& tmp, const Tensor& y) {
   matmul(s, W, x, tmp);
   add(s, y, tmp, y);

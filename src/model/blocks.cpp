@@ -140,6 +140,12 @@ void dense_ffn_block(const BlockRun& run, const DenseFfnWeights& w, int64_t n_ff
   const Tensor h = slot_view(sc.h, x.ne[0], T), proj = slot_view(sc.proj, x.ne[0], T);
   const Tensor gate = slot_view(sc.gate, n_ff, T), up = slot_view(sc.up, n_ff, T),
                act = slot_view(sc.act, n_ff, T);
+  if (!w.b_gate && !w.b_up && !w.b_down && run.comm == nullptr) {
+    // The norm, gate and up in one launch with SwiGLU in its epilogue, then down with the residual add in its
+    // epilogue; (CUDA, quantized weights) the SwiGLU output handed to down already quantized.
+    ops.ffn_swiglu_add(st, x, w.norm, run.eps, h, w.gate, w.up, gate, up, act, w.down, proj, x);
+    return;
+  }
   if (!w.b_gate && !w.b_up) {  // the norm, gate and up in one launch, SwiGLU in its epilogue
     ops.norm_matmul_swiglu(st, x, w.norm, run.eps, h, w.gate, w.up, gate, up, act);
   } else {

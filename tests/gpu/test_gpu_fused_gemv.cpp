@@ -10,7 +10,9 @@
 //     matmul and the three fused ops (speculative verify compares its rows with plain decode).
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
+#include "backend/kernel_profile.h"
 #include "gpu_test_util.h"
 
 namespace tandem::gpu_test {
@@ -421,6 +423,75 @@ TEST_F(GpuFusedGemv, MisalignedQuantizedRows) {
         }
     }
   }
+}
+
+// Ops::ffn_swiglu_add (norm, gate/up with SwiGLU, down with the residual add): on CUDA with quantized
+// weights the gate/up product writes the down product's 8-bit activations itself (the warp completing each
+// group of 32 outputs quantizes them). Bitwise the same y and act as norm_matmul_swiglu + matmul_add on the GPU,
+// also when replayed as a recording (the group counters must be back at zero after every launch), one
+// quantization launch fewer (counted with the kernel profiler), and close to the CPU's composition. Q6_K gate/up
+// (not on the direct kernel) and F16 take the composition.
+TEST_F(GpuFusedGemv, SwigluFfnHandsTheDownProductItsQuantizedInput) {
+  std::mt19937 rng(77);
+  std::string why;
+  for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::F16})
+    for (int64_t T : {1, 3, 8}) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + " T " + std::to_string(T));
+      const int64_t E = 512, F = 768;  // F: 24 groups of 32, over many blocks
+      Mat g = make_mat(t, E, F, rng), u = make_mat(t, E, F, rng), d = make_mat(t, F, E, rng);
+      Pair x = make_f32({E, T}, random_floats(size_t(E * T), rng, -2, 2));
+      Pair nw = make_f32({E}, random_floats(size_t(E), rng, 0.5f, 1.5f));
+      Pair y1 = make_f32({E, T}, host_f32(x)), y2 = make_f32({E, T}, host_f32(x));
+      Pair h = make_out(DType::F32, {E, T}), gate = make_out(DType::F32, {F, T}), up = make_out(DType::F32, {F, T}),
+           act1 = make_out(DType::F32, {F, T}), act2 = make_out(DType::F32, {F, T}), tmp = make_out(DType::F32, {E, T});
+      std::unique_ptr<KernelProfiler> prof = KernelProfiler::start(&why);
+      ASSERT_NE(prof, nullptr) << why;
+      auto quantize_launches = [&](const std::function<void()>& work) {
+        gpu_->synchronize();
+        prof->begin_window();
+        work();
+        gpu_->synchronize();
+        int64_t n = 0;
+        for (const KernelStat& k : prof->end_window().kernels)
+          if (k.name.find("quantize_q8") != std::string::npos) n += k.calls;
+        return n;
+      };
+      // y1 += ffn(y1) twice in a row (the second launch needs the counters the first one left at zero)
+      const int64_t fused = quantize_launches([&] {
+        gops().ffn_swiglu_add(gs(), y1.dev, nw.dev, 1e-6f, h.dev, g.p.dev, u.p.dev, gate.dev, up.dev, act1.dev,
+                              d.p.dev, tmp.dev, y1.dev);
+      });
+      const int64_t composed = quantize_launches([&] {
+        gops().norm_matmul_swiglu(gs(), y2.dev, nw.dev, 1e-6f, h.dev, g.p.dev, u.p.dev, gate.dev, up.dev, act2.dev);
+        gops().matmul_add(gs(), d.p.dev, act2.dev, tmp.dev, y2.dev);
+      });
+      const bool quant = t != DType::F16;
+      EXPECT_EQ(composed, quant ? 2 : 0);
+      EXPECT_EQ(fused, t == DType::Q6_K ? 2 : quant ? 1 : 0);
+      EXPECT_EQ(download_f32(act1), download_f32(act2));
+      EXPECT_EQ(download_f32(y1), download_f32(y2));
+      prof.reset();
+      // Again, each way, as recordings replayed twice (the step graphs of a decode).
+      for (int rep = 0; rep < 2; ++rep) {
+        gpu_->run_recorded(gs(), 0x6666ull + uint64_t(t) * 16 + uint64_t(T), [&](Stream& st) {
+          gops().ffn_swiglu_add(st, y1.dev, nw.dev, 1e-6f, h.dev, g.p.dev, u.p.dev, gate.dev, up.dev, act1.dev,
+                                d.p.dev, tmp.dev, y1.dev);
+        });
+        gops().norm_matmul_swiglu(gs(), y2.dev, nw.dev, 1e-6f, h.dev, g.p.dev, u.p.dev, gate.dev, up.dev,
+                                  act2.dev);
+        gops().matmul_add(gs(), d.p.dev, act2.dev, tmp.dev, y2.dev);
+        gpu_->synchronize();
+        EXPECT_EQ(download_f32(y1), download_f32(y2)) << "replay " << rep;
+      }
+      // Against the CPU composition, from the same start.
+      Pair yc = make_f32({E, T}, host_f32(x));
+      Pair yg = make_f32({E, T}, host_f32(x));
+      gops().ffn_swiglu_add(gs(), yg.dev, nw.dev, 1e-6f, h.dev, g.p.dev, u.p.dev, gate.dev, up.dev, act1.dev,
+                            d.p.dev, tmp.dev, yg.dev);
+      cops().ffn_swiglu_add(cs(), yc.cpu, nw.cpu, 1e-6f, h.cpu, g.p.cpu, u.p.cpu, gate.cpu, up.cpu, act1.cpu,
+                            d.p.cpu, tmp.cpu, yc.cpu);
+      EXPECT_LT(rel_l2(download_f32(yg), host_f32(yc)), 2e-2);
+    }
 }
 
 }  // namespace

@@ -99,6 +99,12 @@ struct GemvArgs {
   // eps), the mean taken by each warp over the whole column of x it reads anyway (Ops::norm_matmul_multi).
   const float* norm = nullptr;
   float eps = 0.0f;
+  // Quantized SwiGlu only (the direct kernel): the outputs (segment 0's y) also quantized to 8 bits per 32
+  // values for the next product, in launch_quantize_q8's layout for K = N values and T columns, by the warp that
+  // completes each group of 32 outputs (q8_count: N / 32 counters, zero before the launch and left zero).
+  int8_t* q8_xq = nullptr;
+  float2* q8_xds = nullptr;
+  int* q8_count = nullptr;
 };
 // Dense weights: whether the 16-byte path applies to every segment (alignment of W, rows, x; K a multiple of
 // the elements per 16 bytes). The fused ops fall back to one op at a time when it does not.

@@ -129,12 +129,16 @@ void CudaOps::reserve(const WorkspacePlan& p) {
                      : 0;
   r.moe_bytes =
       m.max_routed_rows > kMoeGemvMaxSlots ? kMoeOffsetsBytes + al(size_t(m.max_routed_rows) * 4) : 0;
+  r.act2_bytes = m.max_matmul_in > 0 ? al(q8_activation_bytes(k_in, std::min(rows, kQuantGemvMaxRows))) : 0;
+  r.counters_bytes = m.max_matmul_in > 0 ? al(size_t(k_in / 32) * sizeof(int)) : 0;
   r.act = 0;
   r.dequant = r.act + r.act_bytes;
   r.lt = r.dequant + r.dequant_bytes;
   r.attn = r.lt + r.lt_bytes;
   r.moe = r.attn + r.attn_bytes;
-  const size_t total = r.moe + r.moe_bytes;
+  r.act2 = r.moe + r.moe_bytes;
+  r.counters = r.act2 + r.act2_bytes;
+  const size_t total = r.counters + r.counters_bytes;
   plan_ = m;
   if (total > ws_bytes_) {
     DeviceGuard g(index_);
@@ -156,6 +160,14 @@ void CudaOps::reserve(const WorkspacePlan& p) {
     }
     ws_bytes_ = total;
     ++ws_generation_;
+  } else if (!(r == regions_)) {
+    ++ws_generation_;  // the regions moved inside the same buffer: recordings pointing into them are stale
+  }
+  if (!(r == regions_) && r.counters_bytes > 0) {  // counters start at zero (the kernels leave them so)
+    DeviceGuard g(index_);
+    TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
+    TANDEM_CUDA_CHECK(cudaMemset(static_cast<char*>(ws_) + r.counters, 0, r.counters_bytes));
+    TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
   }
   regions_ = r;
   gemm_.set_workspace(r.lt_bytes ? region(r.lt) : nullptr, r.lt_bytes);
@@ -237,7 +249,7 @@ void CudaOps::matmul(Stream& s, const Tensor& W, const Tensor& x, const Tensor& 
 }
 
 bool CudaOps::fused_gemv(Stream& s, std::span<const Tensor> W, const Tensor& x, std::span<const Tensor> y,
-                         int epi_int, const Tensor* norm, float eps, bool x_quantized) {
+                         int epi_int, const Tensor* norm, float eps, const void* x_q8) {
   const auto epi = GemvEpilogue(epi_int);
   check(!W.empty() && W.size() <= size_t(kGemvMaxSegs) && W.size() == y.size(),
         "matmul_multi: needs 1 to 3 weights and as many outputs");
@@ -248,7 +260,7 @@ bool CudaOps::fused_gemv(Stream& s, std::span<const Tensor> W, const Tensor& x, 
   // differently, so a batch-invariant session (speculative verify of 8 drafted tokens + 1, prefill of several
   // sequences) keeps the fused kernels, kGemvMaxCols columns a launch: every column gets the arithmetic of a
   // one-row step (tests/gpu/test_gpu_batch_invariance.cpp).
-  if (T > kGemvMaxCols && (!batch_invariant_ || x_quantized)) return false;
+  if (T > kGemvMaxCols && (!batch_invariant_ || x_q8 != nullptr)) return false;
   GemvArgs a;
   a.wt = W[0].type;
   a.K = K;
@@ -293,19 +305,23 @@ bool CudaOps::fused_gemv(Stream& s, std::span<const Tensor> W, const Tensor& x, 
     return c;
   };
   if (is_float_type(a.wt)) {
-    if (x_quantized) return false;
+    if (x_q8 != nullptr) return false;
     if (!gemv_dense_fusable(columns(0, cols))) return false;
     for (int64_t t0 = 0; t0 < T; t0 += cols) launch_gemv_dense_fused(columns(t0, std::min(cols, T - t0)), st);
     return true;
   }
   if (!gemv_quant_supports(a.wt, K) || cols > plan_.max_rows || K > plan_.max_matmul_in) return false;
   if (regions_.act_bytes < q8_activation_bytes(K, cols)) return false;
+  if (x_q8 != nullptr) {  // (one launch: T <= kGemvMaxCols) the producer wrote the q8 values
+    GemvArgs c = columns(0, T);
+    c.norm = nullptr;
+    launch_gemv_quant_fused(c, x_q8, st);
+    return true;
+  }
   void* act = region(regions_.act);
   for (int64_t t0 = 0; t0 < T; t0 += cols) {
     GemvArgs c = columns(t0, std::min(cols, T - t0));
-    if (x_quantized) {  // (one launch: T <= kGemvMaxCols) the producer wrote the q8 values
-      c.norm = nullptr;
-    } else if (c.norm != nullptr) {  // the norm in the activation quantization; the product reads the q8 values only
+    if (c.norm != nullptr) {  // the norm in the activation quantization; the product reads the q8 values only
       launch_quantize_q8_norm(c.x, c.x_ld, K, c.T, c.norm, c.eps, act, st);
       c.norm = nullptr;
     } else {
@@ -519,7 +535,7 @@ void CudaOps::attention_project_add(Stream& s, const Tensor& q, const KvLayerVie
                                     const Tensor& tmp, const Tensor& y) {
   // The attention output goes to the product as q8 values written by the combine kernel when the product is
   // a quantized matrix-vector launch of at most kGemvMaxCols columns (what fused_gemv takes in one launch with
-  // x_quantized; every condition under which it would decline is checked here, before anything is enqueued).
+  // x_q8; every condition under which it would decline is checked here, before anything is enqueued).
   const int64_t K = out_rows.ne[0], T = out_rows.ne[1];
   const bool fuse = g_attn_q8.on() && !fused_disabled() && !is_float_type(W_o.type) && T >= 1 &&
                     T <= kGemvMaxCols && T <= plan_.max_rows && K <= plan_.max_matmul_in &&
@@ -531,8 +547,70 @@ void CudaOps::attention_project_add(Stream& s, const Tensor& q, const KvLayerVie
   attention_impl(s, q, kv, batch, scale, out, region(regions_.act));
   const Tensor Ws[1] = {W_o};
   const Tensor ys[1] = {y};
-  check(fused_gemv(s, Ws, out_rows, ys, int(GemvEpilogue::AddResidual), nullptr, 0.0f, true),
+  check(fused_gemv(s, Ws, out_rows, ys, int(GemvEpilogue::AddResidual), nullptr, 0.0f, region(regions_.act)),
         "attention_project_add: the product declined after the attention wrote its q8 output");
+}
+
+namespace {
+// TANDEM_SWIGLU_Q8=0: ffn_swiglu_add composes norm_matmul_swiglu and matmul_add (a separate quantization launch).
+EnvSwitch g_swiglu_q8{"TANDEM_SWIGLU_Q8", true};
+}  // namespace
+
+void CudaOps::ffn_swiglu_add(Stream& s, const Tensor& x, const Tensor& norm, float eps, const Tensor& h,
+                             const Tensor& W_gate, const Tensor& W_up, const Tensor& gate, const Tensor& up,
+                             const Tensor& act, const Tensor& W_down, const Tensor& tmp, const Tensor& y) {
+  // The gate/up product's SwiGLU outputs go to the down product as q8 values its direct kernel writes (the warp
+  // completing each group of 32 outputs quantizes them): one launch of at most kGemvMaxCols columns each, the
+  // gate/up weights on the direct kernel. Every condition is checked before anything is enqueued.
+  const int64_t K = x.ne[0], T = x.ne[1], N = W_gate.ne[1];
+  bool fuse = g_swiglu_q8.on() && !fused_disabled() && !norm_fusion_disabled() && T >= 1 && T <= kGemvMaxCols &&
+              T <= plan_.max_rows && !is_float_type(W_gate.type) && W_up.type == W_gate.type &&
+              W_gate.ne[0] == K && W_up.ne[0] == K && W_up.ne[1] == N && N % 32 == 0 &&
+              K <= plan_.max_matmul_in && N <= plan_.max_matmul_in && gemv_quant_supports(W_gate.type, K) &&
+              !is_float_type(W_down.type) && W_down.ne[0] == N && gemv_quant_supports(W_down.type, N) &&
+              regions_.act_bytes >= q8_activation_bytes(K, T) && regions_.act2_bytes >= q8_activation_bytes(N, T) &&
+              regions_.counters_bytes >= size_t(N / 32) * sizeof(int) && act.data != y.data;
+  GemvArgs a;
+  if (fuse) {
+    check_matmul(W_gate, x, act);
+    check_matmul(W_up, x, up);
+    check_matmul(W_down, act, y);
+    check_f32("ffn_swiglu_add", "norm", norm, index_);
+    check(norm.ne[0] == K && norm.nrows() == 1 && norm.is_contiguous(),
+          "ffn_swiglu_add: the norm weights must be {" + std::to_string(K) + "}, got " + norm.shape_string());
+    check(eps >= 0.0f && std::isfinite(eps), "ffn_swiglu_add: eps must be a finite value >= 0");
+    a.wt = W_gate.type;
+    a.K = K;
+    a.x = static_cast<const float*>(x.data);
+    a.x_ld = int64_t(x.nb[1] / 4);
+    a.T = T;
+    a.n_seg = 2;
+    a.epi = GemvEpilogue::SwiGlu;
+    const Tensor* Ws[2] = {&W_gate, &W_up};
+    const Tensor* ys[2] = {&act, &up};
+    for (int i = 0; i < 2; ++i) {
+      a.seg[i].W = Ws[i]->data;
+      a.seg[i].w_ld = Ws[i]->nb[1];
+      a.seg[i].N = N;
+      a.seg[i].y = static_cast<float*>(ys[i]->data);
+      a.seg[i].y_ld = int64_t(ys[i]->nb[1] / 4);
+    }
+    fuse = gemv_quant_direct_supports(a);
+  }
+  if (!fuse) return Ops::ffn_swiglu_add(s, x, norm, eps, h, W_gate, W_up, gate, up, act, W_down, tmp, y);
+  DeviceGuard guard(index_);
+  cudaStream_t st = stream_of(s, index_);
+  void* act_q8 = region(regions_.act);
+  char* out_q8 = region(regions_.act2);
+  a.q8_xq = reinterpret_cast<int8_t*>(out_q8);
+  a.q8_xds = reinterpret_cast<float2*>(out_q8 + ((size_t(N * T) + 255) & ~size_t(255)));
+  a.q8_count = reinterpret_cast<int*>(region(regions_.counters));
+  launch_quantize_q8_norm(a.x, a.x_ld, K, T, static_cast<const float*>(norm.data), eps, act_q8, st);
+  launch_gemv_quant_fused(a, act_q8, st);
+  const Tensor Wd[1] = {W_down};
+  const Tensor yd[1] = {y};
+  check(fused_gemv(s, Wd, act, yd, int(GemvEpilogue::AddResidual), nullptr, 0.0f, out_q8),
+        "ffn_swiglu_add: the down product declined after the gate/up product wrote its q8 output");
 }
 
 void CudaOps::attention_impl(Stream& s, const Tensor& q, const KvLayerView& kv, const AttentionBatch& batch,

@@ -75,6 +75,9 @@ class CudaOps final : public Ops {
   void attention_project_add(Stream&, const Tensor& q, const KvLayerView& kv, const AttentionBatch& batch,
                              float scale, const Tensor& out, const Tensor& out_rows, const Tensor& W_o,
                              const Tensor& tmp, const Tensor& y) override;
+  void ffn_swiglu_add(Stream&, const Tensor& x, const Tensor& norm, float eps, const Tensor& h,
+                      const Tensor& W_gate, const Tensor& W_up, const Tensor& gate, const Tensor& up,
+                      const Tensor& act, const Tensor& W_down, const Tensor& tmp, const Tensor& y) override;
   void silu_mul(Stream&, const Tensor& gate, const Tensor& up, const Tensor& out) override;
   void gelu_mul(Stream&, const Tensor& gate, const Tensor& up, const Tensor& out) override;
   void add(Stream&, const Tensor& a, const Tensor& b, const Tensor& out) override;
@@ -101,16 +104,21 @@ class CudaOps final : public Ops {
     size_t lt = 0, lt_bytes = 0;
     size_t attn = 0, attn_bytes = 0;
     size_t moe = 0, moe_bytes = 0;  // matmul_id's slots grouped by expert: offsets, then the sorted slots
+    // ffn_swiglu_add: the gate/up product's outputs quantized for the down product (act is still being read
+    // while they are written), and the per-32-output counters of that product (zero between launches).
+    size_t act2 = 0, act2_bytes = 0;
+    size_t counters = 0, counters_bytes = 0;
+    bool operator==(const Regions&) const = default;
   };
   void check_matmul(const Tensor& W, const Tensor& x, const Tensor& y) const;
   // The fused matrix-vector path of matmul_multi / _swiglu / _add: false (nothing enqueued) when it does not
   // apply (T > 8, mixed dtypes, unaligned dense rows), and the caller composes the ops instead.
   // norm (F32 {K} on this device, or null): x is rms-normed first (eps), inside the product or its activation
   // quantization.
-  // x_quantized: x's 8-bit image is already in the activation region (attention_project_add), for one launch
-  // of at most kGemvMaxCols columns: no quantization is launched.
+  // x_q8 (or null): x's 8-bit image is already there (written by the producer: attention_project_add,
+  // ffn_swiglu_add), for one launch of at most kGemvMaxCols columns: no quantization is launched.
   bool fused_gemv(Stream& s, std::span<const Tensor> W, const Tensor& x, std::span<const Tensor> y, int epi,
-                  const Tensor* norm = nullptr, float eps = 0.0f, bool x_quantized = false);
+                  const Tensor* norm = nullptr, float eps = 0.0f, const void* x_q8 = nullptr);
   // attention, its decode path also writing the output's 8-bit image to q8 (the activation region) when q8 is
   // not null.
   void attention_impl(Stream& s, const Tensor& q, const KvLayerView& kv, const AttentionBatch& batch, float scale,

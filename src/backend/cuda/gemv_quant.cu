@@ -379,6 +379,8 @@ void launch_gemv_quant_fused(const GemvArgs& a, const void* scratch, cudaStream_
   check(a.n_seg >= 1 && a.n_seg <= kGemvMaxSegs &&
             (a.epi != GemvEpilogue::SwiGlu || (a.n_seg == 2 && a.seg[0].N == a.seg[1].N)),
         "launch_gemv_quant_fused: bad segments");
+  check(a.q8_count == nullptr || (a.epi == GemvEpilogue::SwiGlu && gemv_quant_direct_supports(a) && a.seg[0].N % 32 == 0),
+        "launch_gemv_quant_fused: quantized outputs need the direct kernel's SwiGlu and N % 32 == 0");
   if (a.T == 0) return;
   if (gemv_quant_direct_supports(a)) return launch_gemv_quant_direct(a, scratch, stream);
   switch (a.wt) {

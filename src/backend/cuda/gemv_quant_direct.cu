@@ -58,6 +58,44 @@ __device__ __forceinline__ bool find_unit(const GemvArgs& a, int64_t u, int& seg
 // The pieces (Piece, load_piece, decode_piece, piece_dot) are in gemv_quant_pieces.cuh, shared with the routed
 // (MoE) products of gemv_id.cu.
 
+// The SwiGlu epilogue with the outputs also quantized (GemvArgs::q8_*): the warp's one output (o = row0) is
+// stored, announced on its group's counter, and the warp that completes a group of 32 outputs reads them back
+// (from L2: they were stored by other warps) and quantizes them with quantize_q8_kernel's arithmetic, so the
+// next product reads bit for bit what a quantize_q8 launch would have written; it leaves the counter at zero
+// for the next launch (and the next replay of a recorded step). N % 32 == 0 (CudaOps::ffn_swiglu_add).
+template <int NC>
+__device__ __forceinline__ void swiglu_q8_epilogue(const GemvArgs& a, const GemvSeg& out, int64_t o,
+                                                   const float (&acc)[kR][NC], int lane) {
+  const int64_t N = out.N;
+  if (lane == 0) {
+#pragma unroll
+    for (int c = 0; c < NC; ++c) {
+      const float g = acc[0][c];
+      out.y[c * out.y_ld + o] = g / (1.0f + expf(-g)) * acc[1][c];  // the CUDA silu_mul's expression
+    }
+  }
+  int prev = 0;
+  if (lane == 0) {
+    __threadfence();  // the stores above, visible to the warp that completes the group
+    prev = atomicAdd(&a.q8_count[o / 32], 1);
+  }
+  prev = __shfl_sync(0xffffffffu, prev, 0);
+  if (prev != 31) return;
+  __threadfence();
+  const int64_t grp = o / 32, i = grp * 32 + lane;
+#pragma unroll
+  for (int c = 0; c < NC; ++c) {
+    const float v = __ldcg(out.y + c * out.y_ld + i);
+    const float amax = warp_max(fabsf(v));
+    const float d = amax / 127.0f;
+    const int q = amax > 0.0f ? __float2int_rn(v / d) : 0;
+    a.q8_xq[c * N + i] = int8_t(q);
+    const int sum = __reduce_add_sync(0xffffffffu, q);
+    if (lane == 0) a.q8_xds[c * (N / 32) + grp] = make_float2(d, d * float(sum));
+  }
+  if (lane == 0) a.q8_count[grp] = 0;
+}
+
 // xq / xds / y / r: plain loads and stores after pdl_wait (pdl.cuh); weights before it.
 template <DType QT, int NC, GemvEpilogue EPI>
 __global__ void __launch_bounds__(kWarps* kWarpSize)
@@ -90,9 +128,12 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
 #pragma unroll
   for (int r = 0; r < kR; ++r)
 #pragma unroll
-    for (int c = 0; c < NC; ++c) acc[r][c] = warp_sum(acc[r][c]);
-  if (lane != 0) return;
+    for (int c = 0; c < NC; ++c) acc[r][c] = warp_sum(acc[r][c]);  // (every lane has the sums)
   const GemvSeg& out = seg_at(a, seg);
+  if constexpr (EPI == GemvEpilogue::SwiGlu) {
+    if (a.q8_count != nullptr) return swiglu_q8_epilogue<NC>(a, out, row0, acc, lane);
+  }
+  if (lane != 0) return;
 #pragma unroll
   for (int r = 0; r < per; ++r) {
     const int64_t o = row0 + r;
