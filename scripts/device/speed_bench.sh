@@ -27,6 +27,7 @@ late() {
 }
 echo "=== $(date +%T) $("$BIN/tandem" --version 2>/dev/null | head -1)" | tee -a "$S"
 
+late sanity || {
 echo "=== $(date +%T) sanity: greedy ids, CPU vs CUDA (shipped small model)"
 small=models/tandem-small-q8_0.gguf
 "$BIN/tandem" quantize "$small" "$OUT/small-q4_k.gguf" q4_k -q >/dev/null 2>&1
@@ -48,6 +49,7 @@ print(f"sanity {sys.argv[3]}: {n}/48 leading greedy ids equal on cpu and cuda ({
 EOF
 done
 rm -f "$OUT"/small-*.gguf
+}
 
 echo "=== $(date +%T) compare with llama.cpp (tg128, pp512, batch 1)"
 TANDEM="$BIN/tandem" OUT="$OUT/compare" REPS=${REPS:-1} LLAMA_WAIT=${LLAMA_WAIT:-120} bash bench/compare_llamacpp.sh 2>&1 |
