@@ -12,6 +12,7 @@
 #include <cmath>
 #include <functional>
 
+#include "backend/cuda/cuda_kernels.h"
 #include "backend/kernel_profile.h"
 #include "gpu_test_util.h"
 
@@ -432,6 +433,10 @@ TEST_F(GpuFusedGemv, MisalignedQuantizedRows) {
 // quantization launch fewer (counted with the kernel profiler), and close to the CPU's composition. Q6_K gate/up
 // (not on the direct kernel) and F16 take the composition.
 TEST_F(GpuFusedGemv, SwigluFfnHandsTheDownProductItsQuantizedInput) {
+  cuda::set_ffn_swiglu_q8(true);  // (off by default: slower, cuda_ops.cpp)
+  struct Restore {
+    ~Restore() { cuda::set_ffn_swiglu_q8(std::nullopt); }
+  } restore;
   std::mt19937 rng(77);
   std::string why;
   for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::F16})

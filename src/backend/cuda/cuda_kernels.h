@@ -193,6 +193,9 @@ void launch_gemv_quant_id(DType wt, const void* W, size_t w_ld, size_t w_es, int
 // Q8_0 / Q4_K / Q5_K rows of K % 256 == 0 values, 16-byte aligned, can take a direct kernel (gemv_id.cu): on
 // unless TANDEM_ID_DIRECT=0; tests set it here (nullopt: the environment again).
 void set_gemv_id_direct(std::optional<bool> on);
+// CudaOps::ffn_swiglu_add's q8 hand-over from the gate/up product to down (off by default: TANDEM_SWIGLU_Q8=1;
+// cuda_ops.cpp says why); tests set it here (nullopt: the environment again).
+void set_ffn_swiglu_q8(std::optional<bool> on);
 void launch_gemv_dense_id(DType wt, const void* W, size_t w_ld, size_t w_es, int64_t K, int64_t N,
                           const float* x, int64_t x_ld, const int32_t* ids, int64_t n_slots, int k, int kx,
                           float* y, int64_t y_ld, cudaStream_t stream);

@@ -552,9 +552,17 @@ void CudaOps::attention_project_add(Stream& s, const Tensor& q, const KvLayerVie
 }
 
 namespace {
-// TANDEM_SWIGLU_Q8=0: ffn_swiglu_add composes norm_matmul_swiglu and matmul_add (a separate quantization launch).
-EnvSwitch g_swiglu_q8{"TANDEM_SWIGLU_Q8", true};
+// TANDEM_SWIGLU_Q8=1: ffn_swiglu_add's gate/up product writes down's q8 activations. Off by default: measured
+// slower than the separate quantization launch it saves (H100, tenth session, tg128: q8_0 232.9 vs 237.3 t/s,
+// q4_k 312.0 vs 328.4): a fence and an atomic per warp at the end of the layer's largest product cost more than
+// one launch of ~1.4 us. Kept, tested, for a cheaper announcement (one per block, or none: a quantizing
+// epilogue over whole groups) to be measured against.
+EnvSwitch g_swiglu_q8{"TANDEM_SWIGLU_Q8", false};
 }  // namespace
+
+void set_ffn_swiglu_q8(std::optional<bool> on) {
+  g_swiglu_q8.set(on);
+}
 
 void CudaOps::ffn_swiglu_add(Stream& s, const Tensor& x, const Tensor& norm, float eps, const Tensor& h,
                              const Tensor& W_gate, const Tensor& W_up, const Tensor& gate, const Tensor& up,
