@@ -292,13 +292,7 @@ __global__ void __launch_bounds__(kThreads)
 __device__ __forceinline__ void emit_output(float* o, int64_t d, float v, int8_t* xq, float2* xds,
                                             int64_t row_base) {
   o[d] = v;
-  if (xq == nullptr) return;
-  const float amax = warp_max(fabsf(v));
-  const float dq = amax / 127.0f;
-  const int q = amax > 0.0f ? __float2int_rn(v / dq) : 0;
-  xq[row_base + d] = int8_t(q);
-  const int sum = __reduce_add_sync(0xffffffffu, q);
-  if (threadIdx.x % kWarpSize == 0) xds[(row_base + d) / 32] = make_float2(dq, dq * float(sum));
+  if (xq != nullptr) warp_quantize_q8(v, &xq[row_base + d], &xds[(row_base + d) / 32]);
 }
 
 // One block per (head, row): the splits' weights exp(m_s - M) once into shared memory (threads over the

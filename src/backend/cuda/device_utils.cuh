@@ -71,6 +71,19 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+// A warp's 32 values (one per lane) quantized as one group of the 8-bit activations the quantized products read
+// (launch_quantize_q8): q = round(v / d) with d = max|v| / 127, stored by each lane at *q_out, and (d, d * sum q)
+// stored by lane 0 at *ds_out. Every kernel that writes those activations goes through here, so the values are
+// the same bit for bit whichever kernel computes them (the products' batch invariance depends on it).
+__device__ __forceinline__ void warp_quantize_q8(float v, int8_t* q_out, float2* ds_out) {
+  const float amax = warp_max(fabsf(v));
+  const float d = amax / 127.0f;
+  const int q = amax > 0.0f ? __float2int_rn(v / d) : 0;
+  *q_out = int8_t(q);
+  const int sum = __reduce_add_sync(0xffffffffu, q);
+  if (threadIdx.x % kWarpSize == 0) *ds_out = make_float2(d, d * float(sum));
+}
+
 // Sum over the whole block; every thread gets the result. scratch: >= 32 floats of shared memory. Contains
 // __syncthreads, so every thread of the block must call it.
 __device__ __forceinline__ float block_sum(float v, float* scratch) {

@@ -44,13 +44,7 @@ __global__ void quantize_q8_kernel(const float* x, int64_t x_ld, int64_t K, int6
   const int lane = threadIdx.x % kWarpSize;
   const int64_t per_col = K / 32;
   const int64_t t = bi / per_col, b = bi % per_col;
-  const float v = x[t * x_ld + b * 32 + lane];
-  const float amax = warp_max(fabsf(v));
-  const float d = amax / 127.0f;
-  const int q = amax > 0.0f ? __float2int_rn(v / d) : 0;
-  xq[t * K + b * 32 + lane] = int8_t(q);
-  const int sum = __reduce_add_sync(0xffffffffu, q);
-  if (lane == 0) xds[bi] = make_float2(d, d * float(sum));
+  warp_quantize_q8(x[t * x_ld + b * 32 + lane], &xq[t * K + b * 32 + lane], &xds[bi]);
 }
 
 // rms_norm of column t = blockIdx.y (x * inv * norm, rms_norm_kernel's expression), then quantized per 32
@@ -81,13 +75,7 @@ __global__ void __launch_bounds__(kNormQuantThreads)
   const int64_t per_col = K / 32;
   for (int64_t b = int64_t(blockIdx.x) * warps + warp; b < per_col; b += int64_t(gridDim.x) * warps) {
     const int64_t i = b * 32 + lane;
-    const float v = xc[i] * inv * norm[i];
-    const float amax = warp_max(fabsf(v));
-    const float d = amax / 127.0f;
-    const int q = amax > 0.0f ? __float2int_rn(v / d) : 0;
-    xq[t * K + i] = int8_t(q);
-    const int sum = __reduce_add_sync(0xffffffffu, q);
-    if (lane == 0) xds[t * per_col + b] = make_float2(d, d * float(sum));
+    warp_quantize_q8(xc[i] * inv * norm[i], &xq[t * K + i], &xds[t * per_col + b]);
   }
 }
 

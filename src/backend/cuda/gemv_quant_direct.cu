@@ -85,13 +85,7 @@ __device__ __forceinline__ void swiglu_q8_epilogue(const GemvArgs& a, const Gemv
   const int64_t grp = o / 32, i = grp * 32 + lane;
 #pragma unroll
   for (int c = 0; c < NC; ++c) {
-    const float v = __ldcg(out.y + c * out.y_ld + i);
-    const float amax = warp_max(fabsf(v));
-    const float d = amax / 127.0f;
-    const int q = amax > 0.0f ? __float2int_rn(v / d) : 0;
-    a.q8_xq[c * N + i] = int8_t(q);
-    const int sum = __reduce_add_sync(0xffffffffu, q);
-    if (lane == 0) a.q8_xds[c * (N / 32) + grp] = make_float2(d, d * float(sum));
+    warp_quantize_q8(__ldcg(out.y + c * out.y_ld + i), &a.q8_xq[c * N + i], &a.q8_xds[c * (N / 32) + grp]);
   }
   if (lane == 0) a.q8_count[grp] = 0;
 }
