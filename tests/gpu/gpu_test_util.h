@@ -7,17 +7,34 @@
 
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/kernel_profile.h"
 #include "core/half.h"
 #include "quant/quant.h"
 
 namespace tandem::gpu_test {
 
 inline bool have_gpu() { return device_count(DeviceKind::CUDA) > 0; }
+
+// Executions of kernels whose short names contain `part` while work() runs (the device finishing it), counted by
+// the kernel profiler: how a test sees that a fused path launched what it should (src/backend/kernel_profile.h).
+inline int64_t launches_of(Device& dev, KernelProfiler& prof, const std::string& part,
+                           const std::function<void()>& work) {
+  dev.synchronize();
+  prof.begin_window();
+  work();
+  dev.synchronize();
+  int64_t n = 0;
+  for (const KernelStat& k : prof.end_window().kernels)
+    if (k.name.find(part) != std::string::npos) n += k.calls;
+  return n;
+}
 
 #define TANDEM_REQUIRE_GPU()                                       \
   do {                                                             \

@@ -72,21 +72,11 @@ class GpuAttention : public GpuTest {
     std::string why;
     std::unique_ptr<KernelProfiler> prof = KernelProfiler::start(&why);
     ASSERT_NE(prof, nullptr) << why;
-    auto quantize_launches = [&](const std::function<void()>& work) {
-      gpu_->synchronize();
-      prof->begin_window();
-      work();
-      gpu_->synchronize();
-      int64_t n = 0;
-      for (const KernelStat& k : prof->end_window().kernels)
-        if (k.name.find("quantize_q8") != std::string::npos) n += k.calls;
-      return n;
-    };
-    const int64_t fused = quantize_launches([&] {
+    const int64_t fused = launches_of(*gpu_, *prof, "quantize_q8", [&] {
       gops().attention_project_add(gs(), q.dev, kv_g, b_g, scale, out1.dev, rows(out1.dev), W.dev, tmp.dev,
                                    y_fused.dev);
     });
-    const int64_t composed = quantize_launches([&] {
+    const int64_t composed = launches_of(*gpu_, *prof, "quantize_q8", [&] {
       gops().attention(gs(), q.dev, kv_g, b_g, scale, out2.dev);
       gops().matmul_add(gs(), W.dev, rows(out2.dev), tmp.dev, y_comp.dev);
     });

@@ -451,22 +451,13 @@ TEST_F(GpuFusedGemv, SwigluFfnHandsTheDownProductItsQuantizedInput) {
            act1 = make_out(DType::F32, {F, T}), act2 = make_out(DType::F32, {F, T}), tmp = make_out(DType::F32, {E, T});
       std::unique_ptr<KernelProfiler> prof = KernelProfiler::start(&why);
       ASSERT_NE(prof, nullptr) << why;
-      auto quantize_launches = [&](const std::function<void()>& work) {
-        gpu_->synchronize();
-        prof->begin_window();
-        work();
-        gpu_->synchronize();
-        int64_t n = 0;
-        for (const KernelStat& k : prof->end_window().kernels)
-          if (k.name.find("quantize_q8") != std::string::npos) n += k.calls;
-        return n;
-      };
-      // y1 += ffn(y1) twice in a row (the second launch needs the counters the first one left at zero)
-      const int64_t fused = quantize_launches([&] {
+      // y1 += ffn(y1) one way, y2 += ffn(y2) the other (the replays below run it again: the group counters must
+      // be back at zero after every launch)
+      const int64_t fused = launches_of(*gpu_, *prof, "quantize_q8", [&] {
         gops().ffn_swiglu_add(gs(), y1.dev, nw.dev, 1e-6f, h.dev, g.p.dev, u.p.dev, gate.dev, up.dev, act1.dev,
                               d.p.dev, tmp.dev, y1.dev);
       });
-      const int64_t composed = quantize_launches([&] {
+      const int64_t composed = launches_of(*gpu_, *prof, "quantize_q8", [&] {
         gops().norm_matmul_swiglu(gs(), y2.dev, nw.dev, 1e-6f, h.dev, g.p.dev, u.p.dev, gate.dev, up.dev, act2.dev);
         gops().matmul_add(gs(), d.p.dev, act2.dev, tmp.dev, y2.dev);
       });
