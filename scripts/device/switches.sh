@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
-# The switches that are off by default until a GPU run checks them (run by scripts/device/run_all.sh; BIN, OUT
-# set): the whole GPU test binary with TANDEM_RECORD_SHAPES=1 and TANDEM_ID_DIRECT=1 (issues 18 and 16), and,
-# side by side on the same GPU, the whole binary again with TANDEM_PDL=1 (issue 19). A switch whose run passes
-# everything can become the default. Correctness only: timings here are not for the record.
+# Switches that are off by default until a GPU run checks them (run by scripts/device/run_all.sh; BIN, OUT set):
+# the whole GPU test binary once per set of SWITCH_SETS, side by side on the same GPU. A set is a comma-separated
+# list of VAR=value; sets are separated by spaces. A switch whose run passes everything can become the default.
+# Correctness only: timings here are not for the record.
+#   SWITCH_SETS="TANDEM_WIDE_ROWS=1 TANDEM_SWIGLU_Q8=1" (default: the switches off by default on main today)
+# (The ninth session's three, TANDEM_RECORD_SHAPES, TANDEM_ID_DIRECT and TANDEM_PDL, passed here in the tenth
+# and are on by default now.)
 set -uo pipefail
 BIN=${BIN:-build-gpu/bin}; OUT=${OUT:-/tmp/switches}; mkdir -p "$OUT"
 FILTER=${SWITCH_FILTER:-*}
-TANDEM_RECORD_SHAPES=1 TANDEM_ID_DIRECT=1 "$BIN/tandem_gpu_tests" --gtest_brief=1 --gtest_filter="$FILTER" \
-  >"$OUT/record_id_direct.log" 2>&1 &
-p1=$!
-TANDEM_PDL=1 "$BIN/tandem_gpu_tests" --gtest_brief=1 --gtest_filter="$FILTER" >"$OUT/pdl.log" 2>&1 &
-p2=$!
-wait $p1; r1=$?
-wait $p2; r2=$?
-for f in record_id_direct pdl; do
-  echo "--- $f"; grep -E "^\[  (PASSED|FAILED)|FAILED  \]|tests ran" "$OUT/$f.log" | tail -12
+SETS=${SWITCH_SETS:-"TANDEM_SWIGLU_Q8=1 TANDEM_WIDE_ROWS=1"}
+pids=(); names=()
+for set in $SETS; do
+  name=${set//[=,]/_}
+  env ${set//,/ } "$BIN/tandem_gpu_tests" --gtest_brief=1 --gtest_filter="$FILTER" >"$OUT/$name.log" 2>&1 &
+  pids+=($!); names+=("$name")
 done
-echo "TANDEM_RECORD_SHAPES=1 TANDEM_ID_DIRECT=1 rc=$r1; TANDEM_PDL=1 rc=$r2"
+status=0
+for i in "${!pids[@]}"; do
+  wait "${pids[$i]}"; rc=$?
+  [ $rc -ne 0 ] && status=1
+  echo "--- ${names[$i]}: rc=$rc"
+  grep -E "^\[  (PASSED|FAILED)|FAILED  \]|tests ran" "$OUT/${names[$i]}.log" | tail -12
+done
+exit $status
