@@ -53,6 +53,12 @@ void launch_gemv_dense(DType wt, const void* W, size_t w_ld, int64_t K, int64_t 
 // 8-bit activations for the integer dot products: per 32 values of a column, int8 q and (d, d * sum q) with
 // x ~= d * q. xq is T columns of K bytes, xds T columns of K/32 float2. K must be a multiple of 32.
 size_t q8_activation_bytes(int64_t K, int64_t T);  // bytes of xq + xds (each part 256-byte aligned)
+// The layout of those activations in a scratch, for T columns of K values: the int8 values xq [T][K] from the
+// start, then the (d, d * sum q) pairs xds [T][K / 32] from this byte offset on. Every kernel that writes or
+// reads them (launch_quantize_q8, the products, the attention combine, the SwiGLU hand-over) takes it from here.
+inline size_t q8_scales_offset(int64_t K, int64_t T) {
+  return (size_t(K * T) + 255) & ~size_t(255);
+}
 void launch_quantize_q8(const float* x, int64_t x_ld, int64_t K, int64_t T, void* scratch,
                         cudaStream_t stream);
 // The same after an rms_norm of each column with weights norm (F32 {K}): one block per column (T <= 8 at

@@ -248,29 +248,22 @@ void CudaOps::matmul(Stream& s, const Tensor& W, const Tensor& x, const Tensor& 
   }
 }
 
-bool CudaOps::fused_gemv(Stream& s, std::span<const Tensor> W, const Tensor& x, std::span<const Tensor> y,
-                         int epi_int, const Tensor* norm, float eps, const void* x_q8) {
-  const auto epi = GemvEpilogue(epi_int);
-  check(!W.empty() && W.size() <= size_t(kGemvMaxSegs) && W.size() == y.size(),
-        "matmul_multi: needs 1 to 3 weights and as many outputs");
-  for (size_t i = 0; i < W.size(); ++i) check_matmul(W[i], x, y[i]);
-  const int64_t K = W[0].ne[0], T = x.ne[1];
-  if (T == 0) return false;
-  // More columns than one launch takes: the unfused ops are faster (cuBLAS for the dense types) but round
-  // differently, so a batch-invariant session (speculative verify of 8 drafted tokens + 1, prefill of several
-  // sequences) keeps the fused kernels, kGemvMaxCols columns a launch: every column gets the arithmetic of a
-  // one-row step (tests/gpu/test_gpu_batch_invariance.cpp).
-  if (T > kGemvMaxCols && (!batch_invariant_ || x_q8 != nullptr)) return false;
-  GemvArgs a;
+namespace {
+// The GemvArgs of a fused product: segments W[i] -> y[i] (AddResidual: y is also the residual it adds to), the
+// epilogue, and x's norm when given (checked: F32 {K} on the device, eps finite and >= 0). False when the weights
+// mix dtypes or row lengths: one launch takes one of each. (Shapes: the callers' check_matmul.)
+bool fused_gemv_args(std::span<const Tensor> W, const Tensor& x, std::span<const Tensor> y, GemvEpilogue epi,
+                     const Tensor* norm, float eps, int device, GemvArgs& a) {
+  const int64_t K = W[0].ne[0];
   a.wt = W[0].type;
   a.K = K;
   a.x = static_cast<const float*>(x.data);
   a.x_ld = int64_t(x.nb[1] / 4);
-  a.T = T;
+  a.T = x.ne[1];
   a.n_seg = int(W.size());
   a.epi = epi;
   if (norm != nullptr) {
-    check_f32("norm_matmul", "norm", *norm, index_);
+    check_f32("norm_matmul", "norm", *norm, device);
     check(norm->ne[0] == K && norm->nrows() == 1 && norm->is_contiguous(),
           "norm_matmul: the norm weights must be {" + std::to_string(K) + "}, got " + norm->shape_string());
     check(eps >= 0.0f && std::isfinite(eps), "norm_matmul: eps must be a finite value >= 0");
@@ -290,6 +283,25 @@ bool CudaOps::fused_gemv(Stream& s, std::span<const Tensor> W, const Tensor& x, 
       g.r_ld = g.y_ld;
     }
   }
+  return true;
+}
+}  // namespace
+
+bool CudaOps::fused_gemv(Stream& s, std::span<const Tensor> W, const Tensor& x, std::span<const Tensor> y,
+                         int epi_int, const Tensor* norm, float eps, const void* x_q8) {
+  const auto epi = GemvEpilogue(epi_int);
+  check(!W.empty() && W.size() <= size_t(kGemvMaxSegs) && W.size() == y.size(),
+        "matmul_multi: needs 1 to 3 weights and as many outputs");
+  for (size_t i = 0; i < W.size(); ++i) check_matmul(W[i], x, y[i]);
+  const int64_t K = W[0].ne[0], T = x.ne[1];
+  if (T == 0) return false;
+  // More columns than one launch takes: the unfused ops are faster (cuBLAS for the dense types) but round
+  // differently, so a batch-invariant session (speculative verify of 8 drafted tokens + 1, prefill of several
+  // sequences) keeps the fused kernels, kGemvMaxCols columns a launch: every column gets the arithmetic of a
+  // one-row step (tests/gpu/test_gpu_batch_invariance.cpp).
+  if (T > kGemvMaxCols && (!batch_invariant_ || x_q8 != nullptr)) return false;
+  GemvArgs a;
+  if (!fused_gemv_args(W, x, y, epi, norm, eps, index_, a)) return false;
   DeviceGuard guard(index_);
   cudaStream_t st = stream_of(s, index_);
   const int64_t cols = std::min<int64_t>(T, kGemvMaxCols);  // per launch
@@ -583,27 +595,9 @@ void CudaOps::ffn_swiglu_add(Stream& s, const Tensor& x, const Tensor& norm, flo
     check_matmul(W_gate, x, act);
     check_matmul(W_up, x, up);
     check_matmul(W_down, act, y);
-    check_f32("ffn_swiglu_add", "norm", norm, index_);
-    check(norm.ne[0] == K && norm.nrows() == 1 && norm.is_contiguous(),
-          "ffn_swiglu_add: the norm weights must be {" + std::to_string(K) + "}, got " + norm.shape_string());
-    check(eps >= 0.0f && std::isfinite(eps), "ffn_swiglu_add: eps must be a finite value >= 0");
-    a.wt = W_gate.type;
-    a.K = K;
-    a.x = static_cast<const float*>(x.data);
-    a.x_ld = int64_t(x.nb[1] / 4);
-    a.T = T;
-    a.n_seg = 2;
-    a.epi = GemvEpilogue::SwiGlu;
-    const Tensor* Ws[2] = {&W_gate, &W_up};
-    const Tensor* ys[2] = {&act, &up};
-    for (int i = 0; i < 2; ++i) {
-      a.seg[i].W = Ws[i]->data;
-      a.seg[i].w_ld = Ws[i]->nb[1];
-      a.seg[i].N = N;
-      a.seg[i].y = static_cast<float*>(ys[i]->data);
-      a.seg[i].y_ld = int64_t(ys[i]->nb[1] / 4);
-    }
-    fuse = gemv_quant_direct_supports(a);
+    const Tensor Ws[2] = {W_gate, W_up};
+    const Tensor ys[2] = {act, up};  // (SwiGlu: silu(gate) * up goes to the first segment's output)
+    fuse = fused_gemv_args(Ws, x, ys, GemvEpilogue::SwiGlu, &norm, eps, index_, a) && gemv_quant_direct_supports(a);
   }
   if (!fuse) return Ops::ffn_swiglu_add(s, x, norm, eps, h, W_gate, W_up, gate, up, act, W_down, tmp, y);
   DeviceGuard guard(index_);
@@ -611,9 +605,10 @@ void CudaOps::ffn_swiglu_add(Stream& s, const Tensor& x, const Tensor& norm, flo
   void* act_q8 = region(regions_.act);
   char* out_q8 = region(regions_.act2);
   a.q8_xq = reinterpret_cast<int8_t*>(out_q8);
-  a.q8_xds = reinterpret_cast<float2*>(out_q8 + ((size_t(N * T) + 255) & ~size_t(255)));
+  a.q8_xds = reinterpret_cast<float2*>(out_q8 + q8_scales_offset(N, T));
   a.q8_count = reinterpret_cast<int*>(region(regions_.counters));
-  launch_quantize_q8_norm(a.x, a.x_ld, K, T, static_cast<const float*>(norm.data), eps, act_q8, st);
+  launch_quantize_q8_norm(a.x, a.x_ld, K, T, a.norm, a.eps, act_q8, st);
+  a.norm = nullptr;  // (in the quantization; the product reads the q8 values only, as fused_gemv does)
   launch_gemv_quant_fused(a, act_q8, st);
   const Tensor Wd[1] = {W_down};
   const Tensor yd[1] = {y};
@@ -714,7 +709,7 @@ void CudaOps::attention_impl(Stream& s, const Tensor& q, const KvLayerView& kv, 
     if (q8 != nullptr) {
       const int64_t K = n_head * hd_v;
       xq = static_cast<int8_t*>(q8) + r0 * K;
-      xds = reinterpret_cast<float2*>(static_cast<char*>(q8) + ((size_t(K * T) + 255) & ~size_t(255))) + r0 * (K / 32);
+      xds = reinterpret_cast<float2*>(static_cast<char*>(q8) + q8_scales_offset(K, T)) + r0 * (K / 32);
     }
     launch_attention_decode(c, region(regions_.attn), regions_.attn_bytes, st, xq, xds);
   }

@@ -27,10 +27,6 @@ constexpr int kWarpsPerBlock = 8;  // dense: one warp per row
 constexpr int kRowsPerBlock = 4;   // quantized: one warp per row, the block's rows staged in shared memory
 constexpr int kMaxSmem = 200 * 1024;
 
-size_t align256(size_t n) {
-  return (n + 255) & ~size_t(255);
-}
-
 bool aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
 }
@@ -44,7 +40,7 @@ struct QuantColumns {
 QuantColumns quant_columns(const void* scratch, int64_t K, int64_t n_slots, int k, int kx) {
   const int64_t n_x = (n_slots / k) * kx;
   return {static_cast<const int8_t*>(scratch),
-          reinterpret_cast<const float2*>(static_cast<const char*>(scratch) + align256(size_t(K * n_x)))};
+          reinterpret_cast<const float2*>(static_cast<const char*>(scratch) + q8_scales_offset(K, n_x))};
 }
 
 __device__ __forceinline__ int64_t routed_col(int64_t s, int k, int kx) {

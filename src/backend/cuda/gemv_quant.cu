@@ -274,7 +274,7 @@ void launch_type(const GemvArgs& a, const void* scratch, cudaStream_t stream) {
   const size_t row_bytes = dtype_row_bytes(QT, K);
   const int8_t* xq = static_cast<const int8_t*>(scratch);
   const float2* xds =
-      reinterpret_cast<const float2*>(static_cast<const char*>(scratch) + align256(size_t(K * T)));
+      reinterpret_cast<const float2*>(static_cast<const char*>(scratch) + q8_scales_offset(K, T));
   for (int64_t t0 = 0; t0 < T; t0 += kGemvMaxCols) {
     const int nc = int(std::min<int64_t>(kGemvMaxCols, T - t0));
     const int8_t* xq_c = xq + t0 * K;
@@ -317,7 +317,7 @@ void launch_epi(const GemvArgs& a, const void* scratch, cudaStream_t stream) {
 }  // namespace
 
 size_t q8_activation_bytes(int64_t K, int64_t T) {
-  return align256(size_t(K * T)) + align256(size_t(K / 32 * T) * sizeof(float2));
+  return q8_scales_offset(K, T) + align256(size_t(K / 32 * T) * sizeof(float2));
 }
 
 void launch_quantize_q8(const float* x, int64_t x_ld, int64_t K, int64_t T, void* scratch,
@@ -325,7 +325,7 @@ void launch_quantize_q8(const float* x, int64_t x_ld, int64_t K, int64_t T, void
   const int64_t n_blocks = K / 32 * T;
   if (n_blocks == 0) return;
   int8_t* xq = static_cast<int8_t*>(scratch);
-  float2* xds = reinterpret_cast<float2*>(static_cast<char*>(scratch) + align256(size_t(K * T)));
+  float2* xds = reinterpret_cast<float2*>(static_cast<char*>(scratch) + q8_scales_offset(K, T));
   constexpr int kWarps = 8;
   launch_pdl(quantize_q8_kernel, dim3(unsigned((n_blocks + kWarps - 1) / kWarps)), dim3(kWarps * kWarpSize),
              0, stream, x, x_ld, K, n_blocks, xq, xds);
@@ -336,7 +336,7 @@ void launch_quantize_q8_norm(const float* x, int64_t x_ld, int64_t K, int64_t T,
                              void* scratch, cudaStream_t stream) {
   if (T == 0 || K == 0) return;
   int8_t* xq = static_cast<int8_t*>(scratch);
-  float2* xds = reinterpret_cast<float2*>(static_cast<char*>(scratch) + align256(size_t(K * T)));
+  float2* xds = reinterpret_cast<float2*>(static_cast<char*>(scratch) + q8_scales_offset(K, T));
   check(T <= 65535, "launch_quantize_q8_norm: at most 65535 columns a launch");
   const int64_t groups = K / 32, per_block = kNormQuantThreads / kWarpSize;
   const unsigned wide = g_norm_quant_wide.on() ? unsigned((groups + per_block - 1) / per_block) : 1u;

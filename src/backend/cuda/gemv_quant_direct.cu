@@ -145,10 +145,6 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   }
 }
 
-size_t align256(size_t n) {
-  return (n + 255) & ~size_t(255);
-}
-
 template <DType QT, GemvEpilogue EPI>
 void launch_epi(const GemvArgs& a, const void* scratch, cudaStream_t stream) {
   constexpr int per = outs_per_warp<EPI>();
@@ -160,7 +156,7 @@ void launch_epi(const GemvArgs& a, const void* scratch, cudaStream_t stream) {
   const int64_t K = a.K, T = a.T;
   const int8_t* xq = static_cast<const int8_t*>(scratch);
   const float2* xds =
-      reinterpret_cast<const float2*>(static_cast<const char*>(scratch) + align256(size_t(K * T)));
+      reinterpret_cast<const float2*>(static_cast<const char*>(scratch) + q8_scales_offset(K, T));
   for (int64_t t0 = 0; t0 < T; t0 += kGemvMaxCols) {
     const int nc = int(std::min<int64_t>(kGemvMaxCols, T - t0));
     const int8_t* xq_c = xq + t0 * K;
