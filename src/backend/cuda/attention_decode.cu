@@ -19,6 +19,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "core/env_switch.h"
 
 namespace tandem::cuda {
 namespace {
@@ -377,12 +378,9 @@ size_t align256(size_t n) {
   return (n + 255) & ~size_t(255);
 }
 
+EnvSwitch g_no_octet{"TANDEM_ATTN_NO_OCTET", false};  // =1: the paired output pass (launch_split)
 bool octet_disabled() {
-  static const bool off = [] {
-    const char* e = std::getenv("TANDEM_ATTN_NO_OCTET");
-    return e && *e && *e != '0';
-  }();
-  return off;
+  return g_no_octet.on();
 }
 
 template <class KTag, class VTag, int G>

@@ -59,21 +59,15 @@ void check_cache(const char* op, const KvLayerView& kv, int index) {
 }
 
 // TANDEM_NO_FUSED=1: the fused ops run as their compositions (Ops defaults), to compare or to bisect.
+EnvSwitch g_no_fused{"TANDEM_NO_FUSED", false};
 bool fused_disabled() {
-  static const bool off = [] {
-    const char* e = std::getenv("TANDEM_NO_FUSED");
-    return e && *e && *e != '0';
-  }();
-  return off;
+  return g_no_fused.on();
 }
 
 // TANDEM_NO_NORM_FUSION=1: the norm as its own launch before the fused product (to compare or to bisect).
+EnvSwitch g_no_norm_fusion{"TANDEM_NO_NORM_FUSION", false};
 bool norm_fusion_disabled() {
-  static const bool off = [] {
-    const char* e = std::getenv("TANDEM_NO_NORM_FUSION");
-    return e && *e && *e != '0';
-  }();
-  return off;
+  return g_no_norm_fusion.on();
 }
 
 Tensor rows_view(const Tensor& t, int dim, int64_t first, int64_t count) {

@@ -14,12 +14,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "core/env_switch.h"
 #include "backend/cuda/gemv_quant_pieces.cuh"
 #include "quant/blocks.h"
 
@@ -198,12 +198,9 @@ void launch_type(const GemvArgs& a, const void* scratch, cudaStream_t stream) {
   }
 }
 
-bool direct_disabled() {  // TANDEM_NO_QUANT_DIRECT=1: the staged kernel instead, to compare or to bisect
-  static const bool off = [] {
-    const char* e = std::getenv("TANDEM_NO_QUANT_DIRECT");
-    return e && *e && *e != '0';
-  }();
-  return off;
+EnvSwitch g_no_direct{"TANDEM_NO_QUANT_DIRECT", false};  // =1: the staged kernel instead, to compare or bisect
+bool direct_disabled() {
+  return g_no_direct.on();
 }
 
 }  // namespace
