@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "core/env_switch.h"
 #include "backend/cuda/quant_device.cuh"
 #include "backend/cuda/tensor_rows.h"
 
@@ -20,6 +21,18 @@ constexpr int kRowThreads = 256;
 
 int threads_for_row(int64_t ne0) {
   return int(std::min<int64_t>(kRowThreads, ((ne0 + 31) / 32) * 32));
+}
+
+// TANDEM_WIDE_ROWS=1: long rows spread over several blocks (RowGrid below, rms_norm_block_kernel). Off by
+// default until a GPU run has checked it (written in the tenth session after its device time was spent; the
+// per-element arithmetic is unchanged, so results are bitwise the same either way).
+EnvSwitch g_wide_rows{"TANDEM_WIDE_ROWS", false};
+
+// The grid of an elementwise launch over rows of ne0 values: (column blocks, rows), a block of `threads`
+// covering columns in steps of the grid's width; a column block per ~4 values a thread when wide_rows.
+dim3 row_grid(int64_t ne0, int64_t rows, int threads) {
+  const int64_t cols = g_wide_rows.on() ? std::min<int64_t>(1024, (ne0 + 4 * threads - 1) / (4 * threads)) : 1;
+  return dim3(unsigned(std::max<int64_t>(cols, 1)), unsigned(std::min<int64_t>(rows, 65535)));
 }
 
 // ---- rms_norm: one warp per row --------------------------------------------------------------------------
@@ -44,19 +57,25 @@ __global__ void rms_norm_kernel(RowView x, const float* __restrict__ weight, flo
 // how many rows come with it.
 constexpr int64_t kBlockNormMin = 1024;
 constexpr int kBlockNormThreads = 256;
+// Rows blockIdx.y, + gridDim.y, ...; with gridDim.x > 1 (wide_rows(), below) each block sums the whole row's squares (the same
+// loop, so the same value in every block) and writes its own slice of kBlockNormThreads-value chunks. x may
+// alias out: the sums are all taken before any block writes... only within a block, so an aliased call keeps
+// gridDim.x == 1 (launch_rms_norm).
 __global__ void __launch_bounds__(kBlockNormThreads)
     rms_norm_block_kernel(RowView x, const float* __restrict__ weight, float eps, RowView out) {
   __shared__ float red[32];
   pdl_trigger();  // pdl.cuh
   pdl_wait();
-  const int64_t r = blockIdx.x;
-  const float* xr = x.row_as<const float>(r);
-  float* yr = out.row_as<float>(r);
-  float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < x.ne0; i += blockDim.x) ss += xr[i] * xr[i];
-  ss = block_sum(ss, red);
-  const float inv = 1.0f / sqrtf(ss / float(x.ne0) + eps);
-  for (int64_t i = threadIdx.x; i < x.ne0; i += blockDim.x) yr[i] = weight ? xr[i] * inv * weight[i] : xr[i] * inv;
+  for (int64_t r = blockIdx.y; r < x.n_rows(); r += gridDim.y) {
+    const float* xr = x.row_as<const float>(r);
+    float* yr = out.row_as<float>(r);
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < x.ne0; i += blockDim.x) ss += xr[i] * xr[i];
+    ss = block_sum(ss, red);
+    const float inv = 1.0f / sqrtf(ss / float(x.ne0) + eps);
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < x.ne0; i += int64_t(gridDim.x) * blockDim.x)
+      yr[i] = weight ? xr[i] * inv * weight[i] : xr[i] * inv;
+  }
 }
 
 // ---- rope: one thread per rotated pair --------------------------------------------------------------------
@@ -84,56 +103,69 @@ __global__ void rope_kernel(RowView x, int64_t n_head, const int32_t* __restrict
 }
 
 // ---- gated activations ------------------------------------------------------------------------------------
+// The elementwise kernels below run on a grid of (column blocks, rows): rows blockIdx.y, + gridDim.y, ...
+// (TANDEM_ROWS), columns from blockIdx.x * blockDim.x in steps of gridDim.x * blockDim.x (row_grid, launch side). One block per row walked a
+// 262144-logit row alone (gemma4's softcap: 266 us a token on an H100, tenth session's profile).
+#define TANDEM_ROWS(r, rows) for (int64_t r = blockIdx.y; r < (rows); r += gridDim.y)
+#define TANDEM_ROW_COLUMNS(i, n) \
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
+
 template <GluKind K>
 __global__ void glu_kernel(RowView gate, RowView up, RowView out) {
-  const int64_t r = blockIdx.x;
-  const float* g = gate.row_as<const float>(r);
-  const float* u = up.row_as<const float>(r);
-  float* o = out.row_as<float>(r);
-  for (int64_t i = threadIdx.x; i < gate.ne0; i += blockDim.x) {
-    const float x = g[i];
-    float a;
-    if constexpr (K == GluKind::Silu) {
-      a = x / (1.0f + expf(-x));
-    } else {
-      a = 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+  TANDEM_ROWS(r, gate.n_rows()) {
+    const float* g = gate.row_as<const float>(r);
+    const float* u = up.row_as<const float>(r);
+    float* o = out.row_as<float>(r);
+    TANDEM_ROW_COLUMNS(i, gate.ne0) {
+      const float x = g[i];
+      float a;
+      if constexpr (K == GluKind::Silu) {
+        a = x / (1.0f + expf(-x));
+      } else {
+        a = 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+      }
+      o[i] = a * u[i];
     }
-    o[i] = a * u[i];
   }
 }
 
 template <BinaryKind K>
 __global__ void binary_kernel(RowView a, RowView b, bool broadcast_b, RowView out) {
-  const int64_t r = blockIdx.x;
-  const float* pa = a.row_as<const float>(r);
-  const float* pb = b.row_as<const float>(broadcast_b ? 0 : r);
-  float* po = out.row_as<float>(r);
-  for (int64_t i = threadIdx.x; i < a.ne0; i += blockDim.x) {
-    if constexpr (K == BinaryKind::Add) {
-      po[i] = pa[i] + pb[i];
-    } else {
-      po[i] = pa[i] * pb[i];
+  TANDEM_ROWS(r, a.n_rows()) {
+    const float* pa = a.row_as<const float>(r);
+    const float* pb = b.row_as<const float>(broadcast_b ? 0 : r);
+    float* po = out.row_as<float>(r);
+    TANDEM_ROW_COLUMNS(i, a.ne0) {
+      if constexpr (K == BinaryKind::Add) {
+        po[i] = pa[i] + pb[i];
+      } else {
+        po[i] = pa[i] * pb[i];
+      }
     }
   }
 }
 
 template <UnaryKind K>
 __global__ void unary_kernel(RowView x, float value, RowView out) {
-  const int64_t r = blockIdx.x;
-  float* po = out.row_as<float>(r);
-  if constexpr (K == UnaryKind::Fill) {
-    for (int64_t i = threadIdx.x; i < out.ne0; i += blockDim.x) po[i] = value;
-  } else {
-    const float* px = x.row_as<const float>(r);
-    for (int64_t i = threadIdx.x; i < x.ne0; i += blockDim.x) {
-      if constexpr (K == UnaryKind::Scale) {
-        po[i] = px[i] * value;
-      } else {
-        po[i] = value * tanhf(px[i] / value);
+  TANDEM_ROWS(r, out.n_rows()) {
+    float* po = out.row_as<float>(r);
+    if constexpr (K == UnaryKind::Fill) {
+      TANDEM_ROW_COLUMNS(i, out.ne0) po[i] = value;
+    } else {
+      const float* px = x.row_as<const float>(r);
+      TANDEM_ROW_COLUMNS(i, x.ne0) {
+        if constexpr (K == UnaryKind::Scale) {
+          po[i] = px[i] * value;
+        } else {
+          po[i] = value * tanhf(px[i] / value);
+        }
       }
     }
   }
 }
+
+#undef TANDEM_ROW_COLUMNS
+#undef TANDEM_ROWS
 
 // ---- softmax: one block per row ---------------------------------------------------------------------------
 __global__ void softmax_kernel(RowView x, RowView out) {
@@ -307,7 +339,13 @@ void launch_rms_norm(const Tensor& x, const float* weight, float eps, const Tens
   if (rows == 0) return;
   constexpr int kWarps = 8;
   if (xv.ne0 >= kBlockNormMin) {
-    launch_pdl(rms_norm_block_kernel, dim3(unsigned(rows)), dim3(kBlockNormThreads), 0, stream, xv, weight, eps, ov);
+    // Several blocks a row only when out does not alias x (a block would overwrite values another still sums).
+    const bool aliased = x.data == out.data;
+    const unsigned cols = g_wide_rows.on() && !aliased
+                              ? unsigned((xv.ne0 + 4 * kBlockNormThreads - 1) / (4 * kBlockNormThreads))
+                              : 1u;
+    launch_pdl(rms_norm_block_kernel, dim3(cols, unsigned(std::min<int64_t>(rows, 65535))), dim3(kBlockNormThreads), 0,
+               stream, xv, weight, eps, ov);
     return;
   }
   launch_pdl(rms_norm_kernel, dim3(unsigned((rows + kWarps - 1) / kWarps)), dim3(kWarps * kWarpSize), 0, stream,
@@ -331,8 +369,8 @@ void launch_rope(const Tensor& x, const int32_t* positions, const RopeParams& p,
 void launch_glu(GluKind kind, const Tensor& gate, const Tensor& up, const Tensor& out, cudaStream_t stream) {
   const RowView g = row_view(gate), u = row_view(up), o = row_view(out);
   if (g.n_rows() == 0 || g.ne0 == 0) return;
-  const unsigned grid = unsigned(g.n_rows());
   const int threads = threads_for_row(g.ne0);
+  const dim3 grid = row_grid(g.ne0, g.n_rows(), threads);
   if (kind == GluKind::Silu) {
     glu_kernel<GluKind::Silu><<<grid, threads, 0, stream>>>(g, u, o);
   } else {
@@ -346,8 +384,8 @@ void launch_binary(BinaryKind kind, const Tensor& a, const Tensor& b, const Tens
   const RowView av = row_view(a), bv = row_view(b), ov = row_view(out);
   if (av.n_rows() == 0 || av.ne0 == 0) return;
   const bool broadcast = bv.n_rows() == 1 && av.n_rows() > 1;
-  const unsigned grid = unsigned(av.n_rows());
   const int threads = threads_for_row(av.ne0);
+  const dim3 grid = row_grid(av.ne0, av.n_rows(), threads);
   if (kind == BinaryKind::Add) {
     binary_kernel<BinaryKind::Add><<<grid, threads, 0, stream>>>(av, bv, broadcast, ov);
   } else {
@@ -359,8 +397,8 @@ void launch_binary(BinaryKind kind, const Tensor& a, const Tensor& b, const Tens
 void launch_unary(UnaryKind kind, const Tensor& x, float value, const Tensor& out, cudaStream_t stream) {
   const RowView xv = row_view(x), ov = row_view(out);
   if (ov.n_rows() == 0 || ov.ne0 == 0) return;
-  const unsigned grid = unsigned(ov.n_rows());
   const int threads = threads_for_row(ov.ne0);
+  const dim3 grid = row_grid(ov.ne0, ov.n_rows(), threads);
   switch (kind) {
     case UnaryKind::Scale:
       unary_kernel<UnaryKind::Scale><<<grid, threads, 0, stream>>>(xv, value, ov);
