@@ -12,7 +12,8 @@
 # fraction of the bandwidth limit on the active bytes (tandem's "decode step reads" line; llama.cpp reads the
 # same file). Per-step figures are for LAYERS layers: not scaled to 30 (the ratio to the limit is what carries).
 # PROFILE=1: the first bench also prints the per-kernel table of its tg steps (tandem bench --profile; those
-# t/s are profiled, slower).
+# t/s are profiled, slower), and a PDL-off profile run follows (per-kernel times without the launch-early wait).
+# AB_SWITCHES="VAR=1 ...": one more tg128 run per switch, beside the default row.
 # Usage: BIN=build-gpu/bin OUT=<dir> [LAYERS=4] [TYPES="bf16 q4_k_m"] [PROFILE=1] scripts/device/gemma4_moe_bench.sh. Budget:
 # about 110 s for 4 layers (bf16 ~8 GB and q4_k_m ~3 GB of random weights written in seconds; each engine's
 # runs <= 45 s); a type is skipped (said so) when less than 50 s of BUDGET (default 115) is left.
@@ -24,7 +25,7 @@ mkdir -p "$OUT"
 status=0
 TMPL=/tmp/gemma4_26b_a4b_template.gguf
 python3 scripts/device/gemma4_moe_template.py "$TMPL" --layers "$LAYERS" || { echo "FAIL template"; exit 1; }
-BUDGET=${BUDGET:-115}
+BUDGET=${BUDGET:-115}  # seconds for the whole script (raise it with PROFILE or AB_SWITCHES)
 for t in ${TYPES:-bf16 q4_k_m}; do
   if [ $((BUDGET - SECONDS)) -lt 50 ]; then echo "SKIPPED $t: $((BUDGET - SECONDS)) s of the budget left"; continue; fi
   f=/tmp/gemma4_26b_a4b_$t.gguf
@@ -43,6 +44,16 @@ for t in ${TYPES:-bf16 q4_k_m}; do
   grep -E "model:|shape:|decode step reads|limits:|^\| (pp|tg)" "$OUT/bench_$t.txt"
   [ -n "${PROFILE:-}" ] && grep -A26 -E "^## Kernels of" "$OUT/bench_$t.txt" | grep -v "^$"
   tail -3 "$OUT/bench_$t.txt" | grep -iE "error|fail" && status=1
+  if [ -n "${PROFILE:-}" ]; then  # per-kernel times with PDL off (with PDL on a kernel's time includes its wait)
+    TANDEM_PDL=0 timeout 45 "$BIN/tandem" bench -m "$f" -p 0 -n 32 -b 1 -r 1 --device cuda:0 --bw 4280 --profile \
+      >"$OUT/profile_pdl0_$t.txt" 2>&1
+    echo "profile TANDEM_PDL=0 $t rc=$?:"; grep -A40 -E "^## Kernels of" "$OUT/profile_pdl0_$t.txt" | grep -v "^$"
+  fi
+  for sw in ${AB_SWITCHES:-}; do  # A/B: tg128 with one switch set, beside the default row above
+    env "$sw" timeout 45 "$BIN/tandem" bench -m "$f" -p 0 -n 128 -b 1 -r 2 --device cuda:0 --bw 4280 \
+      >"$OUT/bench_${t}_${sw//=/_}.txt" 2>&1
+    echo "$sw rc=$?: $(grep -E "^\| tg128" "$OUT/bench_${t}_${sw//=/_}.txt")"
+  done
   if [ "$t" != bf16 ]; then  # the staged routed kernel (TANDEM_ID_DIRECT=0; the direct one is the default): tg128 beside
     TANDEM_ID_DIRECT=0 timeout 45 "$BIN/tandem" bench -m "$f" -p 0 -n 128 -b 1 -r 2 --device cuda:0 --bw 4280 \
       >"$OUT/bench_${t}_id_staged.txt" 2>&1
