@@ -275,12 +275,27 @@ class Ops {
                               const Tensor& W_gate, const Tensor& W_up, const Tensor& gate, const Tensor& up,
                               const Tensor& act, const Tensor& W_down, const Tensor& tmp, const Tensor& y);
   // The attention inputs of a layer: q and k normed per head (rms_norm with q_norm / k_norm, each skipped
-  // when null), both roped (rope), then k and v stored at slot_mapping (kv_store). q {hd_k, n_head, T}, k
-  // {hd_k, n_kv, T}, v {hd_v, n_kv, T}; q and k are updated in place, as the ops one at a time do.
+  // when null), both roped (rope), v normed per head without a weight when norm_v (gemma4's V norm), then k
+  // and v stored at slot_mapping (kv_store). q {hd_k, n_head, T}, k {hd_k, n_kv, T}, v {hd_v, n_kv, T}; q, k
+  // (and v when norm_v) are updated in place, as the ops one at a time do.
   virtual void qk_norm_rope_store(Stream& s, const Tensor& q, const Tensor& k, const Tensor& v,
-                                  const Tensor* q_norm, const Tensor* k_norm, float eps,
+                                  const Tensor* q_norm, const Tensor* k_norm, bool norm_v, float eps,
                                   const Tensor& positions, const RopeParams& rope_params,
                                   const KvLayerView& kv, const Tensor& slot_mapping);
+  // A post-normed branch added to the residual stream (gemma4's attention and FFN tails, C.6):
+  //   x = (x + rms_norm(y, w, eps)) * out_scale        (the scale skipped when out_scale == 1)
+  // x, y F32 of one shape {n, T}; w F32 {n}. y is scratch: the composition norms it in place, a fused backend
+  // may leave it as it was.
+  virtual void norm_residual_add(Stream& s, const Tensor& x, const Tensor& y, const Tensor& w, float eps,
+                                 float out_scale);
+  // The tail of gemma4's mixture-of-experts FFN (C.5 step 8, C.6): the dense and the expert branches each
+  // post-normed, summed, normed again and added to the residual stream:
+  //   x = (x + rms_norm(rms_norm(dense, w_dense) + rms_norm(moe, w_moe), w_out)) * out_scale
+  // x, dense, moe F32 of one shape {n, T}; the weights F32 {n}. dense and moe are scratch (the composition
+  // writes its intermediate values into them).
+  virtual void moe_residual_add(Stream& s, const Tensor& x, const Tensor& dense, const Tensor& w_dense,
+                                const Tensor& moe, const Tensor& w_moe, const Tensor& w_out, float eps,
+                                float out_scale);
 
   // out[:, t] = table[:, ids[t]] as F32. table {n_embd, n_vocab} of any weight dtype; ids I32 {T} contiguous;
   // out F32 {n_embd, T}. ids out of [0, n_vocab) throw Error on CPU.

@@ -53,14 +53,31 @@ void Ops::matmul_add(Stream& s, const Tensor& W, const Tensor& x, const Tensor& 
 }
 
 void Ops::qk_norm_rope_store(Stream& s, const Tensor& q, const Tensor& k, const Tensor& v,
-                             const Tensor* q_norm, const Tensor* k_norm, float eps, const Tensor& positions,
-                             const RopeParams& rope_params, const KvLayerView& kv,
+                             const Tensor* q_norm, const Tensor* k_norm, bool norm_v, float eps,
+                             const Tensor& positions, const RopeParams& rope_params, const KvLayerView& kv,
                              const Tensor& slot_mapping) {
   if (q_norm) rms_norm(s, q, q_norm, eps, q);
   if (k_norm) rms_norm(s, k, k_norm, eps, k);
+  if (norm_v) rms_norm(s, v, nullptr, eps, v);
   rope(s, q, positions, rope_params);
   rope(s, k, positions, rope_params);
   kv_store(s, kv, k, v, slot_mapping);
+}
+
+void Ops::norm_residual_add(Stream& s, const Tensor& x, const Tensor& y, const Tensor& w, float eps,
+                            float out_scale) {
+  rms_norm(s, y, &w, eps, y);
+  add(s, x, y, x);
+  if (out_scale != 1.0f) scale(s, x, out_scale, x);
+}
+
+void Ops::moe_residual_add(Stream& s, const Tensor& x, const Tensor& dense, const Tensor& w_dense,
+                           const Tensor& moe, const Tensor& w_moe, const Tensor& w_out, float eps,
+                           float out_scale) {
+  rms_norm(s, dense, &w_dense, eps, dense);
+  rms_norm(s, moe, &w_moe, eps, moe);
+  add(s, dense, moe, dense);
+  norm_residual_add(s, x, dense, w_out, eps, out_scale);
 }
 
 }  // namespace tandem

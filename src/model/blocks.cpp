@@ -119,7 +119,7 @@ void attention_block(const BlockRun& run, const AttentionWeights& w, const Layer
   if (w.bv) ops.add(st, v2, *w.bv, v2);
   // Q/K norms, rope and the K/V store: one launch where the backend can.
   ops.qk_norm_rope_store(st, q, k, v, w.q_norm ? &*w.q_norm : nullptr, w.k_norm ? &*w.k_norm : nullptr,
-                         run.eps, positions, d.rope, kv, group.slot_mapping);
+                         /*norm_v=*/false, run.eps, positions, d.rope, kv, group.slot_mapping);
   if (run.comm == nullptr && !w.bo) {  // x += wo attn: the residual add in the product's epilogue, and (CUDA,
                                        // quantized wo) the attention output handed over already quantized
     ops.attention_project_add(st, q, kv, group.attention, d.attn_scale, attn, attn2, w.wo, proj, x);

@@ -54,10 +54,14 @@ class DiffusionGemmaModel : public Gemma4Base {
     }
     for (int64_t il = shard_.layers.begin; il < shard_.layers.end; ++il) {
       tap(run, in, int(il), x);
-      run_layer(run, il, sc, x, in, kv);
-      // D.3 step 2: the encoder scalar on prompt rows, the decoder scalar on canvas rows.
-      if (n_prompt > 0) ops.scale(st, prompt, enc_scale_[size_t(il)], prompt);
-      if (n_prompt < T) ops.scale(st, canvas, w_.layers[size_t(il)].output_scale, canvas);
+      // D.3 step 2: the encoder scalar on prompt rows, the decoder scalar on canvas rows; a batch of one region
+      // (PREFILL: all prompt; DECODE: all canvas) has its scalar applied by the layer's last residual add.
+      const float enc = enc_scale_[size_t(il)], dec = w_.layers[size_t(il)].output_scale;
+      run_layer(run, il, sc, x, in, kv, n_prompt == T ? enc : n_prompt == 0 ? dec : 1.0f);
+      if (n_prompt > 0 && n_prompt < T) {
+        ops.scale(st, prompt, enc, prompt);
+        ops.scale(st, canvas, dec, canvas);
+      }
     }
     if (!shard_.last) return;
     tap(run, in, int(hp_.n_layer), x);

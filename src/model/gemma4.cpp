@@ -30,9 +30,7 @@ class Gemma4Model : public Gemma4Base {
     }
     for (int64_t il = shard_.layers.begin; il < shard_.layers.end; ++il) {
       tap(run, in, int(il), x);
-      run_layer(run, il, sc, x, in, kv);
-      const float s = w_.layers[size_t(il)].output_scale;
-      if (s != 1.0f) ops.scale(st, x, s, x);
+      run_layer(run, il, sc, x, in, kv, w_.layers[size_t(il)].output_scale);
     }
     if (!shard_.last) return;
     tap(run, in, int(hp_.n_layer), x);

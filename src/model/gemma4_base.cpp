@@ -84,14 +84,19 @@ Tensor Gemma4Base::residual(const ForwardInputs& in, std::span<const KvLayerView
 }
 
 void Gemma4Base::run_layer(const BlockRun& run, int64_t il, Gemma4Scratch& sc, const Tensor& x,
-                           const ForwardInputs& in, std::span<const KvLayerView> kv) const {
+                           const ForwardInputs& in, std::span<const KvLayerView> kv, float out_scale) const {
   const size_t local = size_t(il - shard_.layers.begin);
   const Gemma4Layer& w = w_.layers[size_t(il)];
   // A KV-sharing layer attends over its source layer's cache (same rank: such models are not layer-split).
   const size_t kv_local = w.kv_source < 0 ? local : size_t(w.kv_source - shard_.layers.begin);
   attention(run, w, local_[size_t(il)], sc.blocks, x, in.positions, kv[kv_local], in.kv_group(kv_local));
-  ffn(run, w, local_[size_t(il)].n_ff, sc, x);
-  if (w_.ple) gemma4_ple_layer(run, *w_.ple, sc.ple, il, x, slot_view(sc.blocks.proj, x.ne[0], x.ne[1]));
+  if (!w_.ple) {  // the output scale in the FFN's residual add
+    ffn(run, w, local_[size_t(il)].n_ff, sc, x, out_scale);
+    return;
+  }
+  ffn(run, w, local_[size_t(il)].n_ff, sc, x, 1.0f);
+  gemma4_ple_layer(run, *w_.ple, sc.ple, il, x, slot_view(sc.blocks.proj, x.ne[0], x.ne[1]));
+  if (out_scale != 1.0f) run.ops.scale(run.st, x, out_scale, x);
 }
 
 void Gemma4Base::tap(const BlockRun& run, const ForwardInputs& in, int layer, const Tensor& x) const {
@@ -127,26 +132,26 @@ void Gemma4Base::attention(const BlockRun& run, const Gemma4Layer& w, const Laye
   const Tensor y_qkv[3] = {q2, k2, v2};
   const size_t n_proj = !own_kv ? 1 : w.wv ? 3 : 2;
   ops.norm_matmul_multi(st, x, w.attn_norm, run.eps, h, std::span(w_qkv, n_proj), std::span(y_qkv, n_proj));
-  ops.rms_norm(st, q, &w.q_norm, run.eps, q);
-  ops.rope(st, q, positions, d.rope);
   if (own_kv) {
     if (!w.wv) ops.copy(st, k2, v2);  // V = the raw K projection, taken before K's norm (C.4 step 3)
-    ops.rms_norm(st, k, &w.k_norm, run.eps, k);
-    ops.rms_norm(st, v, nullptr, run.eps, v);
-    ops.rope(st, k, positions, d.rope);
-    ops.kv_store(st, kv, k, v, group.slot_mapping);
+    // Q/K norms, the unweighted V norm, rope and the K/V store: one launch where the backend can.
+    ops.qk_norm_rope_store(st, q, k, v, &w.q_norm, &w.k_norm, /*norm_v=*/true, run.eps, positions, d.rope, kv,
+                           group.slot_mapping);
+  } else {
+    ops.rms_norm(st, q, &w.q_norm, run.eps, q);
+    ops.rope(st, q, positions, d.rope);
   }
   ops.attention(st, q, kv, group.attention, d.attn_scale, split_heads(attn2, d.head_dim_v));
   ops.matmul(st, w.wo, attn2, proj);
   run.reduce(proj);  // tensor split: the whole projection before its norm
-  ops.rms_norm(st, proj, &w.post_attn_norm, run.eps, proj);
-  ops.add(st, x, proj, x);
+  ops.norm_residual_add(st, x, proj, w.post_attn_norm, run.eps, 1.0f);  // x += RMS(proj) * post_attn_norm
 }
 
-// x += RMS(f) * post_ffw_norm with f = down(gelu_tanh(gate(g)) * up(g)), g = RMS(x) * ffn_norm; in a MoE
-// layer f = RMS(f) * post_ffw_norm_1 + the expert branch (gemma4_moe.h), C.5.
+// x = (x + RMS(f) * post_ffw_norm) * out_scale with f = down(gelu_tanh(gate(g)) * up(g)), g = RMS(x) *
+// ffn_norm; in a MoE layer f = RMS(f) * post_ffw_norm_1 + RMS(the expert branch) * post_ffw_norm_2
+// (gemma4_moe.h), C.5.
 void Gemma4Base::ffn(const BlockRun& run, const Gemma4Layer& w, int64_t n_ff, const Gemma4Scratch& scratch,
-                     const Tensor& x) const {
+                     const Tensor& x, float out_scale) const {
   const BlockScratch& sc = scratch.blocks;
   Stream& st = run.st;
   Ops& ops = run.ops;
@@ -161,14 +166,15 @@ void Gemma4Base::ffn(const BlockRun& run, const Gemma4Layer& w, int64_t n_ff, co
   ops.gelu_mul(st, gate, up, act);
   ops.matmul(st, w.down, act, proj);
   run.reduce(proj);
-  if (w.moe) {
-    ops.rms_norm(st, proj, &w.moe->post_norm_1, run.eps, proj);
-    const Tensor moe_out = slot_view(scratch.moe.out, x.ne[0], T);
-    gemma4_moe_branch(run, *w.moe, scratch.moe, hp_, x, h, moe_out);
-    ops.add(st, proj, moe_out, proj);
+  if (!w.moe) {
+    ops.norm_residual_add(st, x, proj, w.post_ffw_norm, run.eps, out_scale);
+    return;
   }
-  ops.rms_norm(st, proj, &w.post_ffw_norm, run.eps, proj);
-  ops.add(st, x, proj, x);
+  const Tensor moe_out = slot_view(scratch.moe.out, x.ne[0], T);
+  gemma4_moe_branch(run, *w.moe, scratch.moe, hp_, x, h, moe_out);
+  // The three post-norms, the sum of the branches and the residual add: one launch where the backend can.
+  ops.moe_residual_add(st, x, proj, w.moe->post_norm_1, moe_out, w.moe->post_norm_2, w.post_ffw_norm, run.eps,
+                       out_scale);
 }
 
 float read_scalar_tensor(const gguf::GgufFile& file, const std::string& name) {

@@ -65,10 +65,10 @@ class Gemma4Base : public DecoderModel {
   // Checks the batch against the scratch and the KV views; returns the residual stream {n_embd, T}.
   Tensor residual(const ForwardInputs& in, std::span<const KvLayerView> kv, Gemma4Scratch& sc) const;
   // Layer il (a layer this rank holds) on x: attention (over the source layer's cache for a KV-sharing
-  // layer), the FFN slot (dense, plus the expert branch in MoE layers), the per-layer input (C.7); no output
-  // scale.
+  // layer), the FFN slot (dense, plus the expert branch in MoE layers), the per-layer input (C.7), then the
+  // whole residual stream times out_scale (1: none; the FFN's residual add applies it in the same launch).
   void run_layer(const BlockRun& run, int64_t il, Gemma4Scratch& sc, const Tensor& x, const ForwardInputs& in,
-                 std::span<const KvLayerView> kv) const;
+                 std::span<const KvLayerView> kv, float out_scale) const;
   // Writes the taps of `layer` (its input) for every row.
   void tap(const BlockRun& run, const ForwardInputs& in, int layer, const Tensor& x) const;
   // Output norm, head (tied or not) and the final softcap over the rows that want logits.
@@ -86,8 +86,8 @@ class Gemma4Base : public DecoderModel {
   static void attention(const BlockRun& run, const Gemma4Layer& w, const LayerShape& d,
                         const BlockScratch& sc, const Tensor& x, const Tensor& positions,
                         const KvLayerView& kv, const KvGroupInputs& group);
-  void ffn(const BlockRun& run, const Gemma4Layer& w, int64_t n_ff, const Gemma4Scratch& sc,
-           const Tensor& x) const;
+  void ffn(const BlockRun& run, const Gemma4Layer& w, int64_t n_ff, const Gemma4Scratch& sc, const Tensor& x,
+           float out_scale) const;
   // Each expert's feed-forward rows on this rank (a tensor split cuts them, F.2).
   int64_t n_ff_exp_local() const {
     return shard_.mode == SplitMode::Tensor ? shard_.ff_exp.size() : hp_.n_ff_exp;

@@ -119,7 +119,6 @@ void gemma4_moe_branch(const BlockRun& run, const Gemma4MoeWeights& w, const Gem
   ops.matmul_id(st, w.down_exps, gate, ids, expert_out);
   ops.moe_combine(st, expert_out, weights, out);
   run.reduce(out);  // tensor split: each rank summed its slice of every expert's n_ff
-  ops.rms_norm(st, out, &w.post_norm_2, run.eps, out);
 }
 
 }  // namespace tandem

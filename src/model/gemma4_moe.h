@@ -42,9 +42,10 @@ size_t gemma4_moe_scratch_bytes(const ModelHparams& hp, int64_t n_ff_exp, int64_
 Gemma4MoeScratch gemma4_moe_scratch(const ModelHparams& hp, int64_t n_ff_exp, int64_t max_rows, void* base,
                                     DeviceId device);
 
-// out = RMS(sum_j w_j * down_e(gelu_tanh(gate_e(h)) * up_e(h))) * post_ffw_norm_2 with h = RMS(x) *
-// pre_ffw_norm_2 and the experts e and weights w_j (times the per-expert down scale) chosen by the router on
-// RMS(x) / sqrt(n_embd) * router_scale. Under a tensor split the weighted sum is all-reduced before the norm.
+// out = sum_j w_j * down_e(gelu_tanh(gate_e(h)) * up_e(h)) with h = RMS(x) * pre_ffw_norm_2 and the experts e
+// and weights w_j (times the per-expert down scale) chosen by the router on RMS(x) / sqrt(n_embd) *
+// router_scale; all-reduced under a tensor split. Its post-norm (post_ffw_norm_2) is the caller's
+// (Ops::moe_residual_add, with the dense branch's).
 void gemma4_moe_branch(const BlockRun& run, const Gemma4MoeWeights& w, const Gemma4MoeScratch& sc,
                        const ModelHparams& hp, const Tensor& x, const Tensor& h, const Tensor& out);
 

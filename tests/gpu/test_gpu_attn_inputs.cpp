@@ -2,7 +2,9 @@
 // (rms_norm, rope, kv_store one at a time) on random inputs, and against the CUDA ops one at a time, which it
 // must equal bit for bit (same arithmetic in the same order). Odd shapes: 3 KV heads of 6 query heads, head dim
 // 72 with n_rot 40 (dims past n_rot pass through), T = 1..5, NORM and NEOX modes, with and without norms and
-// freq factors, f32 / f16 / bf16 caches, a slot of -1 (row not stored).
+// freq factors, with gemma4's unweighted V norm, f32 / f16 / bf16 caches, a slot of -1 (row not stored).
+// Then gemma4's post-norm residual adds (Ops::norm_residual_add, Ops::moe_residual_add): bit for bit the CUDA
+// ops one at a time, within f32 rounding of the CPU, for short (warp) and long (block) rows.
 #include "gpu_test_util.h"
 
 namespace tandem::gpu_test {
@@ -15,12 +17,12 @@ TEST_F(GpuDecodeFusion, QkNormRopeStoreMatchesTheOpsOneAtATime) {
   const int64_t hd = 72, n_head = 6, n_kv = 3, bs = 4, n_blocks = 5;
   for (DType ct : {DType::F32, DType::F16, DType::BF16})
     for (RopeMode mode : {RopeMode::Norm, RopeMode::Neox})
-      for (int variant = 0; variant < 2; ++variant)
+      for (int variant = 0; variant < 3; ++variant)
         for (int64_t T : {1, 5}) {
           SCOPED_TRACE(std::string(dtype_name(ct)) + (mode == RopeMode::Neox ? " neox" : " norm") + " variant " +
                        std::to_string(variant) + " T=" + std::to_string(T));
           std::mt19937 rng(seed++);
-          const bool norms = variant == 0;
+          const bool norms = variant != 1, norm_v = variant == 2;  // 2: gemma4 (V normed without a weight)
           const auto qv = random_floats(size_t(hd * n_head * T), rng, -2, 2);
           const auto kv_ = random_floats(size_t(hd * n_kv * T), rng, -2, 2);
           const auto vv = random_floats(size_t(hd * n_kv * T), rng, -2, 2);
@@ -34,7 +36,7 @@ TEST_F(GpuDecodeFusion, QkNormRopeStoreMatchesTheOpsOneAtATime) {
           // Two copies of everything: one for the fused op, one for the ops one at a time.
           Pair Q[2] = {make_f32({hd, n_head, T}, qv), make_f32({hd, n_head, T}, qv)};
           Pair K[2] = {make_f32({hd, n_kv, T}, kv_), make_f32({hd, n_kv, T}, kv_)};
-          Pair V = make_f32({hd, n_kv, T}, vv);
+          Pair V[2] = {make_f32({hd, n_kv, T}, vv), make_f32({hd, n_kv, T}, vv)};
           Pair QN = make_f32({hd}, qn), KN = make_f32({hd}, kn), FF = make_f32({20}, ffv);
           Pair P = make_i32({T}, pos), S = make_i32({T}, slots);
           std::vector<uint8_t> zeros(size_t(hd * n_kv * bs * n_blocks) * dtype_block_bytes(ct), 0);
@@ -49,23 +51,25 @@ TEST_F(GpuDecodeFusion, QkNormRopeStoreMatchesTheOpsOneAtATime) {
           rp.freq_factors = norms ? nullptr : &FF.dev;
           const Tensor* qnp = norms ? &QN.dev : nullptr;
           const Tensor* knp = norms ? &KN.dev : nullptr;
-          gops().qk_norm_rope_store(gs(), Q[0].dev, K[0].dev, V.dev, qnp, knp, 1e-6f, P.dev, rp,
+          gops().qk_norm_rope_store(gs(), Q[0].dev, K[0].dev, V[0].dev, qnp, knp, norm_v, 1e-6f, P.dev, rp,
                                     KvLayerView{KC[0].dev, VC[0].dev, int(bs)}, S.dev);
-          gops().Ops::qk_norm_rope_store(gs(), Q[1].dev, K[1].dev, V.dev, qnp, knp, 1e-6f, P.dev, rp,
+          gops().Ops::qk_norm_rope_store(gs(), Q[1].dev, K[1].dev, V[1].dev, qnp, knp, norm_v, 1e-6f, P.dev, rp,
                                          KvLayerView{KC[1].dev, VC[1].dev, int(bs)}, S.dev);
           gs().synchronize();
           EXPECT_EQ(download(Q[0]), download(Q[1])) << "q";
           EXPECT_EQ(download(K[0]), download(K[1])) << "k";
+          EXPECT_EQ(download(V[0]), download(V[1])) << "v";
           EXPECT_EQ(download(KC[0]), download(KC[1])) << "K cache";
           EXPECT_EQ(download(VC[0]), download(VC[1])) << "V cache";
           // CPU reference.
           RopeParams rc = rp;
           rc.freq_factors = norms ? nullptr : &FF.cpu;
-          cops().qk_norm_rope_store(cs(), Q[1].cpu, K[1].cpu, V.cpu, norms ? &QN.cpu : nullptr,
-                                    norms ? &KN.cpu : nullptr, 1e-6f, P.cpu, rc,
+          cops().qk_norm_rope_store(cs(), Q[1].cpu, K[1].cpu, V[1].cpu, norms ? &QN.cpu : nullptr,
+                                    norms ? &KN.cpu : nullptr, norm_v, 1e-6f, P.cpu, rc,
                                     KvLayerView{KC[1].cpu, VC[1].cpu, int(bs)}, S.cpu);
           EXPECT_LT(rel_l2(download_f32(Q[0]), host_f32(Q[1])), 1e-5) << "q vs CPU";
           EXPECT_LT(rel_l2(download_f32(K[0]), host_f32(K[1])), 1e-5) << "k vs CPU";
+          EXPECT_LT(rel_l2(download_f32(V[0]), host_f32(V[1])), 1e-5) << "v vs CPU";
           const double tol = ct == DType::F32 ? 1e-5 : 1e-2;
           auto as_f32 = [&](const std::vector<uint8_t>& b) {
             std::vector<float> f(b.size() / dtype_block_bytes(ct));
@@ -82,6 +86,42 @@ TEST_F(GpuDecodeFusion, QkNormRopeStoreMatchesTheOpsOneAtATime) {
           };
           EXPECT_LT(rel_l2(as_f32(download(KC[0])), as_f32(KC[1].host)), tol) << "K cache vs CPU";
           EXPECT_LT(rel_l2(as_f32(download(VC[0])), as_f32(VC[1].host)), tol) << "V cache vs CPU";
+        }
+}
+
+TEST_F(GpuDecodeFusion, PostNormResidualAddsMatchTheOpsOneAtATime) {
+  uint32_t seed = 31;
+  for (int64_t n : {72, 2816})  // a warp per row; a block per row (>= 1024 values)
+    for (int64_t T : {1, 3})
+      for (float out_scale : {1.0f, 0.37f})
+        for (bool moe : {false, true}) {
+          SCOPED_TRACE("n=" + std::to_string(n) + " T=" + std::to_string(T) + " scale " + std::to_string(out_scale) +
+                       (moe ? " moe" : " dense"));
+          std::mt19937 rng(seed++);
+          const auto xv = random_floats(size_t(n * T), rng, -2, 2), dv = random_floats(size_t(n * T), rng, -3, 3);
+          const auto mv = random_floats(size_t(n * T), rng, -1, 1);
+          const auto w1 = random_floats(size_t(n), rng, 0.5f, 1.5f), w2 = random_floats(size_t(n), rng, 0.5f, 1.5f);
+          const auto w3 = random_floats(size_t(n), rng, 0.5f, 1.5f);
+          // [0]: the fused op; [1]: the ops one at a time (the Ops composition) on the GPU, then on the CPU.
+          Pair X[2] = {make_f32({n, T}, xv), make_f32({n, T}, xv)};
+          Pair D[2] = {make_f32({n, T}, dv), make_f32({n, T}, dv)};
+          Pair M[2] = {make_f32({n, T}, mv), make_f32({n, T}, mv)};
+          Pair W1 = make_f32({n}, w1), W2 = make_f32({n}, w2), W3 = make_f32({n}, w3);
+          if (moe) {
+            gops().moe_residual_add(gs(), X[0].dev, D[0].dev, W1.dev, M[0].dev, W2.dev, W3.dev, 1e-6f, out_scale);
+            gops().Ops::moe_residual_add(gs(), X[1].dev, D[1].dev, W1.dev, M[1].dev, W2.dev, W3.dev, 1e-6f,
+                                         out_scale);
+            cops().moe_residual_add(cs(), X[1].cpu, D[1].cpu, W1.cpu, M[1].cpu, W2.cpu, W3.cpu, 1e-6f, out_scale);
+          } else {
+            gops().norm_residual_add(gs(), X[0].dev, D[0].dev, W3.dev, 1e-6f, out_scale);
+            gops().Ops::norm_residual_add(gs(), X[1].dev, D[1].dev, W3.dev, 1e-6f, out_scale);
+            cops().norm_residual_add(cs(), X[1].cpu, D[1].cpu, W3.cpu, 1e-6f, out_scale);
+          }
+          gs().synchronize();
+          EXPECT_EQ(download(X[0]), download(X[1])) << "x: fused vs the CUDA ops one at a time";
+          EXPECT_LT(rel_l2(download_f32(X[0]), host_f32(X[1])), 1e-6) << "x vs CPU";
+          // The residual must have changed (the branch is not a no-op) and stayed finite.
+          EXPECT_GT(rel_l2(download_f32(X[0]), xv), 1e-2);
         }
 }
 

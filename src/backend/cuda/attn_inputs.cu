@@ -1,15 +1,16 @@
 // The attention inputs of one layer in one launch (Ops::qk_norm_rope_store): per-head RMS norm of q and k,
 // rope on both, and k / v stored into the paged cache. Unfused this is six launches a layer (two norms, two
 // ropes, two stores), each of a few microseconds for ~100 KB of data at decode: the launches, not the bytes,
-// are the cost. One warp per head row: q rows, then k rows, then v rows (store only). The arithmetic is that
-// of rms_norm_kernel, rope_kernel and kv_store_kernel (same order of operations), so the result is the same
-// bit for bit as the unfused ops.
+// are the cost. One warp per head row: q rows, then k rows, then v rows (gemma4: an unweighted norm, then the
+// store; otherwise the store only). The arithmetic is that of rms_norm_kernel, rope_kernel and kv_store_kernel
+// (same order of operations), so the result is the same bit for bit as the unfused ops.
 #include <cuda_runtime.h>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/row_norm.cuh"
 #include "backend/cuda/tensor_rows.h"
 
 namespace tandem::cuda {
@@ -41,7 +42,7 @@ struct RopeArgs {
 template <class KTag, class VTag>
 __global__ void __launch_bounds__(kWarps* kWarpSize)
     attn_inputs_kernel(RowView q, RowView k, RowView v, const float* __restrict__ q_norm,
-                       const float* __restrict__ k_norm, float eps, const int32_t* positions, RopeArgs rp,
+                       const float* __restrict__ k_norm, bool norm_v, float eps, const int32_t* positions, RopeArgs rp,
                        const int32_t* slots, CacheDst kc, CacheDst vc) {
   extern __shared__ float rows_s[];  // [kWarps][head_dim_k]
   pdl_trigger();  // pdl.cuh
@@ -50,11 +51,17 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   int64_t r = int64_t(blockIdx.x) * kWarps + warp;
   const int64_t nq = q.n_rows(), nk = k.n_rows(), nv = v.n_rows();
   if (r >= nq + nk + nv) return;
-  if (r >= nq + nk) {  // v row: store only
+  if (r >= nq + nk) {  // v row: (normed without a weight, then) stored
     r -= nq + nk;
     const int64_t t = r / v.ne1, g = r % v.ne1;
+    float* vr = v.row_as<float>(r);
+    if (norm_v) {  // rms_norm_kernel's arithmetic with no weight, in place
+      const float inv = rms_inverse(row_sum_squares<false>(vr, v.ne0, nullptr), v.ne0, eps);
+      for (int64_t i = lane; i < v.ne0; i += kWarpSize) vr[i] = vr[i] * inv;
+      __syncwarp();
+    }
     const int32_t slot = slots[t];
-    if (slot >= 0) store_row<VTag>(vc, slot, g, v.row_as<const float>(r), v.ne0, lane);
+    if (slot >= 0) store_row<VTag>(vc, slot, g, vr, v.ne0, lane);
     return;
   }
   const bool is_q = r < nq;
@@ -66,10 +73,7 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   float* s = rows_s + warp * x.ne0;
   const int64_t n = x.ne0;
   if (w) {  // rms_norm_kernel's arithmetic
-    float ss = 0.0f;
-    for (int64_t i = lane; i < n; i += kWarpSize) ss += xr[i] * xr[i];
-    ss = warp_sum(ss);
-    const float inv = 1.0f / sqrtf(ss / float(n) + eps);
+    const float inv = rms_inverse(row_sum_squares<false>(xr, n, nullptr), n, eps);
     for (int64_t i = lane; i < n; i += kWarpSize) s[i] = xr[i] * inv * w[i];
   } else {
     for (int64_t i = lane; i < n; i += kWarpSize) s[i] = xr[i];
@@ -104,26 +108,26 @@ CacheDst cache_dst(const Tensor& c, int block_size) {
 
 template <class KTag, class VTag>
 void launch_tags(const RowView& q, const RowView& k, const RowView& v, const float* qn, const float* kn,
-                 float eps, const int32_t* pos, const RopeArgs& rp, const int32_t* slots, const CacheDst& kc,
+                 bool norm_v, float eps, const int32_t* pos, const RopeArgs& rp, const int32_t* slots, const CacheDst& kc,
                  const CacheDst& vc, cudaStream_t stream) {
   const int64_t rows = q.n_rows() + k.n_rows() + v.n_rows();
   const size_t smem = size_t(kWarps) * size_t(q.ne0) * sizeof(float);
   launch_pdl(attn_inputs_kernel<KTag, VTag>, dim3(unsigned((rows + kWarps - 1) / kWarps)), dim3(kWarps * kWarpSize),
-             smem, stream, q, k, v, qn, kn, eps, pos, rp, slots, kc, vc);
+             smem, stream, q, k, v, qn, kn, norm_v, eps, pos, rp, slots, kc, vc);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
 template <class KTag>
 void launch_v(DType vt, const RowView& q, const RowView& k, const RowView& v, const float* qn, const float* kn,
-              float eps, const int32_t* pos, const RopeArgs& rp, const int32_t* slots, const CacheDst& kc,
+              bool norm_v, float eps, const int32_t* pos, const RopeArgs& rp, const int32_t* slots, const CacheDst& kc,
               const CacheDst& vc, cudaStream_t stream) {
   switch (vt) {
     case DType::F32:
-      return launch_tags<KTag, F32Tag>(q, k, v, qn, kn, eps, pos, rp, slots, kc, vc, stream);
+      return launch_tags<KTag, F32Tag>(q, k, v, qn, kn, norm_v, eps, pos, rp, slots, kc, vc, stream);
     case DType::F16:
-      return launch_tags<KTag, F16Tag>(q, k, v, qn, kn, eps, pos, rp, slots, kc, vc, stream);
+      return launch_tags<KTag, F16Tag>(q, k, v, qn, kn, norm_v, eps, pos, rp, slots, kc, vc, stream);
     case DType::BF16:
-      return launch_tags<KTag, BF16Tag>(q, k, v, qn, kn, eps, pos, rp, slots, kc, vc, stream);
+      return launch_tags<KTag, BF16Tag>(q, k, v, qn, kn, norm_v, eps, pos, rp, slots, kc, vc, stream);
     default:
       throw Error(std::string("CUDA qk_norm_rope_store: unsupported V cache dtype ") + dtype_name(vt));
   }
@@ -132,7 +136,7 @@ void launch_v(DType vt, const RowView& q, const RowView& k, const RowView& v, co
 }  // namespace
 
 void launch_attn_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const float* q_norm,
-                        const float* k_norm, float eps, const int32_t* positions, const RopeParams& p,
+                        const float* k_norm, bool norm_v, float eps, const int32_t* positions, const RopeParams& p,
                         const float* freq_factors, const KvLayerView& kv, const int32_t* slot_mapping,
                         cudaStream_t stream) {
   const RowView qv = row_view(q), kv_ = row_view(k), vv = row_view(v);
@@ -147,13 +151,13 @@ void launch_attn_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const
   const CacheDst kc = cache_dst(kv.k, kv.block_size), vc = cache_dst(kv.v, kv.block_size);
   switch (kv.k.type) {
     case DType::F32:
-      return launch_v<F32Tag>(kv.v.type, qv, kv_, vv, q_norm, k_norm, eps, positions, rp, slot_mapping, kc, vc,
+      return launch_v<F32Tag>(kv.v.type, qv, kv_, vv, q_norm, k_norm, norm_v, eps, positions, rp, slot_mapping, kc, vc,
                               stream);
     case DType::F16:
-      return launch_v<F16Tag>(kv.v.type, qv, kv_, vv, q_norm, k_norm, eps, positions, rp, slot_mapping, kc, vc,
+      return launch_v<F16Tag>(kv.v.type, qv, kv_, vv, q_norm, k_norm, norm_v, eps, positions, rp, slot_mapping, kc, vc,
                               stream);
     case DType::BF16:
-      return launch_v<BF16Tag>(kv.v.type, qv, kv_, vv, q_norm, k_norm, eps, positions, rp, slot_mapping, kc,
+      return launch_v<BF16Tag>(kv.v.type, qv, kv_, vv, q_norm, k_norm, norm_v, eps, positions, rp, slot_mapping, kc,
                                vc, stream);
     default:
       throw Error(std::string("CUDA qk_norm_rope_store: unsupported K cache dtype ") + dtype_name(kv.k.type));

@@ -16,6 +16,12 @@ namespace tandem::cuda {
 
 // ---- elementwise and row ops (elementwise.cu) -------------------------------------------------------------
 void launch_rms_norm(const Tensor& x, const float* weight, float eps, const Tensor& out, cudaStream_t stream);
+// Ops::norm_residual_add (moe == nullptr) and Ops::moe_residual_add in one launch, one block per row
+// (post_norm.cu): x = (x + rms_norm(y, w_out)) * out_scale with y = dense, or y = rms_norm(dense, w_dense) +
+// rms_norm(moe, w_moe). Bitwise the composition's values (the same reductions as launch_rms_norm).
+void launch_post_norm_residual(const Tensor& x, const Tensor& dense, const float* w_dense, const Tensor* moe,
+                               const float* w_moe, const float* w_out, float eps, float out_scale,
+                               cudaStream_t stream);
 void launch_rope(const Tensor& x, const int32_t* positions, const RopeParams& p, const float* freq_factors,
                  cudaStream_t stream);
 enum class GluKind { Silu, Gelu };
@@ -30,10 +36,10 @@ void launch_copy(const Tensor& src, const Tensor& dst, cudaStream_t stream);
 void launch_kv_store(const KvLayerView& kv, const Tensor& k, const Tensor& v, const int32_t* slot_mapping,
                      cudaStream_t stream);
 // Ops::qk_norm_rope_store in one launch (attn_inputs.cu): q {hd_k, n_head, T} and k {hd_k, n_kv, T} normed
-// per head (when q_norm / k_norm are given) and roped in place, k and v {hd_v, n_kv, T} stored at
-// slot_mapping.
+// per head (when q_norm / k_norm are given) and roped in place, v {hd_v, n_kv, T} normed without a weight in
+// place when norm_v, k and v stored at slot_mapping.
 void launch_attn_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const float* q_norm,
-                        const float* k_norm, float eps, const int32_t* positions, const RopeParams& p,
+                        const float* k_norm, bool norm_v, float eps, const int32_t* positions, const RopeParams& p,
                         const float* freq_factors, const KvLayerView& kv, const int32_t* slot_mapping,
                         cudaStream_t stream);
 // out[:, t] = table row ids[t] as F32, for any table dtype.

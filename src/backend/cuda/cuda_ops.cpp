@@ -482,7 +482,7 @@ void CudaOps::kv_store(Stream& s, const KvLayerView& kv, const Tensor& k, const 
 }
 
 void CudaOps::qk_norm_rope_store(Stream& s, const Tensor& q, const Tensor& k, const Tensor& v,
-                                 const Tensor* q_norm, const Tensor* k_norm, float eps,
+                                 const Tensor* q_norm, const Tensor* k_norm, bool norm_v, float eps,
                                  const Tensor& positions, const RopeParams& p, const KvLayerView& kv,
                                  const Tensor& slot_mapping) {
   const char* op = "qk_norm_rope_store";
@@ -518,12 +518,52 @@ void CudaOps::qk_norm_rope_store(Stream& s, const Tensor& q, const Tensor& k, co
   }
   // One warp's row lives in shared memory: 4 warps x hd floats must fit the default 48 KB.
   if (hd > 2048 || fused_disabled())
-    return Ops::qk_norm_rope_store(s, q, k, v, q_norm, k_norm, eps, positions, p, kv, slot_mapping);
+    return Ops::qk_norm_rope_store(s, q, k, v, q_norm, k_norm, norm_v, eps, positions, p, kv, slot_mapping);
   DeviceGuard g(index_);
   launch_attn_inputs(q, k, v, q_norm ? static_cast<const float*>(q_norm->data) : nullptr,
-                     k_norm ? static_cast<const float*>(k_norm->data) : nullptr, eps,
+                     k_norm ? static_cast<const float*>(k_norm->data) : nullptr, norm_v, eps,
                      static_cast<const int32_t*>(positions.data), p, ff, kv,
                      static_cast<const int32_t*>(slot_mapping.data), stream_of(s, index_));
+}
+
+void CudaOps::norm_residual_add(Stream& s, const Tensor& x, const Tensor& y, const Tensor& w, float eps,
+                                float out_scale) {
+  const char* op = "norm_residual_add";
+  check_f32(op, "x", x, index_);
+  check_f32(op, "y", y, index_);
+  check_same_shape(op, "x", x, "y", y);
+  check_f32(op, "w", w, index_);
+  check(w.ne[0] == x.ne[0] && w.nrows() == 1,
+        "norm_residual_add: w must be {" + std::to_string(x.ne[0]) + "}, got " + w.shape_string());
+  check(eps >= 0.0f && std::isfinite(eps), "norm_residual_add: eps must be a finite value >= 0");
+  check(std::isfinite(out_scale), "norm_residual_add: out_scale must be finite");
+  if (fused_disabled()) return Ops::norm_residual_add(s, x, y, w, eps, out_scale);
+  DeviceGuard g(index_);
+  launch_post_norm_residual(x, y, nullptr, nullptr, nullptr, static_cast<const float*>(w.data), eps, out_scale,
+                            stream_of(s, index_));
+}
+
+void CudaOps::moe_residual_add(Stream& s, const Tensor& x, const Tensor& dense, const Tensor& w_dense,
+                               const Tensor& moe, const Tensor& w_moe, const Tensor& w_out, float eps,
+                               float out_scale) {
+  const char* op = "moe_residual_add";
+  check_f32(op, "x", x, index_);
+  check_f32(op, "dense", dense, index_);
+  check_f32(op, "moe", moe, index_);
+  check_same_shape(op, "x", x, "dense", dense);
+  check_same_shape(op, "x", x, "moe", moe);
+  for (const Tensor* w : {&w_dense, &w_moe, &w_out}) {
+    check_f32(op, "weight", *w, index_);
+    check(w->ne[0] == x.ne[0] && w->nrows() == 1,
+          "moe_residual_add: weights must be {" + std::to_string(x.ne[0]) + "}, got " + w->shape_string());
+  }
+  check(eps >= 0.0f && std::isfinite(eps), "moe_residual_add: eps must be a finite value >= 0");
+  check(std::isfinite(out_scale), "moe_residual_add: out_scale must be finite");
+  if (fused_disabled()) return Ops::moe_residual_add(s, x, dense, w_dense, moe, w_moe, w_out, eps, out_scale);
+  DeviceGuard g(index_);
+  launch_post_norm_residual(x, dense, static_cast<const float*>(w_dense.data), &moe,
+                            static_cast<const float*>(w_moe.data), static_cast<const float*>(w_out.data), eps,
+                            out_scale, stream_of(s, index_));
 }
 
 void CudaOps::attention(Stream& s, const Tensor& q, const KvLayerView& kv, const AttentionBatch& batch,

@@ -60,9 +60,13 @@ class CudaOps final : public Ops {
                           const Tensor& out) override;
   void matmul_add(Stream&, const Tensor& W, const Tensor& x, const Tensor& tmp, const Tensor& y) override;
   void qk_norm_rope_store(Stream&, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* q_norm,
-                          const Tensor* k_norm, float eps, const Tensor& positions,
+                          const Tensor* k_norm, bool norm_v, float eps, const Tensor& positions,
                           const RopeParams& rope_params, const KvLayerView& kv,
                           const Tensor& slot_mapping) override;
+  void norm_residual_add(Stream&, const Tensor& x, const Tensor& y, const Tensor& w, float eps,
+                         float out_scale) override;
+  void moe_residual_add(Stream&, const Tensor& x, const Tensor& dense, const Tensor& w_dense, const Tensor& moe,
+                        const Tensor& w_moe, const Tensor& w_out, float eps, float out_scale) override;
   void get_rows(Stream&, const Tensor& table, const Tensor& ids, const Tensor& out) override;
   void embed_rows(Stream&, const Tensor& table, const Tensor& ids, float scale, const Tensor* added,
                   const Tensor* added_ids, const Tensor& out) override;

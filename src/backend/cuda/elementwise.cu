@@ -12,6 +12,7 @@
 #include "backend/cuda/pdl.cuh"
 #include "core/env_switch.h"
 #include "backend/cuda/quant_device.cuh"
+#include "backend/cuda/row_norm.cuh"
 #include "backend/cuda/tensor_rows.h"
 
 namespace tandem::cuda {
@@ -44,19 +45,13 @@ __global__ void rms_norm_kernel(RowView x, const float* __restrict__ weight, flo
   const int lane = threadIdx.x % kWarpSize;
   const float* xr = x.row_as<const float>(r);
   float* yr = out.row_as<float>(r);
-  float ss = 0.0f;
-  for (int64_t i = lane; i < x.ne0; i += kWarpSize) ss += xr[i] * xr[i];
-  ss = warp_sum(ss);
-  const float inv = 1.0f / sqrtf(ss / float(x.ne0) + eps);
+  const float inv = rms_inverse(row_sum_squares<false>(xr, x.ne0, nullptr), x.ne0, eps);
   for (int64_t i = lane; i < x.ne0; i += kWarpSize) yr[i] = weight ? xr[i] * inv * weight[i] : xr[i] * inv;
 }
 
 // ---- rms_norm of long rows (the hidden state, ne0 >= kBlockNormMin): one block per row. At decode there is one
 // row: a single warp walking 4096 values took several microseconds on one SM, twice a layer on the critical
-// path; 256 threads take 16 values each. Chosen by the row length only, so a row's result does not depend on
-// how many rows come with it.
-constexpr int64_t kBlockNormMin = 1024;
-constexpr int kBlockNormThreads = 256;
+// path; 256 threads take 16 values each (row_norm.cuh: kBlockNormMin, kBlockNormThreads).
 // Rows blockIdx.y, + gridDim.y, ...; with gridDim.x > 1 (wide_rows(), below) each block sums the whole row's squares (the same
 // loop, so the same value in every block) and writes its own slice of kBlockNormThreads-value chunks. x may
 // alias out: the sums are all taken before any block writes... only within a block, so an aliased call keeps
@@ -69,10 +64,7 @@ __global__ void __launch_bounds__(kBlockNormThreads)
   for (int64_t r = blockIdx.y; r < x.n_rows(); r += gridDim.y) {
     const float* xr = x.row_as<const float>(r);
     float* yr = out.row_as<float>(r);
-    float ss = 0.0f;
-    for (int64_t i = threadIdx.x; i < x.ne0; i += blockDim.x) ss += xr[i] * xr[i];
-    ss = block_sum(ss, red);
-    const float inv = 1.0f / sqrtf(ss / float(x.ne0) + eps);
+    const float inv = rms_inverse(row_sum_squares<true>(xr, x.ne0, red), x.ne0, eps);
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < x.ne0; i += int64_t(gridDim.x) * blockDim.x)
       yr[i] = weight ? xr[i] * inv * weight[i] : xr[i] * inv;
   }

@@ -1,0 +1,67 @@
+// The post-normed residual adds of gemma4 (Ops::norm_residual_add, Ops::moe_residual_add) in one launch each.
+// Unfused, a MoE layer's FFN tail is five launches (three norms, two adds, and the layer's output scale a
+// sixth), each a few microseconds on one 2816-value row at decode: the launches, not the bytes, are the cost.
+// One block (hidden-state rows) or one warp (short rows) per row, the reductions of row_norm.cuh, and every
+// rounding of the unfused ops kept (__fadd_rn / __fmul_rn: no multiply-add contraction across what were
+// separate kernels), so the results are the composition's bit for bit.
+#include <cuda_runtime.h>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/pdl.cuh"
+#include "backend/cuda/row_norm.cuh"
+#include "backend/cuda/tensor_rows.h"
+
+namespace tandem::cuda {
+namespace {
+
+// Row r: y = dense, or (moe given) dense[i] = rms_norm(dense)[i] + rms_norm(moe)[i] written back into dense (a
+// thread reads back only what it wrote: the loops of this kernel and row_sum_squares stride alike); then
+// x = (x + rms_norm(y, w_out)) * out_scale.
+template <bool kBlock>
+__global__ void __launch_bounds__(kBlock ? kBlockNormThreads : kWarpSize)
+    post_norm_residual_kernel(RowView x, RowView dense, const float* __restrict__ w_dense, RowView moe,
+                              const float* __restrict__ w_moe, const float* __restrict__ w_out, float eps,
+                              float out_scale) {
+  __shared__ float red[32];
+  pdl_trigger();  // pdl.cuh
+  pdl_wait();
+  const int64_t r = blockIdx.x, n = x.ne0;
+  const int step = kBlock ? int(blockDim.x) : kWarpSize;
+  const int first = kBlock ? int(threadIdx.x) : int(threadIdx.x % kWarpSize);
+  float* xr = x.row_as<float>(r);
+  float* yr = dense.row_as<float>(r);
+  if (moe.data != nullptr) {
+    const float* mr = moe.row_as<const float>(r);
+    const float inv_d = rms_inverse(row_sum_squares<kBlock>(yr, n, red), n, eps);
+    const float inv_m = rms_inverse(row_sum_squares<kBlock>(mr, n, red), n, eps);
+    for (int64_t i = first; i < n; i += step) yr[i] = __fadd_rn(yr[i] * inv_d * w_dense[i], mr[i] * inv_m * w_moe[i]);
+  }
+  const float inv = rms_inverse(row_sum_squares<kBlock>(yr, n, red), n, eps);
+  for (int64_t i = first; i < n; i += step) {
+    const float v = __fadd_rn(xr[i], yr[i] * inv * w_out[i]);
+    xr[i] = out_scale != 1.0f ? __fmul_rn(v, out_scale) : v;
+  }
+}
+
+}  // namespace
+
+void launch_post_norm_residual(const Tensor& x, const Tensor& dense, const float* w_dense, const Tensor* moe,
+                               const float* w_moe, const float* w_out, float eps, float out_scale,
+                               cudaStream_t stream) {
+  const RowView xv = row_view(x), dv = row_view(dense);
+  const RowView mv = moe ? row_view(*moe) : RowView{};
+  const int64_t rows = xv.n_rows();
+  if (rows == 0) return;
+  if (xv.ne0 >= kBlockNormMin) {
+    launch_pdl(post_norm_residual_kernel<true>, dim3(unsigned(rows)), dim3(kBlockNormThreads), 0, stream, xv, dv,
+               w_dense, mv, w_moe, w_out, eps, out_scale);
+  } else {
+    launch_pdl(post_norm_residual_kernel<false>, dim3(unsigned(rows)), dim3(kWarpSize), 0, stream, xv, dv, w_dense,
+               mv, w_moe, w_out, eps, out_scale);
+  }
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace tandem::cuda
