@@ -41,6 +41,50 @@ TEST_P(CpuOpsTest, RmsNormWithAndWithoutWeight) {
   }
 }
 
+// gemma4's post-normed residual adds (Ops::norm_residual_add, Ops::moe_residual_add) against the formula in
+// double: x = (x + rms(y) * w_out) * s, y = dense or rms(dense) * w_dense + rms(moe) * w_moe.
+TEST_P(CpuOpsTest, PostNormResidualAdds) {
+  auto rms_row = [](const float* v, int64_t n, double eps) {
+    double ss = 0.0;
+    for (int64_t i = 0; i < n; ++i) ss += double(v[i]) * v[i];
+    return 1.0 / std::sqrt(ss / double(n) + eps);
+  };
+  for (int64_t n : {64, 2816})
+    for (bool moe : {false, true}) {
+      const int64_t rows = 3;
+      const float eps = 1e-6f, out_scale = 0.4f;
+      const std::vector<float> x0 = random_normal(size_t(n * rows), uint32_t(n) + 1, 2.0f),
+                               d0 = random_normal(size_t(n * rows), 5, 3.0f),
+                               m0 = random_normal(size_t(n * rows), 6, 0.5f);
+      std::vector<float> x = x0, d = d0, m = m0;
+      std::vector<float> w1 = random_normal(size_t(n), 7), w2 = random_normal(size_t(n), 8),
+                         w3 = random_normal(size_t(n), 9);
+      if (moe) {
+        ops().moe_residual_add(stream(), f32(x, {n, rows}), f32(d, {n, rows}), f32(w1, {n}), f32(m, {n, rows}),
+                               f32(w2, {n}), f32(w3, {n}), eps, out_scale);
+      } else {
+        ops().norm_residual_add(stream(), f32(x, {n, rows}), f32(d, {n, rows}), f32(w3, {n}), eps, out_scale);
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        const size_t o = size_t(r * n);
+        std::vector<float> y(d0.begin() + long(o), d0.begin() + long(o + size_t(n)));
+        if (moe) {
+          const double a = rms_row(&d0[o], n, eps), b = rms_row(&m0[o], n, eps);
+          for (int64_t i = 0; i < n; ++i)
+            y[size_t(i)] = float(d0[o + size_t(i)] * a * w1[size_t(i)] + m0[o + size_t(i)] * b * w2[size_t(i)]);
+        }
+        const double c = rms_row(y.data(), n, eps);
+        for (int64_t i = 0; i < n; ++i) {
+          const double ref = (x0[o + size_t(i)] + y[size_t(i)] * c * w3[size_t(i)]) * out_scale;
+          ASSERT_NEAR(x[o + size_t(i)], ref, 1e-5 * (std::fabs(ref) + 1.0)) << n << " " << moe << " " << r << " " << i;
+        }
+      }
+      std::vector<float> bad(size_t(n + 1));
+      EXPECT_THROW(ops().norm_residual_add(stream(), f32(x, {n, rows}), f32(d, {n, rows}), f32(bad, {n + 1}), eps, 1.0f),
+                   Error);
+    }
+}
+
 TEST_P(CpuOpsTest, RmsNormPerHeadInPlaceOnStridedView) {
   // {head_dim, n_head, T} view into a fused buffer whose rows are wider: per-head norm, in place.
   const int64_t hd = 16, n_head = 3, T = 2, pitch = 3 * hd * n_head;  // q | k | v rows of width 48 each
