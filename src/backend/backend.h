@@ -296,6 +296,12 @@ class Ops {
   virtual void moe_residual_add(Stream& s, const Tensor& x, const Tensor& dense, const Tensor& w_dense,
                                 const Tensor& moe, const Tensor& w_moe, const Tensor& w_out, float eps,
                                 float out_scale);
+  // gemma4's two norms of a MoE layer's input (C.5 steps 1 and 6), from one reduction of each row of x:
+  //   r = rms_norm(x) * r_factor * r_scale    (the router's input: no norm weight, then a factor and a vector)
+  //   h = rms_norm(x, h_norm)                 (the experts' input)
+  // x, r, h F32 of one shape {n, T}; r_scale, h_norm F32 {n}. The composition: rms_norm, scale, mul, rms_norm.
+  virtual void moe_input_norms(Stream& s, const Tensor& x, float eps, float r_factor, const Tensor& r_scale,
+                               const Tensor& r, const Tensor& h_norm, const Tensor& h);
 
   // out[:, t] = table[:, ids[t]] as F32. table {n_embd, n_vocab} of any weight dtype; ids I32 {T} contiguous;
   // out F32 {n_embd, T}. ids out of [0, n_vocab) throw Error on CPU.

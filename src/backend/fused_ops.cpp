@@ -80,4 +80,12 @@ void Ops::moe_residual_add(Stream& s, const Tensor& x, const Tensor& dense, cons
   norm_residual_add(s, x, dense, w_out, eps, out_scale);
 }
 
+void Ops::moe_input_norms(Stream& s, const Tensor& x, float eps, float r_factor, const Tensor& r_scale,
+                          const Tensor& r, const Tensor& h_norm, const Tensor& h) {
+  rms_norm(s, x, nullptr, eps, r);
+  scale(s, r, r_factor, r);
+  mul(s, r, r_scale, r);
+  rms_norm(s, x, &h_norm, eps, h);
+}
+
 }  // namespace tandem

@@ -28,6 +28,27 @@ namespace {
 
 enum class ScPath { Off, Host, Device };
 
+const char* kv_type_name(KvType t) {
+  switch (t) {
+    case KvType::F32:
+      return "f32";
+    case KvType::F16:
+      return "f16";
+    case KvType::BF16:
+      return "bf16";
+  }
+  return "?";
+}
+
+// CanvasOptions::kv_type unset: F32 as the reference keeps it, unless the first layer's query weights are not
+// F32 and the model runs on a GPU: there an F16 store lets the canvas rows' attention take the tensor-core
+// kernel (a bf16 or quantized model's K/V carry no more precision than F16 keeps).
+KvType auto_kv_type(const Model::Impl& m) {
+  const gguf::TensorInfo* q = m.file->find_tensor("blk.0.attn_q.weight");
+  const bool on_gpu = m.ranks.front().device->id().kind != DeviceKind::CPU;
+  return on_gpu && q != nullptr && q->type != DType::F32 ? KvType::F16 : KvType::F32;
+}
+
 class CanvasRunner : public CanvasSource {
  public:
   CanvasRunner(std::shared_ptr<Model> model, const CanvasOptions& opt) : model_(std::move(model)), opt_(opt) {
@@ -47,7 +68,8 @@ class CanvasRunner : public CanvasSource {
     // UNIFIED needs [prefix | canvas] in one forward pass; PREFILL may run in chunks, DECODE is the canvas.
     sp.n_batch = kv_cache_ ? std::max(C_, std::min(opt_.max_prompt, 512)) : opt_.max_prompt + C_;
     sp.n_logits_max = C_;
-    sp.kv_type = opt_.kv_type;
+    kv_type_ = opt_.kv_type ? *opt_.kv_type : auto_kv_type(m);
+    sp.kv_type = kv_type_;
     session_ = std::make_unique<Session>(model_, sp);
     host_logits_.assign(size_t(V_ * C_), 0.0f);
 
@@ -160,8 +182,8 @@ class CanvasRunner : public CanvasSource {
 
   std::string describe() const override {
     std::string s = "canvas " + std::to_string(C_) + ": prompt KV cache " +
-                    (kv_cache_ ? "on (PREFILL once, DECODE per step)" : "off (UNIFIED per step)") +
-                    "; self-conditioning ";
+                    (kv_cache_ ? "on (PREFILL once, DECODE per step)" : "off (UNIFIED per step)") + ", K/V " +
+                    kv_type_name(kv_type_) + "; self-conditioning ";
     switch (sc_) {
       case ScPath::Off:
         s += "off";
@@ -218,6 +240,7 @@ class CanvasRunner : public CanvasSource {
   int32_t C_ = 0;
   int64_t E_ = 0, V_ = 0;
   bool kv_cache_ = true;
+  KvType kv_type_ = KvType::F32;  // the session's K/V store (CanvasOptions::kv_type, or auto_kv_type)
   ScPath sc_ = ScPath::Off;
   std::unique_ptr<Session> session_;
   std::unique_ptr<DeviceSelfCond> dev_sc_;

@@ -104,14 +104,12 @@ void gemma4_moe_branch(const BlockRun& run, const Gemma4MoeWeights& w, const Gem
   const Tensor expert_out = first(sc.expert_out, {E, k, T});
 
   // Router: RMS(x) without weight, / sqrt(n_embd), * router scale; softmax, top-k, renormalise (C.5 2-5).
-  ops.rms_norm(st, x, nullptr, run.eps, r);
-  ops.scale(st, r, 1.0f / std::sqrt(float(E)), r);
-  ops.mul(st, r, w.router_scale, r);
+  // The experts' input h = RMS(x) * pre_ffw_norm_2 comes from the same norm (one launch where the backend can).
+  ops.moe_input_norms(st, x, run.eps, 1.0f / std::sqrt(float(E)), w.router_scale, r, w.pre_norm_2, h);
   ops.matmul(st, w.router, r, logits);
   ops.moe_route(st, logits, w.down_scale ? &*w.down_scale : nullptr, ids, weights);
 
-  // Experts on h = RMS(x) * pre_ffw_norm_2, every selected expert reading the row's one input.
-  ops.rms_norm(st, x, &w.pre_norm_2, run.eps, h);
+  // Experts on h, every selected expert reading the row's one input.
   const Tensor h_in = first(h, {E, 1, T});
   ops.matmul_id(st, w.gate_exps, h_in, ids, gate);
   ops.matmul_id(st, w.up_exps, h_in, ids, up);

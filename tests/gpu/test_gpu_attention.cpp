@@ -46,6 +46,8 @@ struct Case {
   // Not F32: also Ops::attention_project_add with an output projection of this dtype (decode-sized batches):
   // bitwise the same as attention + matmul_add on the GPU, and close to the CPU's composition.
   DType project = DType::F32;
+  // Non-empty: the GPU call must launch a kernel whose name contains this (counted by the kernel profiler).
+  std::string expect_kernel = "";
 };
 
 class GpuAttention : public GpuTest {
@@ -223,7 +225,17 @@ class GpuAttention : public GpuTest {
       return b;
     };
     const float scale = 1.0f / std::sqrt(float(c.hd_k));
-    gops().attention(gs(), q.dev, kv_g, batch_for(true), scale, out.dev);
+    if (c.expect_kernel.empty()) {
+      gops().attention(gs(), q.dev, kv_g, batch_for(true), scale, out.dev);
+    } else {
+      std::string why;
+      std::unique_ptr<KernelProfiler> prof = KernelProfiler::start(&why);
+      ASSERT_NE(prof, nullptr) << why;
+      EXPECT_GE(launches_of(*gpu_, *prof, c.expect_kernel,
+                            [&] { gops().attention(gs(), q.dev, kv_g, batch_for(true), scale, out.dev); }),
+                1)
+          << "no " << c.expect_kernel << " kernel ran";
+    }
     cops().attention(cs(), q.cpu, kv_c, batch_for(false), scale, out.cpu);
     const auto g = download_f32(out), ref = host_f32(out);
     EXPECT_LT(rel_l2(g, ref), c.tol);
@@ -329,7 +341,20 @@ TEST_F(GpuAttention, PrefillKernelTensorCores) {
   k.kv_begin = true;
   k.padding_row = true;
   k.tol = 1.5e-2;
+  k.expect_kernel = "flash_prefill";
   run(k, seed++);
+  // Head dim 512 (gemma4's global layers, DiffusionGemma's canvas rows): the 32 x 32 tiles.
+  for (MaskKind mask : {MaskKind::Causal, MaskKind::Bidirectional, MaskKind::Explicit}) {
+    Case g{mask, 16, 2, 512, 512, DType::F16, seqs};
+    g.tol = 2e-3;
+    g.padding_row = mask == MaskKind::Bidirectional;
+    if (mask == MaskKind::Explicit) {
+      g.mask_cols = 90;
+      g.all_masked_row = 70;
+    }
+    g.expect_kernel = "flash_prefill";
+    run(g, seed++);
+  }
 }
 
 TEST_F(GpuAttention, ExplicitMaskDecodeSized) {

@@ -82,7 +82,7 @@ bench::ProfiledRun profile_steps(CanvasSource& source, const std::vector<int32_t
 }  // namespace
 
 void bench_diffusion(const std::shared_ptr<Model>& model, const std::string& model_path, int n_prompt,
-                     int steps, int reps, double bw_gbs, KernelProfiler* profiler) {
+                     int steps, std::optional<KvType> kv_type, int reps, double bw_gbs, KernelProfiler* profiler) {
   CanvasModelInfo info;
   try {
     info = canvas_model_info(*model);
@@ -99,6 +99,7 @@ void bench_diffusion(const std::shared_ptr<Model>& model, const std::string& mod
   for (int i = 0; i < n_prompt; ++i) prompt.push_back(int32_t((i * 7919 + 17) % std::max(info.n_vocab, 1)));
 
   CanvasOptions copt;
+  copt.kv_type = kv_type;
   std::unique_ptr<CanvasSource> source = make_canvas_source(model, copt);
   std::vector<PathResult> results;
   results.push_back(run_path(*source, prompt, eb, Toggle::Off, std::max(1, reps), "host reduction"));

@@ -25,6 +25,7 @@
 #include "bench_diffusion.h"
 #include "bench_spec.h"
 #include "commands.h"
+#include "diffuse_options.h"
 #include "core/error.h"
 #include "flag_checks.h"
 #include "split_options.h"
@@ -52,6 +53,7 @@ struct BenchArgs {
   SpecOptions spec;        // --draft: speculative vs AR (bench_spec.h)
   bool diffusion = false;  // --diffusion: canvas diffusion, host vs device sampling (bench_diffusion.h)
   int diffusion_steps = 0;
+  std::string diffusion_kv_type = "auto";
   bool profile = false;  // --profile: per-kernel times of the tg steps (or denoising steps), CUPTI
 };
 
@@ -116,7 +118,8 @@ void run_bench(const BenchArgs& a) {
   }
   if (a.diffusion) {
     const auto model = Model::load(a.model, mp);
-    return bench_diffusion(model, a.model, a.n_prompt, a.diffusion_steps, a.reps, a.bw_gbs, profiler.get());
+    return bench_diffusion(model, a.model, a.n_prompt, a.diffusion_steps, parse_diffusion_kv_type(a.diffusion_kv_type),
+                           a.reps, a.bw_gbs, profiler.get());
   }
   // The limits are measured on the main device, where the mode none runs and the logits land.
   const DeviceId dev_id = mesh.devices[size_t(mesh.main_device)];
@@ -205,6 +208,8 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--profile", args->profile,
                 "per-kernel GPU time of the tg steps (first batch; or of the denoising steps with --diffusion), "
                 "with the idle time between kernels (needs CUPTI, from the CUDA toolkit)");
+  cmd->add_option("--diffusion-kv-type", args->diffusion_kv_type,
+                  "with --diffusion: the K/V store's precision, auto|f32|f16|bf16 (as tandem diffuse)");
   cmd->add_option("--diffusion-steps", args->diffusion_steps,
                   "with --diffusion: denoising steps per block (0: the model's default)");
   cmd->callback([args] {

@@ -30,6 +30,10 @@ void add_diffusion_options(CLI::App* cmd, DiffuseOptions* o) {
   cmd->add_option("--diffusion-kv-cache", o->kv_cache,
                   "Prompt K/V computed once per block (PREFILL) and read by every step: auto|on|off")
       ->group(g);
+  cmd->add_option("--diffusion-kv-type", o->kv_type,
+                  "K/V store precision: auto (f32, or f16 on a GPU for non-f32 weights: tensor-core attention), "
+                  "f32, f16 or bf16")
+      ->group(g);
   cmd->add_option("--diffusion-gpu-sampling", o->gpu_sampling,
                   "Self-conditioning buffers on the GPU: auto|on|off")
       ->group(g);
@@ -68,6 +72,14 @@ Toggle parse_toggle(const std::string& value, const char* flag) {
   throw Error(std::string(flag) + " must be auto, on or off, got '" + value + "'");
 }
 
+std::optional<KvType> parse_diffusion_kv_type(const std::string& value) {
+  if (value == "auto") return std::nullopt;
+  if (value == "f32") return KvType::F32;
+  if (value == "f16") return KvType::F16;
+  if (value == "bf16") return KvType::BF16;
+  throw Error("--diffusion-kv-type must be auto, f32, f16 or bf16, got '" + value + "'");
+}
+
 void check_diffusion_options(const DiffuseOptions& o) {
   check_int_flag("--diffusion-steps", o.steps, 0, 100000, "0 = the model's default");
   check_int_flag("--diffusion-blocks", o.blocks, 0, 1 << 20, "0 = from -n");
@@ -79,6 +91,7 @@ void check_diffusion_options(const DiffuseOptions& o) {
   parse_toggle(o.kv_cache, "--diffusion-kv-cache");
   parse_toggle(o.gpu_sampling, "--diffusion-gpu-sampling");
   parse_toggle(o.gpu_sample_reduce, "--diffusion-gpu-sample-reduce");
+  parse_diffusion_kv_type(o.kv_type);
   // Given values (>= 0 means given for the real-valued flags; a negative one is rejected by name).
   auto real = [](const char* flag, double v, bool positive) {
     if (v == -1) return;  // not given
@@ -214,6 +227,7 @@ void run_diffusion(const DiffuseOptions& o, const std::shared_ptr<Model>& model,
   CanvasOptions copt;
   copt.kv_cache = parse_toggle(o.kv_cache, "--diffusion-kv-cache");
   copt.gpu_sampling = parse_toggle(o.gpu_sampling, "--diffusion-gpu-sampling");
+  copt.kv_type = parse_diffusion_kv_type(o.kv_type);
   params.max_prefix = copt.max_prompt;
   std::unique_ptr<CanvasSource> source = make_canvas_source(model, copt);
   std::fprintf(stderr,

@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "tandem/diffusion.h"
@@ -25,6 +26,7 @@ struct DiffuseOptions {
   int blocks = 0;  // --diffusion-blocks; 0: ceil(n / canvas_length)
   std::string eb = "on";
   std::string kv_cache = "auto", gpu_sampling = "auto", gpu_sample_reduce = "auto";
+  std::string kv_type = "auto";  // --diffusion-kv-type
   double t_min = -1, t_max = -1, entropy_bound = -1, confidence_threshold = -1;  // < 0: not given
   int stability_threshold = -1;
   bool visual = false;
@@ -37,6 +39,8 @@ void add_diffusion_options(CLI::App* cmd, DiffuseOptions* o);
 
 // "auto" / "on" / "off" -> Toggle; anything else is an Error naming the flag.
 Toggle parse_toggle(const std::string& value, const char* flag);
+// --diffusion-kv-type: "auto" -> unset (CanvasOptions::kv_type), "f32" / "f16" / "bf16"; else an Error.
+std::optional<KvType> parse_diffusion_kv_type(const std::string& value);
 
 // Checks the values of the --diffusion-* flags (no file is read): an Error names the flag and the range.
 void check_diffusion_options(const DiffuseOptions& o);

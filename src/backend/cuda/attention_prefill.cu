@@ -1,8 +1,10 @@
 // Flash attention for prefill (many query rows) on tensor cores (WMMA, bf16/f16 operands, f32 accumulation).
 //
-// A block of 4 warps takes 64 consecutive query rows of one query head and walks the cache in tiles of 64
-// positions: S = Q K^T on tensor cores, an online softmax per row in f32 (running max m, sum l, rescale
-// alpha), then O += P V on tensor cores with O kept in shared memory as f32. GQA reads K/V of head h /
+// A block of BM / 16 warps takes BM consecutive query rows of one query head and walks the cache in tiles of
+// BN positions: S = Q K^T on tensor cores, an online softmax per row in f32 (running max m, sum l, rescale
+// alpha), then O += P V on tensor cores with O kept in shared memory as f32. Head dims up to 256 use 64 x 64
+// tiles (4 warps); up to 512 (gemma4's global layers) 32 x 32 tiles (2 warps), so that Q, K, V and O of a
+// block still fit the 227 KB of shared memory. GQA reads K/V of head h /
 // (n_head/n_kv). Rows of a tile may belong to several sequences (continuous batching): the tile is processed
 // once per distinct sequence, with the rows of other sequences masked out, so the result is exact for any row
 // order. Visibility of each (row, position) follows AttentionBatch (mask kind, sliding window, kv_begin).
@@ -25,11 +27,9 @@ namespace {
 
 using namespace nvcuda;
 
-constexpr int kBM = 64;  // query rows per block
-constexpr int kBN = 64;  // cache positions per tile
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * kWarpSize;
-constexpr int kMaxHeadDim = 256;
+// Tile shapes: BM query rows per block (one warp per 16), BN cache positions per tile (a multiple of 32).
+constexpr int kWideHeadDim = 256;  // head dims up to this: 64 x 64 tiles; above (up to kMaxHeadDim): 32 x 32
+constexpr int kMaxHeadDim = 512;
 
 struct Layout {  // element strides and byte offsets of the shared-memory regions
   int ldq, ldk, lds, ldp, ldo;
@@ -40,6 +40,7 @@ __host__ __device__ inline size_t round128(size_t n) {
   return (n + 127) & ~size_t(127);
 }
 
+template <int kBM, int kBN>
 __host__ __device__ inline Layout make_layout(int hd) {
   Layout L;
   L.ldq = hd + 8;
@@ -77,13 +78,14 @@ __device__ __forceinline__ __half to16<__half>(float v) {
   return __float2half_rn(v);
 }
 
-template <class T16>
-__global__ void __launch_bounds__(kThreads)
+template <class T16, int kBM, int kBN>
+__global__ void __launch_bounds__(kBM / 16 * kWarpSize)
     flash_prefill_kernel(RowView q, const char* __restrict__ kc, size_t k_nb1, size_t k_slot,
                          const char* __restrict__ vc, size_t v_nb1, size_t v_slot, AttnMeta meta, int64_t T,
                          int64_t n_head, int gqa, int hd, float scale, RowView out) {
+  constexpr int kThreads = kBM / 16 * kWarpSize;
   extern __shared__ __align__(128) uint8_t smem[];
-  const Layout L = make_layout(hd);
+  const Layout L = make_layout<kBM, kBN>(hd);
   T16* Qs = reinterpret_cast<T16*>(smem + L.q);
   T16* Ks = reinterpret_cast<T16*>(smem + L.k);
   T16* Vs = reinterpret_cast<T16*>(smem + L.v);
@@ -196,18 +198,21 @@ __global__ void __launch_bounds__(kThreads)
       for (int ii = 0; ii < 16; ++ii) {
         const int i = 16 * warp + ii;
         const bool row_in = seq_s[i] == s_cur;
-        float sv[2];
+        float sv[kBN / 32];
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
+        for (int e = 0; e < kBN / 32; ++e) {
           const int c = lane + 32 * e, j = j0 + c;
           const bool vis = row_in && j < kv_hi && j >= lo_s[i] && j < hi_s[i];
           sv[e] = vis ? Ss[i * L.lds + c] + mask_bias(meta, r0 + i, j) : -INFINITY;
         }
         const float m_old = m_s[i];
-        const float m_new = fmaxf(m_old, warp_max(fmaxf(sv[0], sv[1])));
+        float m_tile = sv[0];
+#pragma unroll
+        for (int e = 1; e < kBN / 32; ++e) m_tile = fmaxf(m_tile, sv[e]);
+        const float m_new = fmaxf(m_old, warp_max(m_tile));
         float alpha = 1.0f, psum = 0.0f;
 #pragma unroll
-        for (int e = 0; e < 2; ++e) {
+        for (int e = 0; e < kBN / 32; ++e) {
           const float p = m_new == -INFINITY ? 0.0f : expf(sv[e] - m_new);
           psum += p;
           Ps[i * L.ldp + lane + 32 * e] = to16<T16>(p);
@@ -251,24 +256,30 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-template <class T16>
-void launch_typed(const AttentionArgs& a, cudaStream_t stream) {
+template <class T16, int kBM, int kBN>
+void launch_tiles(const AttentionArgs& a, cudaStream_t stream, int max_hd) {
   const int hd = int(a.q.ne[0]);
-  const Layout L = make_layout(hd);
+  const Layout L = make_layout<kBM, kBN>(hd);
   static std::once_flag once;
-  std::call_once(once, [] {
-    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(flash_prefill_kernel<T16>,
+  std::call_once(once, [max_hd] {
+    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(flash_prefill_kernel<T16, kBM, kBN>,
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           int(make_layout(kMaxHeadDim).bytes)));
+                                           int(make_layout<kBM, kBN>(max_hd).bytes)));
   });
   const int64_t T = a.q.ne[2], n_head = a.q.ne[1];
   const int gqa = int(n_head / a.kv.k.ne[1]);
   const dim3 grid(unsigned((T + kBM - 1) / kBM), unsigned(n_head));
-  flash_prefill_kernel<T16><<<grid, kThreads, L.bytes, stream>>>(
+  flash_prefill_kernel<T16, kBM, kBN><<<grid, kBM / 16 * kWarpSize, L.bytes, stream>>>(
       row_view(a.q), static_cast<const char*>(a.kv.k.data), a.kv.k.nb[1], a.kv.k.nb[2],
       static_cast<const char*>(a.kv.v.data), a.kv.v.nb[1], a.kv.v.nb[2], make_meta(a), T, n_head, gqa, hd,
       a.scale, row_view(a.out));
   TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+template <class T16>
+void launch_typed(const AttentionArgs& a, cudaStream_t stream) {
+  if (a.q.ne[0] <= kWideHeadDim) return launch_tiles<T16, 64, 64>(a, stream, kWideHeadDim);
+  launch_tiles<T16, 32, 32>(a, stream, kMaxHeadDim);
 }
 
 }  // namespace

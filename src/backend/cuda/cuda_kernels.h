@@ -22,6 +22,10 @@ void launch_rms_norm(const Tensor& x, const float* weight, float eps, const Tens
 void launch_post_norm_residual(const Tensor& x, const Tensor& dense, const float* w_dense, const Tensor* moe,
                                const float* w_moe, const float* w_out, float eps, float out_scale,
                                cudaStream_t stream);
+// Ops::moe_input_norms in one launch (post_norm.cu): r = rms_norm(x) * r_factor * r_scale, h = rms_norm(x,
+// h_norm), bitwise the composition's.
+void launch_moe_input_norms(const Tensor& x, float eps, float r_factor, const float* r_scale, const Tensor& r,
+                            const float* h_norm, const Tensor& h, cudaStream_t stream);
 void launch_rope(const Tensor& x, const int32_t* positions, const RopeParams& p, const float* freq_factors,
                  cudaStream_t stream);
 enum class GluKind { Silu, Gelu };

@@ -566,6 +566,28 @@ void CudaOps::moe_residual_add(Stream& s, const Tensor& x, const Tensor& dense, 
                             out_scale, stream_of(s, index_));
 }
 
+void CudaOps::moe_input_norms(Stream& s, const Tensor& x, float eps, float r_factor, const Tensor& r_scale,
+                              const Tensor& r, const Tensor& h_norm, const Tensor& h) {
+  const char* op = "moe_input_norms";
+  check_f32(op, "x", x, index_);
+  check_f32(op, "r", r, index_);
+  check_f32(op, "h", h, index_);
+  check_same_shape(op, "x", x, "r", r);
+  check_same_shape(op, "x", x, "h", h);
+  for (const Tensor* w : {&r_scale, &h_norm}) {
+    check_f32(op, "weight", *w, index_);
+    check(w->ne[0] == x.ne[0] && w->nrows() == 1,
+          "moe_input_norms: weights must be {" + std::to_string(x.ne[0]) + "}, got " + w->shape_string());
+  }
+  check(eps >= 0.0f && std::isfinite(eps), "moe_input_norms: eps must be a finite value >= 0");
+  check(std::isfinite(r_factor), "moe_input_norms: r_factor must be finite");
+  check(r.data != x.data && h.data != x.data && r.data != h.data, "moe_input_norms: x, r and h must not alias");
+  if (fused_disabled()) return Ops::moe_input_norms(s, x, eps, r_factor, r_scale, r, h_norm, h);
+  DeviceGuard g(index_);
+  launch_moe_input_norms(x, eps, r_factor, static_cast<const float*>(r_scale.data), r,
+                         static_cast<const float*>(h_norm.data), h, stream_of(s, index_));
+}
+
 void CudaOps::attention(Stream& s, const Tensor& q, const KvLayerView& kv, const AttentionBatch& batch,
                         float scale, const Tensor& out) {
   attention_impl(s, q, kv, batch, scale, out, nullptr);

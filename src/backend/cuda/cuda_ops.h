@@ -67,6 +67,8 @@ class CudaOps final : public Ops {
                          float out_scale) override;
   void moe_residual_add(Stream&, const Tensor& x, const Tensor& dense, const Tensor& w_dense, const Tensor& moe,
                         const Tensor& w_moe, const Tensor& w_out, float eps, float out_scale) override;
+  void moe_input_norms(Stream&, const Tensor& x, float eps, float r_factor, const Tensor& r_scale, const Tensor& r,
+                       const Tensor& h_norm, const Tensor& h) override;
   void get_rows(Stream&, const Tensor& table, const Tensor& ids, const Tensor& out) override;
   void embed_rows(Stream&, const Tensor& table, const Tensor& ids, float scale, const Tensor* added,
                   const Tensor* added_ids, const Tensor& out) override;

@@ -1,4 +1,5 @@
-// The post-normed residual adds of gemma4 (Ops::norm_residual_add, Ops::moe_residual_add) in one launch each.
+// gemma4's fused row norms: the post-normed residual adds (Ops::norm_residual_add, Ops::moe_residual_add) and the
+// two norms of a MoE layer's input (Ops::moe_input_norms), in one launch each.
 // Unfused, a MoE layer's FFN tail is five launches (three norms, two adds, and the layer's output scale a
 // sixth), each a few microseconds on one 2816-value row at decode: the launches, not the bytes, are the cost.
 // One block (hidden-state rows) or one warp (short rows) per row, the reductions of row_norm.cuh, and every
@@ -45,7 +46,45 @@ __global__ void __launch_bounds__(kBlock ? kBlockNormThreads : kWarpSize)
   }
 }
 
+// Row r of x: r = ((x * inv) * r_factor) * r_scale and h = (x * inv) * h_norm, the products of rms_norm, scale
+// and mul in their order.
+template <bool kBlock>
+__global__ void __launch_bounds__(kBlock ? kBlockNormThreads : kWarpSize)
+    moe_input_norms_kernel(RowView x, float eps, float r_factor, const float* __restrict__ r_scale, RowView r,
+                           const float* __restrict__ h_norm, RowView h) {
+  __shared__ float red[32];
+  pdl_trigger();  // pdl.cuh
+  pdl_wait();
+  const int64_t row = blockIdx.x, n = x.ne0;
+  const int step = kBlock ? int(blockDim.x) : kWarpSize;
+  const int first = kBlock ? int(threadIdx.x) : int(threadIdx.x % kWarpSize);
+  const float* xr = x.row_as<const float>(row);
+  float* rr = r.row_as<float>(row);
+  float* hr = h.row_as<float>(row);
+  const float inv = rms_inverse(row_sum_squares<kBlock>(xr, n, red), n, eps);
+  for (int64_t i = first; i < n; i += step) {
+    const float v = xr[i];
+    rr[i] = v * inv * r_factor * r_scale[i];
+    hr[i] = v * inv * h_norm[i];
+  }
+}
+
 }  // namespace
+
+void launch_moe_input_norms(const Tensor& x, float eps, float r_factor, const float* r_scale, const Tensor& r,
+                            const float* h_norm, const Tensor& h, cudaStream_t stream) {
+  const RowView xv = row_view(x), rv = row_view(r), hv = row_view(h);
+  const int64_t rows = xv.n_rows();
+  if (rows == 0) return;
+  if (xv.ne0 >= kBlockNormMin) {
+    launch_pdl(moe_input_norms_kernel<true>, dim3(unsigned(rows)), dim3(kBlockNormThreads), 0, stream, xv, eps,
+               r_factor, r_scale, rv, h_norm, hv);
+  } else {
+    launch_pdl(moe_input_norms_kernel<false>, dim3(unsigned(rows)), dim3(kWarpSize), 0, stream, xv, eps, r_factor,
+               r_scale, rv, h_norm, hv);
+  }
+  TANDEM_CUDA_CHECK_LAUNCH();
+}
 
 void launch_post_norm_residual(const Tensor& x, const Tensor& dense, const float* w_dense, const Tensor* moe,
                                const float* w_moe, const float* w_out, float eps, float out_scale,
