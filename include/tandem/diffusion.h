@@ -59,8 +59,9 @@ struct CanvasOptions {
   Toggle gpu_sampling = Toggle::Auto;  // self-conditioning buffers on the device (Auto: on when on a GPU)
   bool self_conditioning = true;       // SC at all (needs the self_cond_* tensors)
   int32_t max_prompt = 2048;           // prompt positions the session holds (+ canvas_length)
-  // The K/V store's precision. Unset (auto): F32 (as the reference keeps it) unless the model runs on a GPU
-  // with weights that are not F32, where F16 lets the canvas rows' attention run on tensor cores.
+  // The K/V store's precision. Unset (auto): F32 (as the reference keeps it); with TANDEM_CANVAS_KV_F16=1 (off
+  // until measured on a GPU), F16 when the model runs on a GPU with weights that are not F32, so that the
+  // canvas rows' attention runs on tensor cores.
   std::optional<KvType> kv_type;
 };
 

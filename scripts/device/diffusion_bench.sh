@@ -7,7 +7,8 @@
 # the host and are reduced there) and the GPU path (SC and the EB reduction on the GPU, 3 numbers per row back).
 # With SLOPE_LAYERS set (e.g. 3), bf16 also runs at that many layers: the per-layer cost from the two points
 # gives the 30-layer estimate (printed). A layer count other than 30 is a measurement of fewer layers: say so.
-# KV_AB="f32": one more bench per value with --diffusion-kv-type (the default is auto: f16 for these weights).
+# KV_AB="f16 f16:TANDEM_FLASH_HD512=1": one more bench per entry, --diffusion-kv-type VALUE with the environment
+# switches after the colon (comma-separated) set; the default row is auto (f32 unless TANDEM_CANVAS_KV_F16=1).
 # PROFILE=1 adds `--profile`: the per-kernel table of the GPU path's denoising steps (tandem bench --profile).
 # Usage: BIN=build-gpu/bin OUT=<dir> [LAYERS=6] [SLOPE_LAYERS=] [STEPS=8] [PROFILE=1] [DIFF_TYPES="bf16 q4_k_m"]
 #        scripts/device/diffusion_bench.sh
@@ -47,10 +48,12 @@ run_one() {  # type layers
     echo "FAIL bench --diffusion $t, $L layers ($((SECONDS - t0)) s; see $OUT/bench_${t}_$L.*)"
     tail -10 "$OUT/bench_${t}_$L.md" "$OUT/bench_${t}_$L.log"; status=1
   fi
-  for kv in ${KV_AB:-}; do  # the same file with another K/V store precision (--diffusion-kv-type), beside
-    timeout 100 "$BIN/tandem" bench -m "$f" --diffusion -p 128 --diffusion-steps "$STEPS" -r 2 --device cuda:0 \
-      --bw "$BW" --diffusion-kv-type "$kv" >"$OUT/bench_${t}_${L}_kv_$kv.md" 2>&1
-    echo "--diffusion-kv-type $kv rc=$?:"; grep -E "^source:|^\| (host|device)" "$OUT/bench_${t}_${L}_kv_$kv.md"
+  for spec in ${KV_AB:-}; do  # the same file with another K/V store precision (--diffusion-kv-type), beside
+    local kv=${spec%%:*} envs="" name=${spec//[:=,]/_}
+    [ "$kv" != "$spec" ] && envs=${spec#*:}
+    env ${envs//,/ } timeout 100 "$BIN/tandem" bench -m "$f" --diffusion -p 128 --diffusion-steps "$STEPS" -r 2 \
+      --device cuda:0 --bw "$BW" --diffusion-kv-type "$kv" >"$OUT/bench_${t}_${L}_kv_$name.md" 2>&1
+    echo "--diffusion-kv-type $kv ${envs} rc=$?:"; grep -E "^source:|^\| (host|device)" "$OUT/bench_${t}_${L}_kv_$name.md"
   done
   rm -f "$f"
 }

@@ -15,6 +15,7 @@
 #include <memory>
 #include <string>
 
+#include "core/env_switch.h"
 #include "core/error.h"
 #include "diffusion/canvas_sc.h"
 #include "model/diffusion_gemma.h"
@@ -40,13 +41,17 @@ const char* kv_type_name(KvType t) {
   return "?";
 }
 
-// CanvasOptions::kv_type unset: F32 as the reference keeps it, unless the first layer's query weights are not
-// F32 and the model runs on a GPU: there an F16 store lets the canvas rows' attention take the tensor-core
-// kernel (a bf16 or quantized model's K/V carry no more precision than F16 keeps).
+// TANDEM_CANVAS_KV_F16=1: CanvasOptions::kv_type unset picks F16 on a GPU for weights that are not F32 (below).
+// Off by default until a GPU run has measured it against the F32 store (the eleventh session had no GPU).
+EnvSwitch g_canvas_kv_f16{"TANDEM_CANVAS_KV_F16", false};
+
+// CanvasOptions::kv_type unset: F32 as the reference keeps it, unless (TANDEM_CANVAS_KV_F16) the first layer's
+// query weights are not F32 and the model runs on a GPU: there an F16 store lets the canvas rows' attention take
+// the tensor-core kernel (a bf16 or quantized model's K/V carry no more precision than F16 keeps).
 KvType auto_kv_type(const Model::Impl& m) {
   const gguf::TensorInfo* q = m.file->find_tensor("blk.0.attn_q.weight");
   const bool on_gpu = m.ranks.front().device->id().kind != DeviceKind::CPU;
-  return on_gpu && q != nullptr && q->type != DType::F32 ? KvType::F16 : KvType::F32;
+  return g_canvas_kv_f16.on() && on_gpu && q != nullptr && q->type != DType::F32 ? KvType::F16 : KvType::F32;
 }
 
 class CanvasRunner : public CanvasSource {

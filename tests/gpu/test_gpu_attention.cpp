@@ -20,6 +20,7 @@
 #include <tuple>
 #include <vector>
 
+#include "backend/cuda/cuda_kernels.h"
 #include "backend/kernel_profile.h"
 #include "gpu_test_util.h"
 
@@ -343,7 +344,12 @@ TEST_F(GpuAttention, PrefillKernelTensorCores) {
   k.tol = 1.5e-2;
   k.expect_kernel = "flash_prefill";
   run(k, seed++);
-  // Head dim 512 (gemma4's global layers, DiffusionGemma's canvas rows): the 32 x 32 tiles.
+  // Head dim 512 (gemma4's global layers, DiffusionGemma's canvas rows): the 32 x 32 tiles (off by default:
+  // TANDEM_FLASH_HD512, attention_prefill.cu).
+  cuda::set_flash_hd512(true);
+  struct Restore {
+    ~Restore() { cuda::set_flash_hd512(std::nullopt); }
+  } restore;
   for (MaskKind mask : {MaskKind::Causal, MaskKind::Bidirectional, MaskKind::Explicit}) {
     Case g{mask, 16, 2, 512, 512, DType::F16, seqs};
     g.tol = 2e-3;

@@ -5,12 +5,24 @@
 // freq factors, with gemma4's unweighted V norm, f32 / f16 / bf16 caches, a slot of -1 (row not stored).
 // Then gemma4's post-norm residual adds (Ops::norm_residual_add, Ops::moe_residual_add): bit for bit the CUDA
 // ops one at a time, within f32 rounding of the CPU, for short (warp) and long (block) rows.
+#include "backend/cuda/cuda_kernels.h"
 #include "gpu_test_util.h"
 
 namespace tandem::gpu_test {
 namespace {
 
-class GpuDecodeFusion : public GpuTest {};
+// gemma4's fused row-norm kernels are off by default (TANDEM_ROW_FUSION, cuda_ops.cpp): these tests turn them on.
+class GpuDecodeFusion : public GpuTest {
+ protected:
+  void SetUp() override {
+    GpuTest::SetUp();
+    cuda::set_row_fusion(true);
+  }
+  void TearDown() override {
+    cuda::set_row_fusion(std::nullopt);
+    GpuTest::TearDown();
+  }
+};
 
 TEST_F(GpuDecodeFusion, QkNormRopeStoreMatchesTheOpsOneAtATime) {
   uint32_t seed = 7;
@@ -90,6 +102,9 @@ TEST_F(GpuDecodeFusion, QkNormRopeStoreMatchesTheOpsOneAtATime) {
 }
 
 TEST_F(GpuDecodeFusion, PostNormResidualAddsMatchTheOpsOneAtATime) {
+  std::string why;
+  std::unique_ptr<KernelProfiler> prof = KernelProfiler::start(&why);
+  ASSERT_NE(prof, nullptr) << why;
   uint32_t seed = 31;
   for (int64_t n : {72, 2816})  // a warp per row; a block per row (>= 1024 values)
     for (int64_t T : {1, 3})
@@ -107,13 +122,19 @@ TEST_F(GpuDecodeFusion, PostNormResidualAddsMatchTheOpsOneAtATime) {
           Pair D[2] = {make_f32({n, T}, dv), make_f32({n, T}, dv)};
           Pair M[2] = {make_f32({n, T}, mv), make_f32({n, T}, mv)};
           Pair W1 = make_f32({n}, w1), W2 = make_f32({n}, w2), W3 = make_f32({n}, w3);
+          const int64_t fused = launches_of(*gpu_, *prof, "post_norm_residual", [&] {
+            if (moe) {
+              gops().moe_residual_add(gs(), X[0].dev, D[0].dev, W1.dev, M[0].dev, W2.dev, W3.dev, 1e-6f, out_scale);
+            } else {
+              gops().norm_residual_add(gs(), X[0].dev, D[0].dev, W3.dev, 1e-6f, out_scale);
+            }
+          });
+          EXPECT_EQ(fused, 1) << "one launch of the fused kernel";
           if (moe) {
-            gops().moe_residual_add(gs(), X[0].dev, D[0].dev, W1.dev, M[0].dev, W2.dev, W3.dev, 1e-6f, out_scale);
             gops().Ops::moe_residual_add(gs(), X[1].dev, D[1].dev, W1.dev, M[1].dev, W2.dev, W3.dev, 1e-6f,
                                          out_scale);
             cops().moe_residual_add(cs(), X[1].cpu, D[1].cpu, W1.cpu, M[1].cpu, W2.cpu, W3.cpu, 1e-6f, out_scale);
           } else {
-            gops().norm_residual_add(gs(), X[0].dev, D[0].dev, W3.dev, 1e-6f, out_scale);
             gops().Ops::norm_residual_add(gs(), X[1].dev, D[1].dev, W3.dev, 1e-6f, out_scale);
             cops().norm_residual_add(cs(), X[1].cpu, D[1].cpu, W3.cpu, 1e-6f, out_scale);
           }
@@ -123,6 +144,34 @@ TEST_F(GpuDecodeFusion, PostNormResidualAddsMatchTheOpsOneAtATime) {
           // The residual must have changed (the branch is not a no-op) and stayed finite.
           EXPECT_GT(rel_l2(download_f32(X[0]), xv), 1e-2);
         }
+}
+
+TEST_F(GpuDecodeFusion, MoeInputNormsMatchTheOpsOneAtATime) {
+  std::string why;
+  std::unique_ptr<KernelProfiler> prof = KernelProfiler::start(&why);
+  ASSERT_NE(prof, nullptr) << why;
+  uint32_t seed = 53;
+  for (int64_t n : {72, 2816})
+    for (int64_t T : {1, 4}) {
+      SCOPED_TRACE("n=" + std::to_string(n) + " T=" + std::to_string(T));
+      std::mt19937 rng(seed++);
+      const auto xv = random_floats(size_t(n * T), rng, -2, 2);
+      const auto rs = random_floats(size_t(n), rng, 0.5f, 1.5f), hn = random_floats(size_t(n), rng, 0.5f, 1.5f);
+      Pair X = make_f32({n, T}, xv), RS = make_f32({n}, rs), HN = make_f32({n}, hn);
+      Pair R[2] = {make_out(DType::F32, {n, T}), make_out(DType::F32, {n, T})};
+      Pair H[2] = {make_out(DType::F32, {n, T}), make_out(DType::F32, {n, T})};
+      const float factor = 1.0f / std::sqrt(float(n));
+      EXPECT_EQ(launches_of(*gpu_, *prof, "moe_input_norms",
+                            [&] { gops().moe_input_norms(gs(), X.dev, 1e-6f, factor, RS.dev, R[0].dev, HN.dev, H[0].dev); }),
+                1);
+      gops().Ops::moe_input_norms(gs(), X.dev, 1e-6f, factor, RS.dev, R[1].dev, HN.dev, H[1].dev);
+      cops().moe_input_norms(cs(), X.cpu, 1e-6f, factor, RS.cpu, R[1].cpu, HN.cpu, H[1].cpu);
+      gs().synchronize();
+      EXPECT_EQ(download(R[0]), download(R[1])) << "router input: fused vs the CUDA ops one at a time";
+      EXPECT_EQ(download(H[0]), download(H[1])) << "expert input: fused vs the CUDA ops one at a time";
+      EXPECT_LT(rel_l2(download_f32(R[0]), host_f32(R[1])), 1e-6) << "router input vs CPU";
+      EXPECT_LT(rel_l2(download_f32(H[0]), host_f32(H[1])), 1e-6) << "expert input vs CPU";
+    }
 }
 
 }  // namespace

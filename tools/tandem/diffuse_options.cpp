@@ -31,8 +31,8 @@ void add_diffusion_options(CLI::App* cmd, DiffuseOptions* o) {
                   "Prompt K/V computed once per block (PREFILL) and read by every step: auto|on|off")
       ->group(g);
   cmd->add_option("--diffusion-kv-type", o->kv_type,
-                  "K/V store precision: auto (f32, or f16 on a GPU for non-f32 weights: tensor-core attention), "
-                  "f32, f16 or bf16")
+                  "K/V store precision: auto (f32; f16 on a GPU for non-f32 weights with TANDEM_CANVAS_KV_F16=1), "
+                  "f32, f16 or bf16 (f16/bf16: the canvas attention on tensor cores)")
       ->group(g);
   cmd->add_option("--diffusion-gpu-sampling", o->gpu_sampling,
                   "Self-conditioning buffers on the GPU: auto|on|off")

@@ -21,6 +21,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/device_utils.cuh"
+#include "core/env_switch.h"
 
 namespace tandem::cuda {
 namespace {
@@ -30,6 +31,9 @@ using namespace nvcuda;
 // Tile shapes: BM query rows per block (one warp per 16), BN cache positions per tile (a multiple of 32).
 constexpr int kWideHeadDim = 256;  // head dims up to this: 64 x 64 tiles; above (up to kMaxHeadDim): 32 x 32
 constexpr int kMaxHeadDim = 512;
+// TANDEM_FLASH_HD512=1: head dims 257..512 take this kernel (32 x 32 tiles). Off by default until a GPU run has
+// checked it (written in the eleventh session, which had no GPU): off, they go to the split-K decode kernel.
+EnvSwitch g_flash_hd512{"TANDEM_FLASH_HD512", false};
 
 struct Layout {  // element strides and byte offsets of the shared-memory regions
   int ldq, ldk, lds, ldp, ldo;
@@ -290,7 +294,12 @@ bool attention_prefill_supported(const AttentionArgs& a) {
   const bool aligned = (reinterpret_cast<uintptr_t>(a.kv.k.data) & 15) == 0 &&
                        (reinterpret_cast<uintptr_t>(a.kv.v.data) & 15) == 0 && a.kv.k.nb[1] % 16 == 0 &&
                        a.kv.v.nb[1] % 16 == 0 && a.kv.k.nb[2] % 16 == 0 && a.kv.v.nb[2] % 16 == 0;
-  return types && aligned && a.kv.v.ne[0] == hd && hd % 16 == 0 && hd <= kMaxHeadDim && a.q.ne[1] <= 65535;
+  const int max_hd = g_flash_hd512.on() ? kMaxHeadDim : kWideHeadDim;
+  return types && aligned && a.kv.v.ne[0] == hd && hd % 16 == 0 && hd <= max_hd && a.q.ne[1] <= 65535;
+}
+
+void set_flash_hd512(std::optional<bool> on) {
+  g_flash_hd512.set(on);
 }
 
 void launch_attention_prefill(const AttentionArgs& a, cudaStream_t stream) {

@@ -212,6 +212,11 @@ void set_gemv_id_direct(std::optional<bool> on);
 // CudaOps::ffn_swiglu_add's q8 hand-over from the gate/up product to down (off by default: TANDEM_SWIGLU_Q8=1;
 // cuda_ops.cpp says why); tests set it here (nullopt: the environment again).
 void set_ffn_swiglu_q8(std::optional<bool> on);
+// Tests: forces TANDEM_ROW_FUSION (gemma4's fused row-norm kernels; cuda_ops.cpp) on or off (nullopt: the
+// environment's value), and TANDEM_FLASH_HD512 (the tensor-core attention for head dims 257..512;
+// attention_prefill.cu).
+void set_row_fusion(std::optional<bool> on);
+void set_flash_hd512(std::optional<bool> on);
 void launch_gemv_dense_id(DType wt, const void* W, size_t w_ld, size_t w_es, int64_t K, int64_t N,
                           const float* x, int64_t x_ld, const int32_t* ids, int64_t n_slots, int k, int kx,
                           float* y, int64_t y_ld, cudaStream_t stream);

@@ -64,6 +64,14 @@ bool fused_disabled() {
   return g_no_fused.on();
 }
 
+// TANDEM_ROW_FUSION=1: gemma4's fused row-norm kernels (post_norm.cu: norm_residual_add, moe_residual_add,
+// moe_input_norms; attn_inputs.cu: qk_norm_rope_store's V norm). Off by default until a GPU run has checked
+// them (written in the eleventh session, which had no GPU): off, those ops run as their compositions.
+EnvSwitch g_row_fusion{"TANDEM_ROW_FUSION", false};
+bool row_fusion_off() {
+  return fused_disabled() || !g_row_fusion.on();
+}
+
 // TANDEM_NO_NORM_FUSION=1: the norm as its own launch before the fused product (to compare or to bisect).
 EnvSwitch g_no_norm_fusion{"TANDEM_NO_NORM_FUSION", false};
 bool norm_fusion_disabled() {
@@ -516,8 +524,9 @@ void CudaOps::qk_norm_rope_store(Stream& s, const Tensor& q, const Tensor& k, co
               p.freq_factors->shape_string());
     ff = static_cast<const float*>(p.freq_factors->data);
   }
-  // One warp's row lives in shared memory: 4 warps x hd floats must fit the default 48 KB.
-  if (hd > 2048 || fused_disabled())
+  // One warp per head row, as rms_norm norms rows shorter than 1024 values (row_norm.cuh: longer rows take a
+  // block there, so the fused kernel would not equal it bit for bit).
+  if (hd >= 1024 || v.ne[0] >= 1024 || fused_disabled() || (norm_v && row_fusion_off()))
     return Ops::qk_norm_rope_store(s, q, k, v, q_norm, k_norm, norm_v, eps, positions, p, kv, slot_mapping);
   DeviceGuard g(index_);
   launch_attn_inputs(q, k, v, q_norm ? static_cast<const float*>(q_norm->data) : nullptr,
@@ -537,7 +546,7 @@ void CudaOps::norm_residual_add(Stream& s, const Tensor& x, const Tensor& y, con
         "norm_residual_add: w must be {" + std::to_string(x.ne[0]) + "}, got " + w.shape_string());
   check(eps >= 0.0f && std::isfinite(eps), "norm_residual_add: eps must be a finite value >= 0");
   check(std::isfinite(out_scale), "norm_residual_add: out_scale must be finite");
-  if (fused_disabled()) return Ops::norm_residual_add(s, x, y, w, eps, out_scale);
+  if (row_fusion_off()) return Ops::norm_residual_add(s, x, y, w, eps, out_scale);
   DeviceGuard g(index_);
   launch_post_norm_residual(x, y, nullptr, nullptr, nullptr, static_cast<const float*>(w.data), eps, out_scale,
                             stream_of(s, index_));
@@ -559,7 +568,7 @@ void CudaOps::moe_residual_add(Stream& s, const Tensor& x, const Tensor& dense, 
   }
   check(eps >= 0.0f && std::isfinite(eps), "moe_residual_add: eps must be a finite value >= 0");
   check(std::isfinite(out_scale), "moe_residual_add: out_scale must be finite");
-  if (fused_disabled()) return Ops::moe_residual_add(s, x, dense, w_dense, moe, w_moe, w_out, eps, out_scale);
+  if (row_fusion_off()) return Ops::moe_residual_add(s, x, dense, w_dense, moe, w_moe, w_out, eps, out_scale);
   DeviceGuard g(index_);
   launch_post_norm_residual(x, dense, static_cast<const float*>(w_dense.data), &moe,
                             static_cast<const float*>(w_moe.data), static_cast<const float*>(w_out.data), eps,
@@ -582,7 +591,7 @@ void CudaOps::moe_input_norms(Stream& s, const Tensor& x, float eps, float r_fac
   check(eps >= 0.0f && std::isfinite(eps), "moe_input_norms: eps must be a finite value >= 0");
   check(std::isfinite(r_factor), "moe_input_norms: r_factor must be finite");
   check(r.data != x.data && h.data != x.data && r.data != h.data, "moe_input_norms: x, r and h must not alias");
-  if (fused_disabled()) return Ops::moe_input_norms(s, x, eps, r_factor, r_scale, r, h_norm, h);
+  if (row_fusion_off()) return Ops::moe_input_norms(s, x, eps, r_factor, r_scale, r, h_norm, h);
   DeviceGuard g(index_);
   launch_moe_input_norms(x, eps, r_factor, static_cast<const float*>(r_scale.data), r,
                          static_cast<const float*>(h_norm.data), h, stream_of(s, index_));
@@ -630,6 +639,10 @@ EnvSwitch g_swiglu_q8{"TANDEM_SWIGLU_Q8", false};
 
 void set_ffn_swiglu_q8(std::optional<bool> on) {
   g_swiglu_q8.set(on);
+}
+
+void set_row_fusion(std::optional<bool> on) {
+  g_row_fusion.set(on);
 }
 
 void CudaOps::ffn_swiglu_add(Stream& s, const Tensor& x, const Tensor& norm, float eps, const Tensor& h,
