@@ -50,18 +50,28 @@ TEST_P(CpuOpsTest, PostNormResidualAdds) {
     return 1.0 / std::sqrt(ss / double(n) + eps);
   };
   for (int64_t n : {64, 2816})
-    for (bool moe : {false, true}) {
+    for (int variant : {0, 1, 2}) {  // dense; MoE with the experts' sum; MoE from 2 experts' outputs and weights
+      const bool moe = variant > 0, combine = variant == 2;
       const int64_t rows = 3;
       const float eps = 1e-6f, out_scale = 0.4f;
       const std::vector<float> x0 = random_normal(size_t(n * rows), uint32_t(n) + 1, 2.0f),
                                d0 = random_normal(size_t(n * rows), 5, 3.0f),
                                m0 = random_normal(size_t(n * rows), 6, 0.5f);
       std::vector<float> x = x0, d = d0, m = m0;
+      std::vector<float> ey = random_normal(size_t(n * 2 * rows), 10, 0.5f), ew = random_normal(size_t(2 * rows), 11);
+      std::vector<float> m_in = m0;  // the expert branch's sum as the op sees it
+      if (combine)
+        for (int64_t r = 0; r < rows; ++r)
+          for (int64_t i = 0; i < n; ++i)
+            m_in[size_t(r * n + i)] = ew[size_t(2 * r)] * ey[size_t((2 * r) * n + i)] +
+                                      ew[size_t(2 * r + 1)] * ey[size_t((2 * r + 1) * n + i)];
+      Tensor ey_t = f32(ey, {n, 2, rows}), ew_t = f32(ew, {2, rows});
       std::vector<float> w1 = random_normal(size_t(n), 7), w2 = random_normal(size_t(n), 8),
                          w3 = random_normal(size_t(n), 9);
       if (moe) {
-        ops().moe_residual_add(stream(), f32(x, {n, rows}), f32(d, {n, rows}), f32(w1, {n}), f32(m, {n, rows}),
-                               f32(w2, {n}), f32(w3, {n}), eps, out_scale);
+        ops().moe_residual_add(stream(), f32(x, {n, rows}), f32(d, {n, rows}), f32(w1, {n}),
+                               combine ? &ey_t : nullptr, combine ? &ew_t : nullptr, f32(m, {n, rows}), f32(w2, {n}),
+                               f32(w3, {n}), eps, out_scale);
       } else {
         ops().norm_residual_add(stream(), f32(x, {n, rows}), f32(d, {n, rows}), f32(w3, {n}), eps, out_scale);
       }
@@ -69,9 +79,9 @@ TEST_P(CpuOpsTest, PostNormResidualAdds) {
         const size_t o = size_t(r * n);
         std::vector<float> y(d0.begin() + long(o), d0.begin() + long(o + size_t(n)));
         if (moe) {
-          const double a = rms_row(&d0[o], n, eps), b = rms_row(&m0[o], n, eps);
+          const double a = rms_row(&d0[o], n, eps), b = rms_row(&m_in[o], n, eps);
           for (int64_t i = 0; i < n; ++i)
-            y[size_t(i)] = float(d0[o + size_t(i)] * a * w1[size_t(i)] + m0[o + size_t(i)] * b * w2[size_t(i)]);
+            y[size_t(i)] = float(d0[o + size_t(i)] * a * w1[size_t(i)] + m_in[o + size_t(i)] * b * w2[size_t(i)]);
         }
         const double c = rms_row(y.data(), n, eps);
         for (int64_t i = 0; i < n; ++i) {

@@ -288,14 +288,15 @@ class Ops {
   // may leave it as it was.
   virtual void norm_residual_add(Stream& s, const Tensor& x, const Tensor& y, const Tensor& w, float eps,
                                  float out_scale);
-  // The tail of gemma4's mixture-of-experts FFN (C.5 step 8, C.6): the dense and the expert branches each
-  // post-normed, summed, normed again and added to the residual stream:
+  // The tail of gemma4's mixture-of-experts FFN (C.5 steps 7-8, C.6): the experts' outputs combined, the
+  // dense and the expert branches each post-normed, summed, normed again and added to the residual stream:
+  //   moe = moe_combine(expert_out, weights)          (when expert_out is given; else moe holds the sum)
   //   x = (x + rms_norm(rms_norm(dense, w_dense) + rms_norm(moe, w_moe), w_out)) * out_scale
-  // x, dense, moe F32 of one shape {n, T}; the weights F32 {n}. dense and moe are scratch (the composition
-  // writes its intermediate values into them).
+  // x, dense, moe F32 of one shape {n, T}; expert_out F32 {n, k, T}, weights F32 {k, T} (as moe_combine); the
+  // norm weights F32 {n}. dense and moe are scratch (the composition writes its intermediate values into them).
   virtual void moe_residual_add(Stream& s, const Tensor& x, const Tensor& dense, const Tensor& w_dense,
-                                const Tensor& moe, const Tensor& w_moe, const Tensor& w_out, float eps,
-                                float out_scale);
+                                const Tensor* expert_out, const Tensor* weights, const Tensor& moe,
+                                const Tensor& w_moe, const Tensor& w_out, float eps, float out_scale);
   // gemma4's two norms of a MoE layer's input (C.5 steps 1 and 6), from one reduction of each row of x:
   //   r = rms_norm(x) * r_factor * r_scale    (the router's input: no norm weight, then a factor and a vector)
   //   h = rms_norm(x, h_norm)                 (the experts' input)

@@ -72,8 +72,11 @@ void Ops::norm_residual_add(Stream& s, const Tensor& x, const Tensor& y, const T
 }
 
 void Ops::moe_residual_add(Stream& s, const Tensor& x, const Tensor& dense, const Tensor& w_dense,
-                           const Tensor& moe, const Tensor& w_moe, const Tensor& w_out, float eps,
-                           float out_scale) {
+                           const Tensor* expert_out, const Tensor* weights, const Tensor& moe, const Tensor& w_moe,
+                           const Tensor& w_out, float eps, float out_scale) {
+  check((expert_out == nullptr) == (weights == nullptr),
+        "moe_residual_add: give both the experts' outputs and their weights, or neither");
+  if (expert_out) moe_combine(s, *expert_out, *weights, moe);
   rms_norm(s, dense, &w_dense, eps, dense);
   rms_norm(s, moe, &w_moe, eps, moe);
   add(s, dense, moe, dense);

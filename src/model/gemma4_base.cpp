@@ -170,11 +170,19 @@ void Gemma4Base::ffn(const BlockRun& run, const Gemma4Layer& w, int64_t n_ff, co
     ops.norm_residual_add(st, x, proj, w.post_ffw_norm, run.eps, out_scale);
     return;
   }
+  const Gemma4MoeOutputs experts = gemma4_moe_experts(run, *w.moe, scratch.moe, hp_, x, h);
   const Tensor moe_out = slot_view(scratch.moe.out, x.ne[0], T);
-  gemma4_moe_branch(run, *w.moe, scratch.moe, hp_, x, h, moe_out);
-  // The three post-norms, the sum of the branches and the residual add: one launch where the backend can.
-  ops.moe_residual_add(st, x, proj, w.moe->post_norm_1, moe_out, w.moe->post_norm_2, w.post_ffw_norm, run.eps,
-                       out_scale);
+  if (run.comm != nullptr) {  // tensor split: each rank summed its slice of every expert's n_ff; reduce the sum
+    ops.moe_combine(st, experts.expert_out, experts.weights, moe_out);
+    run.reduce(moe_out);
+    ops.moe_residual_add(st, x, proj, w.moe->post_norm_1, nullptr, nullptr, moe_out, w.moe->post_norm_2,
+                         w.post_ffw_norm, run.eps, out_scale);
+    return;
+  }
+  // The experts' weighted sum, the three post-norms, the sum of the branches and the residual add: one launch
+  // where the backend can.
+  ops.moe_residual_add(st, x, proj, w.moe->post_norm_1, &experts.expert_out, &experts.weights, moe_out,
+                       w.moe->post_norm_2, w.post_ffw_norm, run.eps, out_scale);
 }
 
 float read_scalar_tensor(const gguf::GgufFile& file, const std::string& name) {

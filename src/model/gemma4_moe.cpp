@@ -89,8 +89,8 @@ Gemma4MoeScratch gemma4_moe_scratch(const ModelHparams& hp, int64_t n_ff_exp, in
   return s;
 }
 
-void gemma4_moe_branch(const BlockRun& run, const Gemma4MoeWeights& w, const Gemma4MoeScratch& sc,
-                       const ModelHparams& hp, const Tensor& x, const Tensor& h, const Tensor& out) {
+Gemma4MoeOutputs gemma4_moe_experts(const BlockRun& run, const Gemma4MoeWeights& w, const Gemma4MoeScratch& sc,
+                                    const ModelHparams& hp, const Tensor& x, const Tensor& h) {
   Stream& st = run.st;
   Ops& ops = run.ops;
   const int64_t T = x.ne[1], E = hp.n_embd, k = hp.n_expert_used, fe = w.gate_exps.ne[1];
@@ -115,8 +115,7 @@ void gemma4_moe_branch(const BlockRun& run, const Gemma4MoeWeights& w, const Gem
   ops.matmul_id(st, w.up_exps, h_in, ids, up);
   ops.gelu_mul(st, gate, up, gate);
   ops.matmul_id(st, w.down_exps, gate, ids, expert_out);
-  ops.moe_combine(st, expert_out, weights, out);
-  run.reduce(out);  // tensor split: each rank summed its slice of every expert's n_ff
+  return {expert_out, weights};
 }
 
 }  // namespace tandem

@@ -42,11 +42,17 @@ size_t gemma4_moe_scratch_bytes(const ModelHparams& hp, int64_t n_ff_exp, int64_
 Gemma4MoeScratch gemma4_moe_scratch(const ModelHparams& hp, int64_t n_ff_exp, int64_t max_rows, void* base,
                                     DeviceId device);
 
-// out = sum_j w_j * down_e(gelu_tanh(gate_e(h)) * up_e(h)) with h = RMS(x) * pre_ffw_norm_2 and the experts e
-// and weights w_j (times the per-expert down scale) chosen by the router on RMS(x) / sqrt(n_embd) *
-// router_scale; all-reduced under a tensor split. Its post-norm (post_ffw_norm_2) is the caller's
-// (Ops::moe_residual_add, with the dense branch's).
-void gemma4_moe_branch(const BlockRun& run, const Gemma4MoeWeights& w, const Gemma4MoeScratch& sc,
-                       const ModelHparams& hp, const Tensor& x, const Tensor& h, const Tensor& out);
+// The selected experts' outputs of T rows: expert_out {n_embd, k, T} = down_e(gelu_tanh(gate_e(h)) * up_e(h))
+// for the k experts e of each row, and their weights {k, T}: views into the scratch.
+struct Gemma4MoeOutputs {
+  Tensor expert_out, weights;
+};
+
+// The expert branch up to the experts' outputs (C.5 steps 1-7): h = RMS(x) * pre_ffw_norm_2 (into h), the
+// experts e and weights w_j (times the per-expert down scale) chosen by the router on RMS(x) / sqrt(n_embd) *
+// router_scale, each selected expert's output. Their weighted sum (moe_combine; all-reduced under a tensor
+// split) and its post-norm (post_ffw_norm_2) are the caller's (Ops::moe_residual_add, with the dense branch's).
+Gemma4MoeOutputs gemma4_moe_experts(const BlockRun& run, const Gemma4MoeWeights& w, const Gemma4MoeScratch& sc,
+                                    const ModelHparams& hp, const Tensor& x, const Tensor& h);
 
 }  // namespace tandem

@@ -109,9 +109,10 @@ TEST_F(GpuDecodeFusion, PostNormResidualAddsMatchTheOpsOneAtATime) {
   for (int64_t n : {72, 2816})  // a warp per row; a block per row (>= 1024 values)
     for (int64_t T : {1, 3})
       for (float out_scale : {1.0f, 0.37f})
-        for (bool moe : {false, true}) {
+        for (int variant : {0, 1, 2}) {  // dense; MoE with the experts' sum given; MoE from the experts' outputs
+          const bool moe = variant > 0, combine = variant == 2;
           SCOPED_TRACE("n=" + std::to_string(n) + " T=" + std::to_string(T) + " scale " + std::to_string(out_scale) +
-                       (moe ? " moe" : " dense"));
+                       (moe ? combine ? " moe from 3 experts' outputs" : " moe" : " dense"));
           std::mt19937 rng(seed++);
           const auto xv = random_floats(size_t(n * T), rng, -2, 2), dv = random_floats(size_t(n * T), rng, -3, 3);
           const auto mv = random_floats(size_t(n * T), rng, -1, 1);
@@ -122,18 +123,24 @@ TEST_F(GpuDecodeFusion, PostNormResidualAddsMatchTheOpsOneAtATime) {
           Pair D[2] = {make_f32({n, T}, dv), make_f32({n, T}, dv)};
           Pair M[2] = {make_f32({n, T}, mv), make_f32({n, T}, mv)};
           Pair W1 = make_f32({n}, w1), W2 = make_f32({n}, w2), W3 = make_f32({n}, w3);
+          const int64_t k = 3;
+          Pair EY = make_f32({n, k, T}, random_floats(size_t(n * k * T), rng, -1, 1));
+          Pair EW = make_f32({k, T}, random_floats(size_t(k * T), rng, 0.1f, 0.6f));
+          // The experts' outputs and weights for the fused op, the GPU composition and the CPU composition.
+          const Tensor* ey[3] = {combine ? &EY.dev : nullptr, combine ? &EY.dev : nullptr, combine ? &EY.cpu : nullptr};
+          const Tensor* ew[3] = {combine ? &EW.dev : nullptr, combine ? &EW.dev : nullptr, combine ? &EW.cpu : nullptr};
           const int64_t fused = launches_of(*gpu_, *prof, "post_norm_residual", [&] {
             if (moe) {
-              gops().moe_residual_add(gs(), X[0].dev, D[0].dev, W1.dev, M[0].dev, W2.dev, W3.dev, 1e-6f, out_scale);
+              gops().moe_residual_add(gs(), X[0].dev, D[0].dev, W1.dev, ey[0], ew[0], M[0].dev, W2.dev, W3.dev, 1e-6f, out_scale);
             } else {
               gops().norm_residual_add(gs(), X[0].dev, D[0].dev, W3.dev, 1e-6f, out_scale);
             }
           });
           EXPECT_EQ(fused, 1) << "one launch of the fused kernel";
           if (moe) {
-            gops().Ops::moe_residual_add(gs(), X[1].dev, D[1].dev, W1.dev, M[1].dev, W2.dev, W3.dev, 1e-6f,
+            gops().Ops::moe_residual_add(gs(), X[1].dev, D[1].dev, W1.dev, ey[1], ew[1], M[1].dev, W2.dev, W3.dev, 1e-6f,
                                          out_scale);
-            cops().moe_residual_add(cs(), X[1].cpu, D[1].cpu, W1.cpu, M[1].cpu, W2.cpu, W3.cpu, 1e-6f, out_scale);
+            cops().moe_residual_add(cs(), X[1].cpu, D[1].cpu, W1.cpu, ey[2], ew[2], M[1].cpu, W2.cpu, W3.cpu, 1e-6f, out_scale);
           } else {
             gops().Ops::norm_residual_add(gs(), X[1].dev, D[1].dev, W3.dev, 1e-6f, out_scale);
             cops().norm_residual_add(cs(), X[1].cpu, D[1].cpu, W3.cpu, 1e-6f, out_scale);

@@ -18,10 +18,11 @@ namespace tandem::cuda {
 void launch_rms_norm(const Tensor& x, const float* weight, float eps, const Tensor& out, cudaStream_t stream);
 // Ops::norm_residual_add (moe == nullptr) and Ops::moe_residual_add in one launch, one block per row
 // (post_norm.cu): x = (x + rms_norm(y, w_out)) * out_scale with y = dense, or y = rms_norm(dense, w_dense) +
-// rms_norm(moe, w_moe). Bitwise the composition's values (the same reductions as launch_rms_norm).
-void launch_post_norm_residual(const Tensor& x, const Tensor& dense, const float* w_dense, const Tensor* moe,
-                               const float* w_moe, const float* w_out, float eps, float out_scale,
-                               cudaStream_t stream);
+// rms_norm(moe, w_moe), moe first written as moe_combine(expert_out, weights) when expert_out is given. Bitwise
+// the composition's values (the same reductions as launch_rms_norm, the same sum as moe_combine).
+void launch_post_norm_residual(const Tensor& x, const Tensor& dense, const float* w_dense, const Tensor* expert_out,
+                               const float* weights, const Tensor* moe, const float* w_moe, const float* w_out,
+                               float eps, float out_scale, cudaStream_t stream);
 // Ops::moe_input_norms in one launch (post_norm.cu): r = rms_norm(x) * r_factor * r_scale, h = rms_norm(x,
 // h_norm), bitwise the composition's.
 void launch_moe_input_norms(const Tensor& x, float eps, float r_factor, const float* r_scale, const Tensor& r,

@@ -548,14 +548,17 @@ void CudaOps::norm_residual_add(Stream& s, const Tensor& x, const Tensor& y, con
   check(std::isfinite(out_scale), "norm_residual_add: out_scale must be finite");
   if (row_fusion_off()) return Ops::norm_residual_add(s, x, y, w, eps, out_scale);
   DeviceGuard g(index_);
-  launch_post_norm_residual(x, y, nullptr, nullptr, nullptr, static_cast<const float*>(w.data), eps, out_scale,
-                            stream_of(s, index_));
+  launch_post_norm_residual(x, y, nullptr, nullptr, nullptr, nullptr, nullptr, static_cast<const float*>(w.data),
+                            eps, out_scale, stream_of(s, index_));
 }
 
 void CudaOps::moe_residual_add(Stream& s, const Tensor& x, const Tensor& dense, const Tensor& w_dense,
-                               const Tensor& moe, const Tensor& w_moe, const Tensor& w_out, float eps,
-                               float out_scale) {
+                               const Tensor* expert_out, const Tensor* weights, const Tensor& moe,
+                               const Tensor& w_moe, const Tensor& w_out, float eps, float out_scale) {
   const char* op = "moe_residual_add";
+  check((expert_out == nullptr) == (weights == nullptr),
+        "moe_residual_add: give both the experts' outputs and their weights, or neither");
+  if (expert_out) op_checks::moe_combine(*expert_out, *weights, moe, DeviceId{DeviceKind::CUDA, index_});
   check_f32(op, "x", x, index_);
   check_f32(op, "dense", dense, index_);
   check_f32(op, "moe", moe, index_);
@@ -568,9 +571,11 @@ void CudaOps::moe_residual_add(Stream& s, const Tensor& x, const Tensor& dense, 
   }
   check(eps >= 0.0f && std::isfinite(eps), "moe_residual_add: eps must be a finite value >= 0");
   check(std::isfinite(out_scale), "moe_residual_add: out_scale must be finite");
-  if (row_fusion_off()) return Ops::moe_residual_add(s, x, dense, w_dense, moe, w_moe, w_out, eps, out_scale);
+  if (row_fusion_off())
+    return Ops::moe_residual_add(s, x, dense, w_dense, expert_out, weights, moe, w_moe, w_out, eps, out_scale);
   DeviceGuard g(index_);
-  launch_post_norm_residual(x, dense, static_cast<const float*>(w_dense.data), &moe,
+  launch_post_norm_residual(x, dense, static_cast<const float*>(w_dense.data), expert_out,
+                            weights ? static_cast<const float*>(weights->data) : nullptr, &moe,
                             static_cast<const float*>(w_moe.data), static_cast<const float*>(w_out.data), eps,
                             out_scale, stream_of(s, index_));
 }

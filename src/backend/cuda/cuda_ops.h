@@ -65,8 +65,9 @@ class CudaOps final : public Ops {
                           const Tensor& slot_mapping) override;
   void norm_residual_add(Stream&, const Tensor& x, const Tensor& y, const Tensor& w, float eps,
                          float out_scale) override;
-  void moe_residual_add(Stream&, const Tensor& x, const Tensor& dense, const Tensor& w_dense, const Tensor& moe,
-                        const Tensor& w_moe, const Tensor& w_out, float eps, float out_scale) override;
+  void moe_residual_add(Stream&, const Tensor& x, const Tensor& dense, const Tensor& w_dense,
+                        const Tensor* expert_out, const Tensor* weights, const Tensor& moe, const Tensor& w_moe,
+                        const Tensor& w_out, float eps, float out_scale) override;
   void moe_input_norms(Stream&, const Tensor& x, float eps, float r_factor, const Tensor& r_scale, const Tensor& r,
                        const Tensor& h_norm, const Tensor& h) override;
   void get_rows(Stream&, const Tensor& table, const Tensor& ids, const Tensor& out) override;

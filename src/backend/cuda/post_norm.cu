@@ -17,14 +17,24 @@
 namespace tandem::cuda {
 namespace {
 
+// The selected experts' outputs of a MoE row and their weights (Ops::moe_combine's inputs): y {n, k, T} at y
+// with strides y_nb1 (experts) and y_nb2 (rows); weights {k, T} contiguous. y == nullptr: none.
+struct ExpertOutputs {
+  const char* y = nullptr;
+  size_t y_nb1 = 0, y_nb2 = 0;
+  int k = 0;
+  const float* weights = nullptr;
+};
+
 // Row r: y = dense, or (moe given) dense[i] = rms_norm(dense)[i] + rms_norm(moe)[i] written back into dense (a
-// thread reads back only what it wrote: the loops of this kernel and row_sum_squares stride alike); then
-// x = (x + rms_norm(y, w_out)) * out_scale.
+// thread reads back only what it wrote: the loops of this kernel and row_sum_squares stride alike), moe[i] first
+// written as moe_combine_kernel's sum when the experts' outputs are given; then x = (x + rms_norm(y, w_out)) *
+// out_scale.
 template <bool kBlock>
 __global__ void __launch_bounds__(kBlock ? kBlockNormThreads : kWarpSize)
-    post_norm_residual_kernel(RowView x, RowView dense, const float* __restrict__ w_dense, RowView moe,
-                              const float* __restrict__ w_moe, const float* __restrict__ w_out, float eps,
-                              float out_scale) {
+    post_norm_residual_kernel(RowView x, RowView dense, const float* __restrict__ w_dense, ExpertOutputs ex,
+                              RowView moe, const float* __restrict__ w_moe, const float* __restrict__ w_out,
+                              float eps, float out_scale) {
   __shared__ float red[32];
   pdl_trigger();  // pdl.cuh
   pdl_wait();
@@ -34,7 +44,15 @@ __global__ void __launch_bounds__(kBlock ? kBlockNormThreads : kWarpSize)
   float* xr = x.row_as<float>(r);
   float* yr = dense.row_as<float>(r);
   if (moe.data != nullptr) {
-    const float* mr = moe.row_as<const float>(r);
+    float* mr = moe.row_as<float>(r);
+    if (ex.y != nullptr) {  // moe_combine_kernel's sum, in its order
+      for (int64_t i = first; i < n; i += step) {
+        float acc = 0.0f;
+        for (int j = 0; j < ex.k; ++j)
+          acc += ex.weights[r * ex.k + j] * reinterpret_cast<const float*>(ex.y + r * ex.y_nb2 + j * ex.y_nb1)[i];
+        mr[i] = acc;
+      }
+    }
     const float inv_d = rms_inverse(row_sum_squares<kBlock>(yr, n, red), n, eps);
     const float inv_m = rms_inverse(row_sum_squares<kBlock>(mr, n, red), n, eps);
     for (int64_t i = first; i < n; i += step) yr[i] = __fadd_rn(yr[i] * inv_d * w_dense[i], mr[i] * inv_m * w_moe[i]);
@@ -86,19 +104,27 @@ void launch_moe_input_norms(const Tensor& x, float eps, float r_factor, const fl
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
-void launch_post_norm_residual(const Tensor& x, const Tensor& dense, const float* w_dense, const Tensor* moe,
-                               const float* w_moe, const float* w_out, float eps, float out_scale,
-                               cudaStream_t stream) {
+void launch_post_norm_residual(const Tensor& x, const Tensor& dense, const float* w_dense, const Tensor* expert_out,
+                               const float* weights, const Tensor* moe, const float* w_moe, const float* w_out,
+                               float eps, float out_scale, cudaStream_t stream) {
   const RowView xv = row_view(x), dv = row_view(dense);
   const RowView mv = moe ? row_view(*moe) : RowView{};
+  ExpertOutputs ex;
+  if (expert_out) {
+    ex.y = static_cast<const char*>(expert_out->data);
+    ex.y_nb1 = expert_out->nb[1];
+    ex.y_nb2 = expert_out->nb[2];
+    ex.k = int(expert_out->ne[1]);
+    ex.weights = weights;
+  }
   const int64_t rows = xv.n_rows();
   if (rows == 0) return;
   if (xv.ne0 >= kBlockNormMin) {
     launch_pdl(post_norm_residual_kernel<true>, dim3(unsigned(rows)), dim3(kBlockNormThreads), 0, stream, xv, dv,
-               w_dense, mv, w_moe, w_out, eps, out_scale);
+               w_dense, ex, mv, w_moe, w_out, eps, out_scale);
   } else {
     launch_pdl(post_norm_residual_kernel<false>, dim3(unsigned(rows)), dim3(kWarpSize), 0, stream, xv, dv, w_dense,
-               mv, w_moe, w_out, eps, out_scale);
+               ex, mv, w_moe, w_out, eps, out_scale);
   }
   TANDEM_CUDA_CHECK_LAUNCH();
 }
