@@ -413,6 +413,12 @@ class Ops {
   // over its rows). Quantized W: as matmul (x quantized to 8 bits per block on CPU; the same error bound).
   virtual void matmul_id(Stream& s, const Tensor& W, const Tensor& x, const Tensor& ids, const Tensor& y) = 0;
 
+  // The gated expert products of a GeGLU MoE FFN: matmul_id(W_gate, x, ids, gate), matmul_id(W_up, x, ids, up),
+  // then out = gelu_mul(gate, up). Shapes as matmul_id (W_gate and W_up alike); gate and up F32 {n_ff, k, T}
+  // scratch the composition writes (a fused backend need not); out F32 {n_ff, k, T}, may be gate.
+  virtual void matmul_id_geglu(Stream& s, const Tensor& W_gate, const Tensor& W_up, const Tensor& x,
+                               const Tensor& ids, const Tensor& gate, const Tensor& up, const Tensor& out);
+
   // out[:, t] = sum_j weights[j, t] * y[:, j, t] (the weighted sum over a row's selected experts, j in
   // order, f32). y F32 {n, k, T}; weights F32 {k, T} contiguous; out F32 {n, T}.
   virtual void moe_combine(Stream& s, const Tensor& y, const Tensor& weights, const Tensor& out) = 0;

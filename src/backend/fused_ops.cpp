@@ -83,6 +83,13 @@ void Ops::moe_residual_add(Stream& s, const Tensor& x, const Tensor& dense, cons
   norm_residual_add(s, x, dense, w_out, eps, out_scale);
 }
 
+void Ops::matmul_id_geglu(Stream& s, const Tensor& W_gate, const Tensor& W_up, const Tensor& x, const Tensor& ids,
+                          const Tensor& gate, const Tensor& up, const Tensor& out) {
+  matmul_id(s, W_gate, x, ids, gate);
+  matmul_id(s, W_up, x, ids, up);
+  gelu_mul(s, gate, up, out);
+}
+
 void Ops::moe_input_norms(Stream& s, const Tensor& x, float eps, float r_factor, const Tensor& r_scale,
                           const Tensor& r, const Tensor& h_norm, const Tensor& h) {
   rms_norm(s, x, nullptr, eps, r);

@@ -111,9 +111,7 @@ Gemma4MoeOutputs gemma4_moe_experts(const BlockRun& run, const Gemma4MoeWeights&
 
   // Experts on h, every selected expert reading the row's one input.
   const Tensor h_in = first(h, {E, 1, T});
-  ops.matmul_id(st, w.gate_exps, h_in, ids, gate);
-  ops.matmul_id(st, w.up_exps, h_in, ids, up);
-  ops.gelu_mul(st, gate, up, gate);
+  ops.matmul_id_geglu(st, w.gate_exps, w.up_exps, h_in, ids, gate, up, gate);  // one launch where the backend can
   ops.matmul_id(st, w.down_exps, gate, ids, expert_out);
   return {expert_out, weights};
 }

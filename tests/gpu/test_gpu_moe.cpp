@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/kernel_profile.h"
 #include "gpu_test_util.h"
 
 namespace tandem::gpu_test {
@@ -122,6 +123,53 @@ TEST_F(GpuMoe, MatmulIdMatchesTheCpuForEveryDtypeOnBothPaths) {
     run_case(dt, {512, 100, 12, 4, 90, 1, false});  // grouped
     run_case(dt, {256, 70, 12, 4, 90, 4, true});    // grouped
   }
+}
+
+// Ops::matmul_id_geglu in one launch (gemv_id.cu, TANDEM_ID_GEGLU, off by default: turned on here) over the two
+// halves of a fused gate_up tensor: bit for bit matmul_id twice + gelu_mul on the GPU (the composition), one
+// launch of the GeGLU kernel (counted), close to the CPU's composition. Q6_K (no direct kernel) and a grouped
+// batch (90 rows x 4 experts) take the composition: no GeGLU launch.
+TEST_F(GpuMoe, GegluRoutedProductEqualsTheComposition) {
+  cuda::set_id_geglu(true);
+  struct Restore {
+    ~Restore() { cuda::set_id_geglu(std::nullopt); }
+  } restore;
+  std::string why;
+  std::unique_ptr<KernelProfiler> prof = KernelProfiler::start(&why);
+  ASSERT_NE(prof, nullptr) << why;
+  std::mt19937 rng(404);
+  const int64_t K = 512, N = 72, n_expert = 16, k = 8;
+  for (DType dt : {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K})
+    for (int64_t T : {1, 3, 90}) {
+      SCOPED_TRACE(std::string(dtype_name(dt)) + " T " + std::to_string(T));
+      std::vector<float> wd;
+      const std::vector<uint8_t> wb = random_weights(dt, K, 2 * N * n_expert, rng, wd);
+      Pair W = make(dt, {K, 2 * N, n_expert}, wb.data());
+      auto half = [&](Tensor v, int h) {  // rows [h N, (h + 1) N) of every expert: strided rows per expert
+        v.data = static_cast<char*>(v.data) + size_t(h * N) * v.nb[1];
+        v.ne[1] = N;
+        return v;
+      };
+      const Tensor gc = half(W.cpu, 0), uc = half(W.cpu, 1), gg = half(W.dev, 0), ug = half(W.dev, 1);
+      Pair x = make_f32({K, 1, T}, random_floats(size_t(K * T), rng));
+      Pair ids = make(DType::I32, {k, T}, random_ids(k, T, n_expert, rng).data());
+      Pair gate[2] = {make_out(DType::F32, {N, k, T}), make_out(DType::F32, {N, k, T})};
+      Pair up[2] = {make_out(DType::F32, {N, k, T}), make_out(DType::F32, {N, k, T})};
+      Pair out = make_out(DType::F32, {N, k, T});
+      const int64_t launches = launches_of(*gpu_, *prof, "geglu", [&] {
+        gops().matmul_id_geglu(gs(), gg, ug, x.dev, ids.dev, gate[0].dev, up[0].dev, out.dev);
+      });
+      const bool fused = T * k <= 64 && dt != DType::Q6_K;
+      EXPECT_EQ(launches, fused ? 1 : 0);
+      gops().Ops::matmul_id_geglu(gs(), gg, ug, x.dev, ids.dev, gate[1].dev, up[1].dev, gate[1].dev);
+      cops().matmul_id_geglu(cs(), gc, uc, x.cpu, ids.cpu, gate[0].cpu, up[0].cpu, gate[0].cpu);
+      gs().synchronize();
+      const std::vector<float> got = download_f32(out);
+      EXPECT_EQ(got, download_f32(gate[1])) << "fused vs matmul_id twice + gelu_mul on the GPU";
+      const bool grouped = T * k > 64;
+      const double tol = !grouped && (dt == DType::F32 || dt == DType::F16 || dt == DType::BF16) ? 1e-5 : 3e-2;
+      EXPECT_LE(rel_l2(got, host_f32(gate[0])), tol) << "vs the CPU";
+    }
 }
 
 // The direct routed kernel (gemv_id.cu, TANDEM_ID_DIRECT) on the types it takes, at decode sizes: the same

@@ -221,6 +221,18 @@ void set_flash_hd512(std::optional<bool> on);
 void launch_gemv_dense_id(DType wt, const void* W, size_t w_ld, size_t w_es, int64_t K, int64_t N,
                           const float* x, int64_t x_ld, const int32_t* ids, int64_t n_slots, int k, int kx,
                           float* y, int64_t y_ld, cudaStream_t stream);
+// Ops::matmul_id_geglu for few routed rows in one launch (gemv_id.cu): y column s = gelu_tanh(W_gate_e x) *
+// (W_up_e x) for slot s's expert e, W_gate and W_up of one dtype with the same row and expert strides (the two
+// halves of a fused gate_up tensor, or two tensors alike). Dense weights: the 16-byte path (the supports check:
+// alignment, K); quantized: the direct kernel's types (Q8_0 / Q4_K / Q5_K) with x in scratch as
+// launch_gemv_quant_id reads it.
+bool gemv_id_geglu_supports(DType wt, const void* W_gate, const void* W_up, size_t w_ld, size_t w_es, int64_t K,
+                            const float* x, int64_t x_ld);
+void launch_gemv_id_geglu(DType wt, const void* W_gate, const void* W_up, size_t w_ld, size_t w_es, int64_t K,
+                          int64_t N, const float* x, int64_t x_ld, const void* scratch, const int32_t* ids,
+                          int64_t n_slots, int k, int kx, float* y, int64_t y_ld, cudaStream_t stream);
+// Tests: forces TANDEM_ID_GEGLU (Ops::matmul_id_geglu in one launch at decode; cuda_ops.cpp).
+void set_id_geglu(std::optional<bool> on);
 
 // ---- sampling (sampling.cu) -------------------------------------------------------------------------------
 void launch_argmax_rows(const Tensor& logits, int32_t* out, cudaStream_t stream);

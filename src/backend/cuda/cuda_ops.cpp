@@ -991,6 +991,48 @@ void CudaOps::matmul_id(Stream& s, const Tensor& W, const Tensor& x, const Tenso
   launch_moe_gemm(W, x, id, y, st);
 }
 
+namespace {
+// TANDEM_ID_GEGLU=1: matmul_id_geglu's gate and up products and the GELU in one launch at decode (gemv_id.cu).
+// Off by default until a GPU run has checked it (written in the eleventh session, which had no GPU).
+EnvSwitch g_id_geglu{"TANDEM_ID_GEGLU", false};
+}  // namespace
+
+void set_id_geglu(std::optional<bool> on) {
+  g_id_geglu.set(on);
+}
+
+void CudaOps::matmul_id_geglu(Stream& s, const Tensor& W_gate, const Tensor& W_up, const Tensor& x, const Tensor& ids,
+                              const Tensor& gate, const Tensor& up, const Tensor& out) {
+  // One launch where matmul_id would take its matrix-vector kernels (few routed rows) and both weights are alike
+  // (the halves of a fused gate_up tensor); every condition is checked before anything is enqueued.
+  const DeviceId dev{DeviceKind::CUDA, index_};
+  op_checks::matmul_id(W_gate, x, ids, out, dev);
+  op_checks::matmul_id(W_up, x, ids, out, dev);
+  const int64_t K = W_gate.ne[0], N = W_gate.ne[1], k = ids.ne[0], T = ids.ne[1], kx = x.ne[1];
+  const int64_t n_slots = k * T;
+  const bool x_cols = kx == 1 || x.nb[2] == x.nb[1] * size_t(kx);
+  const int64_t x_ld = int64_t((kx == 1 ? x.nb[2] : x.nb[1]) / 4);
+  const bool y_cols = out.nb[2] == out.nb[1] * size_t(k);
+  const float* xp = static_cast<const float*>(x.data);
+  const bool fuse = g_id_geglu.on() && !fused_disabled() && n_slots >= 1 && n_slots <= kMoeGemvMaxSlots && x_cols &&
+                    y_cols && W_up.type == W_gate.type && W_up.ne[1] == N && W_up.nb[1] == W_gate.nb[1] &&
+                    W_up.nb[2] == W_gate.nb[2] &&
+                    gemv_id_geglu_supports(W_gate.type, W_gate.data, W_up.data, W_gate.nb[1], W_gate.nb[2], K, xp,
+                                           x_ld) &&
+                    (is_float_type(W_gate.type) || regions_.act_bytes >= q8_activation_bytes(K, kx * T));
+  if (!fuse) return Ops::matmul_id_geglu(s, W_gate, W_up, x, ids, gate, up, out);
+  DeviceGuard g(index_);
+  cudaStream_t st = stream_of(s, index_);
+  void* act = nullptr;
+  if (!is_float_type(W_gate.type)) {
+    act = region(regions_.act);
+    launch_quantize_q8(xp, x_ld, K, kx * T, act, st);
+  }
+  launch_gemv_id_geglu(W_gate.type, W_gate.data, W_up.data, W_gate.nb[1], W_gate.nb[2], K, N, xp, x_ld, act,
+                       static_cast<const int32_t*>(ids.data), n_slots, int(k), int(kx), static_cast<float*>(out.data),
+                       int64_t(out.nb[1] / 4), st);
+}
+
 void CudaOps::moe_combine(Stream& s, const Tensor& y, const Tensor& weights, const Tensor& out) {
   op_checks::moe_combine(y, weights, out, DeviceId{DeviceKind::CUDA, index_});
   DeviceGuard g(index_);

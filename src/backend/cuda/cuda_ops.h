@@ -70,6 +70,8 @@ class CudaOps final : public Ops {
                         const Tensor& w_out, float eps, float out_scale) override;
   void moe_input_norms(Stream&, const Tensor& x, float eps, float r_factor, const Tensor& r_scale, const Tensor& r,
                        const Tensor& h_norm, const Tensor& h) override;
+  void matmul_id_geglu(Stream&, const Tensor& W_gate, const Tensor& W_up, const Tensor& x, const Tensor& ids,
+                       const Tensor& gate, const Tensor& up, const Tensor& out) override;
   void get_rows(Stream&, const Tensor& table, const Tensor& ids, const Tensor& out) override;
   void embed_rows(Stream&, const Tensor& table, const Tensor& ids, float scale, const Tensor* added,
                   const Tensor* added_ids, const Tensor& out) override;

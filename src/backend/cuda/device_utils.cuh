@@ -84,6 +84,12 @@ __device__ __forceinline__ void warp_quantize_q8(float v, int8_t* q_out, float2*
   if (threadIdx.x % kWarpSize == 0) *ds_out = make_float2(d, d * float(sum));
 }
 
+// GELU with the tanh approximation, as Ops::gelu_mul defines it: one expression shared by every kernel that
+// applies it (glu_kernel, the routed GeGLU products), so their values agree bit for bit.
+__device__ __forceinline__ float gelu_tanh(float x) {
+  return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+}
+
 // Sum over the whole block; every thread gets the result. scratch: >= 32 floats of shared memory. Contains
 // __syncthreads, so every thread of the block must call it.
 __device__ __forceinline__ float block_sum(float v, float* scratch) {

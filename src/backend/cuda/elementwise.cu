@@ -114,7 +114,7 @@ __global__ void glu_kernel(RowView gate, RowView up, RowView out) {
       if constexpr (K == GluKind::Silu) {
         a = x / (1.0f + expf(-x));
       } else {
-        a = 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+        a = gelu_tanh(x);
       }
       o[i] = a * u[i];
     }

@@ -207,6 +207,89 @@ __global__ void __launch_bounds__(kIdWarps* kWarpSize)
     if (row0 + r < N) y[row0 + r] = acc[r][0];
 }
 
+// ---- GeGLU: the gate and up products of a routed row in one launch (Ops::matmul_id_geglu) ----------------------
+// A warp computes gate row o and up row o of its slot's expert over the same input column, then writes
+// gelu_tanh(gate) * up: each row's dot product runs the same code in the same order as the plain kernels
+// above (for the quantized kernel a row's sum does not depend on the row it is paired with), so the result
+// equals matmul_id twice + gelu_mul bit for bit. Off by default (TANDEM_ID_GEGLU, cuda_ops.cpp).
+
+// Dense, 16-byte path: one warp per output row, two rows (gate, up) of loads in flight.
+template <DType WT>
+__global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
+    gemv_dense_id_geglu_kernel(const char* __restrict__ Wg, const char* __restrict__ Wu, size_t w_ld, size_t w_es,
+                               int64_t K, int64_t N, const float* __restrict__ x, int64_t x_ld,
+                               const int32_t* __restrict__ ids, int k, int kx, float* __restrict__ y,
+                               int64_t y_ld) {
+  constexpr int kE = Vec16<WT>::kElems;
+  constexpr int kUnroll = 8;
+  const int64_t s = blockIdx.y;
+  Wg += size_t(ids[s]) * w_es;
+  Wu += size_t(ids[s]) * w_es;
+  x += routed_col(s, k, kx) * x_ld;
+  y += s * y_ld;
+  const int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
+  if (row >= N) return;
+  const int lane = threadIdx.x % kWarpSize;
+  const uint4* grow = reinterpret_cast<const uint4*>(Wg + row * w_ld);
+  const uint4* urow = reinterpret_cast<const uint4*>(Wu + row * w_ld);
+  const int64_t n_vec = K / kE;
+  float acc_g = 0.0f, acc_u = 0.0f;
+  auto step = [&](const uint4& wv, int64_t e, float& acc) {  // gemv_dense_id_vec_kernel's step
+    float w[kE];
+    Vec16<WT>::unpack(wv, w);
+    const float4* xp = reinterpret_cast<const float4*>(x + e);
+#pragma unroll
+    for (int q = 0; q < kE / 4; ++q) {
+      const float4 xv = __ldg(xp + q);
+      acc += w[4 * q] * xv.x + w[4 * q + 1] * xv.y + w[4 * q + 2] * xv.z + w[4 * q + 3] * xv.w;
+    }
+  };
+  int64_t v = lane;
+  for (; v + (kUnroll - 1) * kWarpSize < n_vec; v += kUnroll * kWarpSize) {
+    uint4 gv[kUnroll], uv[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      gv[u] = __ldcs(grow + v + u * kWarpSize);
+      uv[u] = __ldcs(urow + v + u * kWarpSize);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      step(gv[u], (v + u * kWarpSize) * kE, acc_g);
+      step(uv[u], (v + u * kWarpSize) * kE, acc_u);
+    }
+  }
+  for (; v < n_vec; v += kWarpSize) {
+    step(__ldcs(grow + v), v * kE, acc_g);
+    step(__ldcs(urow + v), v * kE, acc_u);
+  }
+  acc_g = warp_sum(acc_g);
+  acc_u = warp_sum(acc_u);
+  if (lane == 0) y[row] = gelu_tanh(acc_g) * acc_u;
+}
+
+// Quantized, direct (Q8_0 / Q4_K / Q5_K as gemv_quant_id_direct_kernel): a warp owns one output row, its gate
+// row and its up row being the two rows of accumulate_pieces.
+template <DType QT>
+__global__ void __launch_bounds__(kIdWarps* kWarpSize)
+    gemv_quant_id_geglu_kernel(const char* __restrict__ Wg, const char* __restrict__ Wu, size_t w_ld, size_t w_es,
+                               int64_t K, int64_t N, const int8_t* __restrict__ xq, const float2* __restrict__ xds,
+                               const int32_t* __restrict__ ids, int k, int kx, float* __restrict__ y,
+                               int64_t y_ld) {
+  const char* Wu_slot = Wu + size_t(ids[blockIdx.y]) * w_es;
+  select_quant_slot(blockIdx.y, k, kx, K, w_es, ids, Wg, xq, xds, y, y_ld);
+  const int64_t row = int64_t(blockIdx.x) * kIdWarps + threadIdx.x / kWarpSize;
+  if (row >= N) return;
+  const int lane = threadIdx.x % kWarpSize;
+  const int64_t n_pieces = K / Piece<QT>::kValues, n_sub = K / 32;
+  const uint8_t* wr[2] = {reinterpret_cast<const uint8_t*>(Wg) + row * w_ld,
+                          reinterpret_cast<const uint8_t*>(Wu_slot) + row * w_ld};
+  float acc[2][1] = {{0.0f}, {0.0f}};
+  accumulate_pieces<QT, 1, 2, kIdInFlight>(wr, lane, n_pieces, K, n_sub, xq, xds, acc, [] {});
+  acc[0][0] = warp_sum(acc[0][0]);
+  acc[1][0] = warp_sum(acc[1][0]);
+  if (lane == 0) y[row] = gelu_tanh(acc[0][0]) * acc[1][0];
+}
+
 // The routed products take the direct kernel where it applies; TANDEM_ID_DIRECT=0 keeps the staged kernel. On
 // by default since the tenth session's GPU run (GpuMoe.DirectRoutedKernelMatchesTheCpu; 26B-A4B shape q4_k_m
 // tg128 502 -> 508 t/s on an H100).
@@ -260,6 +343,54 @@ void launch_quant_id(const char* W, size_t w_ld, size_t w_es, int64_t K, int64_t
 
 void set_gemv_id_direct(std::optional<bool> on) {
   g_id_direct.set(on);
+}
+
+bool gemv_id_geglu_supports(DType wt, const void* W_gate, const void* W_up, size_t w_ld, size_t w_es, int64_t K,
+                            const float* x, int64_t x_ld) {
+  if (wt == DType::F32 || wt == DType::F16 || wt == DType::BF16) {
+    const int64_t per_vec = wt == DType::F32 ? 4 : 8;
+    return aligned16(W_gate) && aligned16(W_up) && w_ld % 16 == 0 && w_es % 16 == 0 && K % per_vec == 0 &&
+           aligned16(x) && (x_ld * 4) % 16 == 0;
+  }
+  return id_direct_enabled() && id_direct_applies(wt, W_gate, w_ld, w_es, K) && aligned16(W_up);
+}
+
+void launch_gemv_id_geglu(DType wt, const void* W_gate, const void* W_up, size_t w_ld, size_t w_es, int64_t K,
+                          int64_t N, const float* x, int64_t x_ld, const void* scratch, const int32_t* ids,
+                          int64_t n_slots, int k, int kx, float* y, int64_t y_ld, cudaStream_t stream) {
+  check(gemv_id_geglu_supports(wt, W_gate, W_up, w_ld, w_es, K, x, x_ld),
+        "launch_gemv_id_geglu: unsupported weights or alignment");
+  if (N == 0 || n_slots == 0) return;
+  const char* wg = static_cast<const char*>(W_gate);
+  const char* wu = static_cast<const char*>(W_up);
+  switch (wt) {
+#define TANDEM_GEGLU_DENSE(T)                                                                                \
+  case DType::T: {                                                                                           \
+    const dim3 grid(unsigned((N + kWarpsPerBlock - 1) / kWarpsPerBlock), unsigned(n_slots));                  \
+    gemv_dense_id_geglu_kernel<DType::T>                                                                     \
+        <<<grid, kWarpsPerBlock * kWarpSize, 0, stream>>>(wg, wu, w_ld, w_es, K, N, x, x_ld, ids, k, kx, y, y_ld); \
+    break;                                                                                                   \
+  }
+    TANDEM_GEGLU_DENSE(F32)
+    TANDEM_GEGLU_DENSE(F16)
+    TANDEM_GEGLU_DENSE(BF16)
+#undef TANDEM_GEGLU_DENSE
+#define TANDEM_GEGLU_QUANT(T)                                                                                   \
+  case DType::T: {                                                                                              \
+    const QuantColumns xc = quant_columns(scratch, K, n_slots, k, kx);                                          \
+    const dim3 grid(unsigned((N + kIdWarps - 1) / kIdWarps), unsigned(n_slots));                                \
+    gemv_quant_id_geglu_kernel<DType::T><<<grid, kIdWarps * kWarpSize, 0, stream>>>(                            \
+        wg, wu, w_ld, w_es, K, N, xc.xq, xc.xds, ids, k, kx, y, y_ld);                                          \
+    break;                                                                                                      \
+  }
+    TANDEM_GEGLU_QUANT(Q8_0)
+    TANDEM_GEGLU_QUANT(Q4_K)
+    TANDEM_GEGLU_QUANT(Q5_K)
+#undef TANDEM_GEGLU_QUANT
+    default:
+      throw Error(std::string("launch_gemv_id_geglu: unsupported dtype ") + dtype_name(wt));
+  }
+  TANDEM_CUDA_CHECK_LAUNCH();
 }
 
 void launch_gemv_dense_id(DType wt, const void* W, size_t w_ld, size_t w_es, int64_t K, int64_t N,
