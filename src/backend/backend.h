@@ -264,6 +264,10 @@ class Ops {
   virtual void norm_matmul_swiglu(Stream& s, const Tensor& x, const Tensor& norm, float eps, const Tensor& h,
                                   const Tensor& W_gate, const Tensor& W_up, const Tensor& gate,
                                   const Tensor& up, const Tensor& out);
+  // The same with GELU-tanh for silu (gemma4): rms_norm, W_gate h -> gate, W_up h -> up, gelu_mul(gate, up, out).
+  virtual void norm_matmul_geglu(Stream& s, const Tensor& x, const Tensor& norm, float eps, const Tensor& h,
+                                 const Tensor& W_gate, const Tensor& W_up, const Tensor& gate, const Tensor& up,
+                                 const Tensor& out);
   // y = y + W x (the residual stream updated in place: add(y, W x, y)). tmp: F32 {out, T} scratch the
   // composition writes the product to (a fused backend need not). x must not overlap y.
   virtual void matmul_add(Stream& s, const Tensor& W, const Tensor& x, const Tensor& tmp, const Tensor& y);

@@ -31,6 +31,15 @@ void Ops::norm_matmul_swiglu(Stream& s, const Tensor& x, const Tensor& norm, flo
   matmul_swiglu(s, W_gate, W_up, h, gate, up, out);
 }
 
+void Ops::norm_matmul_geglu(Stream& s, const Tensor& x, const Tensor& norm, float eps, const Tensor& h,
+                            const Tensor& W_gate, const Tensor& W_up, const Tensor& gate, const Tensor& up,
+                            const Tensor& out) {
+  rms_norm(s, x, &norm, eps, h);
+  matmul(s, W_gate, h, gate);
+  matmul(s, W_up, h, up);
+  gelu_mul(s, gate, up, out);
+}
+
 void Ops::attention_project_add(Stream& s, const Tensor& q, const KvLayerView& kv, const AttentionBatch& batch,
                                 float scale, const Tensor& out, const Tensor& out_rows, const Tensor& W_o,
                                 const Tensor& tmp, const Tensor& y) {

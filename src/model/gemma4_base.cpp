@@ -159,11 +159,8 @@ void Gemma4Base::ffn(const BlockRun& run, const Gemma4Layer& w, int64_t n_ff, co
   const Tensor h = slot_view(sc.h, x.ne[0], T), proj = slot_view(sc.proj, x.ne[0], T);
   const Tensor gate = slot_view(sc.gate, n_ff, T), up = slot_view(sc.up, n_ff, T),
                act = slot_view(sc.act, n_ff, T);
-  // The norm, gate and up in one launch where the backend can (GELU-tanh, not SwiGLU: no fused epilogue yet).
-  const Tensor w_gu[2] = {w.gate, w.up};
-  const Tensor y_gu[2] = {gate, up};
-  ops.norm_matmul_multi(st, x, w.ffn_norm, run.eps, h, w_gu, y_gu);
-  ops.gelu_mul(st, gate, up, act);
+  // The norm, gate and up and the GELU in one launch where the backend can.
+  ops.norm_matmul_geglu(st, x, w.ffn_norm, run.eps, h, w.gate, w.up, gate, up, act);
   ops.matmul(st, w.down, act, proj);
   run.reduce(proj);
   if (!w.moe) {

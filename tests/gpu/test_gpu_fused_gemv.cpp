@@ -257,6 +257,60 @@ TEST_F(GpuFusedGemv, NormFusedMatchesExactProductAndCpu) {
   }
 }
 
+// The GeGlu epilogue (Ops::norm_matmul_geglu; TANDEM_GEGLU_EPILOGUE, off by default: turned on here): the norm,
+// gate, up and gelu_tanh(gate) * up in one fused product, no gelu_mul launch (counted), against the exact GeGLU
+// of the double products and the CPU composition; T = 9 runs the composition on CUDA.
+TEST_F(GpuFusedGemv, GegluEpilogueMatchesExactProductAndCpu) {
+  cuda::set_geglu_epilogue(true);
+  struct Restore {
+    ~Restore() { cuda::set_geglu_epilogue(std::nullopt); }
+  } restore;
+  std::string why;
+  std::unique_ptr<KernelProfiler> prof = KernelProfiler::start(&why);
+  ASSERT_NE(prof, nullptr) << why;
+  uint32_t seed = 3100;
+  const float eps = 1e-5f;
+  for (const Shape& sh : shapes()) {
+    for (int64_t T : {1, 3, 9}) {
+      SCOPED_TRACE(std::string(dtype_name(sh.type)) + " K=" + std::to_string(sh.K) + " T=" + std::to_string(T));
+      std::mt19937 rng(seed++);
+      const int64_t N = 21;
+      Mat g = make_mat(sh.type, sh.K, N, rng), u = make_mat(sh.type, sh.K, N, rng);
+      const std::vector<float> xv = random_floats(size_t(sh.K * T), rng, -2.0f, 2.0f);
+      const std::vector<float> nw = random_floats(size_t(sh.K), rng, 0.5f, 1.5f);
+      std::vector<float> hv(xv.size());
+      for (int64_t t = 0; t < T; ++t) {
+        double ss = 0;
+        for (int64_t i = 0; i < sh.K; ++i) ss += double(xv[size_t(t * sh.K + i)]) * xv[size_t(t * sh.K + i)];
+        const float inv = float(1.0 / std::sqrt(ss / double(sh.K) + eps));
+        for (int64_t i = 0; i < sh.K; ++i) hv[size_t(t * sh.K + i)] = xv[size_t(t * sh.K + i)] * inv * nw[size_t(i)];
+      }
+      Pair X = make_f32({sh.K, T}, xv), NW = make_f32({sh.K}, nw), H = make_out(DType::F32, {sh.K, T});
+      Pair G = make_out(DType::F32, {N, T}), U = make_out(DType::F32, {N, T}), O = make_out(DType::F32, {N, T});
+      const int64_t gelu_launches = launches_of(*gpu_, *prof, "glu_kernel", [&] {
+        gops().norm_matmul_geglu(gs(), X.dev, NW.dev, eps, H.dev, g.p.dev, u.p.dev, G.dev, U.dev, O.dev);
+      });
+      if (T <= 8) {
+        EXPECT_EQ(gelu_launches, 0) << "the GELU ran in its own launch";
+      }
+      cops().norm_matmul_geglu(cs(), X.cpu, NW.cpu, eps, H.cpu, g.p.cpu, u.p.cpu, G.cpu, U.cpu, O.cpu);
+      const std::vector<float> out = download_f32(O);
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t o = 0; o < N; ++o) {
+          double bg, bu;
+          const double eg = exact(g, hv.data() + t * sh.K, o, T, bg);
+          const double eu = exact(u, hv.data() + t * sh.K, o, T, bu);
+          const double ga = 0.5 * eg * (1.0 + std::tanh(0.7978845608028654 * (eg + 0.044715 * eg * eg * eg)));
+          const double e = ga * eu;
+          // |d gelu / dx| <= 1.13: the gate's error bound carries through with that factor.
+          const double bound = 1.2 * bg * (std::fabs(eu) + bu) + std::fabs(ga) * bu + 2e-5 * std::fabs(e) + 1e-6;
+          ASSERT_LE(std::fabs(out[size_t(t * N + o)] - e), bound) << "geglu out[" << o << ", " << t << "]";
+        }
+      EXPECT_LT(rel_l2(out, host_f32(O)), dtype_traits(sh.type).quantized ? 3e-2 : 1e-2) << "geglu vs CPU";
+    }
+  }
+}
+
 // Column t of an M-column call == the 1-column call on column t, bitwise, M = 2..8.
 TEST_F(GpuFusedGemv, RowsAreBatchInvariant) {
   uint32_t seed = 900;

@@ -89,11 +89,18 @@ bool gemv_quant_supports(DType wt, int64_t K);
 //   Store:       y_s = W_s x
 //   AddResidual: y_s = r_s + W_s x  (r_s may be y_s: the residual stream updated in place)
 //   SwiGlu:      two segments of equal N (gate, up); y_0 = silu(W_0 x) * (W_1 x); y_1 is not written
+//   GeGlu:       as SwiGlu with gelu_tanh for silu (gemma4's FFN)
 // Every column t < T (<= kGemvMaxCols per launch) is computed by the same code in the same order whatever T
 // is, so row t of a T-row call equals the 1-row call on that row bit for bit (speculative verify relies on
 // it).
 constexpr int kGemvMaxSegs = 3;
-enum class GemvEpilogue { Store, AddResidual, SwiGlu };
+enum class GemvEpilogue { Store, AddResidual, SwiGlu, GeGlu };
+// The gated forms (two segments: gate and up rows, one output).
+template <GemvEpilogue E>
+inline constexpr bool kIsGlu = E == GemvEpilogue::SwiGlu || E == GemvEpilogue::GeGlu;
+inline bool is_glu(GemvEpilogue e) {
+  return e == GemvEpilogue::SwiGlu || e == GemvEpilogue::GeGlu;
+}
 struct GemvSeg {
   const void* W = nullptr;
   size_t w_ld = 0;  // bytes between rows of W
@@ -231,8 +238,10 @@ bool gemv_id_geglu_supports(DType wt, const void* W_gate, const void* W_up, size
 void launch_gemv_id_geglu(DType wt, const void* W_gate, const void* W_up, size_t w_ld, size_t w_es, int64_t K,
                           int64_t N, const float* x, int64_t x_ld, const void* scratch, const int32_t* ids,
                           int64_t n_slots, int k, int kx, float* y, int64_t y_ld, cudaStream_t stream);
-// Tests: forces TANDEM_ID_GEGLU (Ops::matmul_id_geglu in one launch at decode; cuda_ops.cpp).
+// Tests: forces TANDEM_ID_GEGLU (Ops::matmul_id_geglu in one launch at decode; cuda_ops.cpp) and
+// TANDEM_GEGLU_EPILOGUE (Ops::norm_matmul_geglu as one fused product with the GeGlu epilogue).
 void set_id_geglu(std::optional<bool> on);
+void set_geglu_epilogue(std::optional<bool> on);
 
 // ---- sampling (sampling.cu) -------------------------------------------------------------------------------
 void launch_argmax_rows(const Tensor& logits, int32_t* out, cudaStream_t stream);

@@ -382,6 +382,29 @@ void CudaOps::norm_matmul_swiglu(Stream& s, const Tensor& x, const Tensor& norm,
     Ops::norm_matmul_swiglu(s, x, norm, eps, h, W_gate, W_up, gate, up, out);
 }
 
+namespace {
+// TANDEM_GEGLU_EPILOGUE=1: norm_matmul_geglu as one fused product with the GeGlu epilogue (gemma4's dense FFN at
+// decode). Off by default until a GPU run has checked it (written in the eleventh session, which had no GPU).
+EnvSwitch g_geglu_epilogue{"TANDEM_GEGLU_EPILOGUE", false};
+}  // namespace
+
+void set_geglu_epilogue(std::optional<bool> on) {
+  g_geglu_epilogue.set(on);
+}
+
+void CudaOps::norm_matmul_geglu(Stream& s, const Tensor& x, const Tensor& norm, float eps, const Tensor& h,
+                                const Tensor& W_gate, const Tensor& W_up, const Tensor& gate, const Tensor& up,
+                                const Tensor& out) {
+  check_f32("norm_matmul_geglu", "out", out, index_);
+  check_same_shape("norm_matmul_geglu", "gate", gate, "out", out);
+  check(W_gate.ne[1] == W_up.ne[1], "norm_matmul_geglu: W_gate and W_up must have the same number of rows");
+  const Tensor W[2] = {W_gate, W_up};
+  const Tensor y[2] = {out, up};
+  if (!g_geglu_epilogue.on() || fused_disabled() || norm_fusion_disabled() ||
+      !fused_gemv(s, W, x, y, int(GemvEpilogue::GeGlu), &norm, eps))
+    Ops::norm_matmul_geglu(s, x, norm, eps, h, W_gate, W_up, gate, up, out);
+}
+
 void CudaOps::matmul_add(Stream& s, const Tensor& W, const Tensor& x, const Tensor& tmp, const Tensor& y) {
   check(x.data != y.data, "matmul_add: x and y must not overlap");
   const Tensor Ws[1] = {W};

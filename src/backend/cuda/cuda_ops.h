@@ -58,6 +58,9 @@ class CudaOps final : public Ops {
   void norm_matmul_swiglu(Stream&, const Tensor& x, const Tensor& norm, float eps, const Tensor& h,
                           const Tensor& W_gate, const Tensor& W_up, const Tensor& gate, const Tensor& up,
                           const Tensor& out) override;
+  void norm_matmul_geglu(Stream&, const Tensor& x, const Tensor& norm, float eps, const Tensor& h,
+                         const Tensor& W_gate, const Tensor& W_up, const Tensor& gate, const Tensor& up,
+                         const Tensor& out) override;
   void matmul_add(Stream&, const Tensor& W, const Tensor& x, const Tensor& tmp, const Tensor& y) override;
   void qk_norm_rope_store(Stream&, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* q_norm,
                           const Tensor* k_norm, bool norm_v, float eps, const Tensor& positions,

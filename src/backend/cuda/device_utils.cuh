@@ -90,6 +90,16 @@ __device__ __forceinline__ float gelu_tanh(float x) {
   return 0.5f * x * (1.0f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
 }
 
+// The gated activation of a GLU product's epilogue: silu(g) * u (silu_mul's expression) or gelu_tanh(g) * u.
+template <bool kGelu>
+__device__ __forceinline__ float glu_gate(float g, float u) {
+  if constexpr (kGelu) {
+    return gelu_tanh(g) * u;
+  } else {
+    return g / (1.0f + expf(-g)) * u;
+  }
+}
+
 // Sum over the whole block; every thread gets the result. scratch: >= 32 floats of shared memory. Contains
 // __syncthreads, so every thread of the block must call it.
 __device__ __forceinline__ float block_sum(float v, float* scratch) {

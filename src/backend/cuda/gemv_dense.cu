@@ -32,7 +32,7 @@ constexpr int kFusedWarps = 4;
 
 template <GemvEpilogue EPI, int R>
 constexpr int rows_per_unit() {
-  return EPI == GemvEpilogue::SwiGlu ? R / 2 : R;  // SwiGlu: R/2 gate rows + the same up rows
+  return kIsGlu<EPI> ? R / 2 : R;  // SwiGlu: R/2 gate rows + the same up rows
 }
 
 __device__ __forceinline__ const GemvSeg& seg_at(const GemvArgs& a, int s) {
@@ -43,7 +43,7 @@ __device__ __forceinline__ const GemvSeg& seg_at(const GemvArgs& a, int s) {
 template <GemvEpilogue EPI, int R>
 __device__ __forceinline__ bool find_unit(const GemvArgs& a, int64_t u, int& seg, int64_t& row0) {
   constexpr int per = rows_per_unit<EPI, R>();
-  const int n = EPI == GemvEpilogue::SwiGlu ? 1 : a.n_seg;
+  const int n = kIsGlu<EPI> ? 1 : a.n_seg;
   for (int s = 0; s < n; ++s) {
     const int64_t nu = (seg_at(a, s).N + per - 1) / per;
     if (u < nu) {
@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(kFusedWarps* kWarpSize) gemv_dense_fused_kerne
   const uint4* wr[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    const GemvSeg& sg = EPI == GemvEpilogue::SwiGlu ? seg_at(a, r < per ? 0 : 1) : seg_at(a, seg);
+    const GemvSeg& sg = kIsGlu<EPI> ? seg_at(a, r < per ? 0 : 1) : seg_at(a, seg);
     const int64_t o = row0 + r % per;
     // A row past N (the last unit of a segment) reads row0 again and is never written.
     wr[r] = reinterpret_cast<const uint4*>(static_cast<const char*>(sg.W) + (o < N ? o : row0) * sg.w_ld);
@@ -185,8 +185,8 @@ __global__ void __launch_bounds__(kFusedWarps* kWarpSize) gemv_dense_fused_kerne
 #pragma unroll
     for (int c = 0; c < NC; ++c) {
       float val = acc[r][c];
-      if constexpr (EPI == GemvEpilogue::SwiGlu) {
-        val = val / (1.0f + expf(-val)) * acc[r + per][c];  // the CUDA silu_mul's expression
+      if constexpr (kIsGlu<EPI>) {
+        val = glu_gate<EPI == GemvEpilogue::GeGlu>(val, acc[r + per][c]);  // silu_mul's / gelu_mul's expression
       } else if constexpr (EPI == GemvEpilogue::AddResidual) {
         val = out.r[c * out.r_ld + o] + val;  // add(x, proj)'s order
       }
@@ -216,7 +216,7 @@ template <DType WT, GemvEpilogue EPI, int R, int U, bool NORM>
 void launch_fused_ru(const GemvArgs& a, cudaStream_t stream) {
   constexpr int per = rows_per_unit<EPI, R>();
   int64_t units = 0;
-  const int n = EPI == GemvEpilogue::SwiGlu ? 1 : a.n_seg;
+  const int n = kIsGlu<EPI> ? 1 : a.n_seg;
   for (int s = 0; s < n; ++s) units += (a.seg[s].N + per - 1) / per;
   if (units == 0) return;
   const unsigned grid = unsigned((units + kFusedWarps - 1) / kFusedWarps);
@@ -274,6 +274,8 @@ void launch_fused_type(const GemvArgs& a, cudaStream_t stream) {
       return launch_fused<WT, GemvEpilogue::AddResidual>(a, stream);
     case GemvEpilogue::SwiGlu:
       return launch_fused<WT, GemvEpilogue::SwiGlu>(a, stream);
+    case GemvEpilogue::GeGlu:
+      return launch_fused<WT, GemvEpilogue::GeGlu>(a, stream);
   }
 }
 
@@ -304,7 +306,7 @@ bool gemv_dense_fusable(const GemvArgs& a) {
   for (int s = 0; s < a.n_seg; ++s)
     if (!aligned16(a.seg[s].W) || a.seg[s].w_ld % 16 != 0) return false;
   if (a.norm != nullptr && (!aligned16(a.norm) || a.epi == GemvEpilogue::AddResidual)) return false;
-  return a.epi != GemvEpilogue::SwiGlu || (a.n_seg == 2 && a.seg[0].N == a.seg[1].N);
+  return !is_glu(a.epi) || (a.n_seg == 2 && a.seg[0].N == a.seg[1].N);
 }
 
 void launch_gemv_dense_fused(const GemvArgs& a, cudaStream_t stream) {

@@ -87,7 +87,7 @@ __device__ __forceinline__ const GemvSeg& seg_at(const GemvArgs& a, int s) {
 // 0, 1) and the same up rows (warps 2, 3), combined through shared memory at the end.
 template <GemvEpilogue EPI>
 constexpr int outs_per_block() {
-  return EPI == GemvEpilogue::SwiGlu ? kRowsPerBlock / 2 : kRowsPerBlock;
+  return kIsGlu<EPI> ? kRowsPerBlock / 2 : kRowsPerBlock;
 }
 
 // One row's dot products with the NC activation columns: lane takes sub-blocks lane, lane + 32, ... (the same
@@ -113,7 +113,7 @@ __device__ __forceinline__ void row_dot(const uint8_t* rowp, int64_t n_sub, int6
 template <GemvEpilogue EPI>
 __device__ __forceinline__ bool find_unit(const GemvArgs& a, int64_t u, int& seg, int64_t& row0) {
   constexpr int per = outs_per_block<EPI>();
-  const int n_seg = EPI == GemvEpilogue::SwiGlu ? 1 : a.n_seg;
+  const int n_seg = kIsGlu<EPI> ? 1 : a.n_seg;
   for (int s = 0; s < n_seg; ++s) {
     const int64_t nu = (seg_at(a, s).N + per - 1) / per;
     if (u < nu) {
@@ -130,7 +130,7 @@ __device__ __forceinline__ bool find_unit(const GemvArgs& a, int64_t u, int& seg
 template <GemvEpilogue EPI>
 __device__ __forceinline__ const uint8_t* unit_row(const GemvArgs& a, int seg, int64_t row0, int r) {
   constexpr int per = outs_per_block<EPI>();
-  const GemvSeg& sg = EPI == GemvEpilogue::SwiGlu ? seg_at(a, r < per ? 0 : 1) : seg_at(a, seg);
+  const GemvSeg& sg = kIsGlu<EPI> ? seg_at(a, r < per ? 0 : 1) : seg_at(a, seg);
   const int64_t o = row0 + r % per;
   return o < seg_at(a, seg).N ? static_cast<const uint8_t*>(sg.W) + o * sg.w_ld : nullptr;
 }
@@ -206,7 +206,7 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarpSize)
     }
 #pragma unroll
     for (int c = 0; c < NC; ++c) acc[c] = warp_sum(acc[c]);
-    if constexpr (EPI == GemvEpilogue::SwiGlu) {
+    if constexpr (kIsGlu<EPI>) {
       if (warp >= per && lane == 0)
 #pragma unroll
         for (int c = 0; c < NC; ++c) up_part[warp - per][c] = acc[c];
@@ -218,8 +218,8 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarpSize)
 #pragma unroll
       for (int c = 0; c < NC; ++c) {
         float val = acc[c];
-        if constexpr (EPI == GemvEpilogue::SwiGlu) {
-          val = val / (1.0f + expf(-val)) * up_part[warp][c];  // the CUDA silu_mul's expression
+        if constexpr (kIsGlu<EPI>) {
+          val = glu_gate<EPI == GemvEpilogue::GeGlu>(val, up_part[warp][c]);  // silu_mul's / gelu_mul's expression
         } else if constexpr (EPI == GemvEpilogue::AddResidual) {
           val = out.r[c * out.r_ld + o] + val;  // add(x, proj)'s order
         }
@@ -250,7 +250,7 @@ void launch_one(const GemvArgs& a, size_t row_bytes, const int8_t* xq, const flo
   });
   constexpr int per = outs_per_block<EPI>();
   int64_t units = 0;
-  const int n = EPI == GemvEpilogue::SwiGlu ? 1 : a.n_seg;
+  const int n = kIsGlu<EPI> ? 1 : a.n_seg;
   for (int s = 0; s < n; ++s) units += (a.seg[s].N + per - 1) / per;
   if (units == 0) return;
   const size_t pitch = row_pitch(row_bytes);
@@ -311,6 +311,8 @@ void launch_epi(const GemvArgs& a, const void* scratch, cudaStream_t stream) {
       return launch_type<QT, GemvEpilogue::AddResidual>(a, scratch, stream);
     case GemvEpilogue::SwiGlu:
       return launch_type<QT, GemvEpilogue::SwiGlu>(a, scratch, stream);
+    case GemvEpilogue::GeGlu:
+      return launch_type<QT, GemvEpilogue::GeGlu>(a, scratch, stream);
   }
 }
 
@@ -365,7 +367,7 @@ void launch_gemv_quant_fused(const GemvArgs& a, const void* scratch, cudaStream_
                                             dtype_name(a.wt) + " rows of " + std::to_string(a.K) +
                                             " values are not supported");
   check(a.n_seg >= 1 && a.n_seg <= kGemvMaxSegs &&
-            (a.epi != GemvEpilogue::SwiGlu || (a.n_seg == 2 && a.seg[0].N == a.seg[1].N)),
+            (!is_glu(a.epi) || (a.n_seg == 2 && a.seg[0].N == a.seg[1].N)),
         "launch_gemv_quant_fused: bad segments");
   check(a.q8_count == nullptr || (a.epi == GemvEpilogue::SwiGlu && gemv_quant_direct_supports(a) && a.seg[0].N % 32 == 0),
         "launch_gemv_quant_fused: quantized outputs need the direct kernel's SwiGlu and N % 32 == 0");

@@ -32,7 +32,7 @@ constexpr int kU = 2;  // pairs per row in flight per lane
 
 template <GemvEpilogue EPI>
 constexpr int outs_per_warp() {
-  return EPI == GemvEpilogue::SwiGlu ? kR / 2 : kR;
+  return kIsGlu<EPI> ? kR / 2 : kR;
 }
 
 __device__ __forceinline__ const GemvSeg& seg_at(const GemvArgs& a, int s) {
@@ -42,7 +42,7 @@ __device__ __forceinline__ const GemvSeg& seg_at(const GemvArgs& a, int s) {
 template <GemvEpilogue EPI>
 __device__ __forceinline__ bool find_unit(const GemvArgs& a, int64_t u, int& seg, int64_t& row0) {
   constexpr int per = outs_per_warp<EPI>();
-  const int n = EPI == GemvEpilogue::SwiGlu ? 1 : a.n_seg;
+  const int n = kIsGlu<EPI> ? 1 : a.n_seg;
   for (int s = 0; s < n; ++s) {
     const int64_t nu = (seg_at(a, s).N + per - 1) / per;
     if (u < nu) {
@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   const uint8_t* wr[kR];
 #pragma unroll
   for (int r = 0; r < kR; ++r) {
-    const GemvSeg& sg = EPI == GemvEpilogue::SwiGlu ? seg_at(a, r < per ? 0 : 1) : seg_at(a, seg);
+    const GemvSeg& sg = kIsGlu<EPI> ? seg_at(a, r < per ? 0 : 1) : seg_at(a, seg);
     const int64_t o = row0 + r % per;
     // A row past N (the last unit of a segment) reads row0 again and is never written.
     wr[r] = static_cast<const uint8_t*>(sg.W) + (o < N ? o : row0) * sg.w_ld;
@@ -135,8 +135,8 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
 #pragma unroll
     for (int c = 0; c < NC; ++c) {
       float val = acc[r][c];
-      if constexpr (EPI == GemvEpilogue::SwiGlu) {
-        val = val / (1.0f + expf(-val)) * acc[r + per][c];  // the CUDA silu_mul's expression
+      if constexpr (kIsGlu<EPI>) {
+        val = glu_gate<EPI == GemvEpilogue::GeGlu>(val, acc[r + per][c]);  // silu_mul's / gelu_mul's expression
       } else if constexpr (EPI == GemvEpilogue::AddResidual) {
         val = out.r[c * out.r_ld + o] + val;  // add(x, proj)'s order
       }
@@ -149,7 +149,7 @@ template <DType QT, GemvEpilogue EPI>
 void launch_epi(const GemvArgs& a, const void* scratch, cudaStream_t stream) {
   constexpr int per = outs_per_warp<EPI>();
   int64_t units = 0;
-  const int n = EPI == GemvEpilogue::SwiGlu ? 1 : a.n_seg;
+  const int n = kIsGlu<EPI> ? 1 : a.n_seg;
   for (int s = 0; s < n; ++s) units += (a.seg[s].N + per - 1) / per;
   if (units == 0) return;
   const unsigned grid = unsigned((units + kWarps - 1) / kWarps);
@@ -195,6 +195,8 @@ void launch_type(const GemvArgs& a, const void* scratch, cudaStream_t stream) {
       return launch_epi<QT, GemvEpilogue::AddResidual>(a, scratch, stream);
     case GemvEpilogue::SwiGlu:
       return launch_epi<QT, GemvEpilogue::SwiGlu>(a, scratch, stream);
+    case GemvEpilogue::GeGlu:
+      return launch_epi<QT, GemvEpilogue::GeGlu>(a, scratch, stream);
   }
 }
 
