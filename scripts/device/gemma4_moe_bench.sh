@@ -13,7 +13,8 @@
 # same file). Per-step figures are for LAYERS layers: not scaled to 30 (the ratio to the limit is what carries).
 # PROFILE=1: the first bench also prints the per-kernel table of its tg steps (tandem bench --profile; those
 # t/s are profiled, slower), and a PDL-off profile run follows (per-kernel times without the launch-early wait).
-# AB_SWITCHES="VAR=1 ...": one more tg128 run per switch, beside the default row.
+# AB_SWITCHES="VAR=1,VAR2=1 VAR3=1": one more tg128 run per set of switches, beside the default row (with
+# PROFILE, its kernel count and busy/idle line too).
 # Usage: BIN=build-gpu/bin OUT=<dir> [LAYERS=4] [TYPES="bf16 q4_k_m"] [PROFILE=1] scripts/device/gemma4_moe_bench.sh. Budget:
 # about 110 s for 4 layers (bf16 ~8 GB and q4_k_m ~3 GB of random weights written in seconds; each engine's
 # runs <= 45 s); a type is skipped (said so) when less than 50 s of BUDGET (default 115) is left.
@@ -49,10 +50,12 @@ for t in ${TYPES:-bf16 q4_k_m}; do
       >"$OUT/profile_pdl0_$t.txt" 2>&1
     echo "profile TANDEM_PDL=0 $t rc=$?:"; grep -A40 -E "^## Kernels of" "$OUT/profile_pdl0_$t.txt" | grep -v "^$"
   fi
-  for sw in ${AB_SWITCHES:-}; do  # A/B: tg128 with one switch set, beside the default row above
-    env "$sw" timeout 45 "$BIN/tandem" bench -m "$f" -p 0 -n 128 -b 1 -r 2 --device cuda:0 --bw 4280 \
-      >"$OUT/bench_${t}_${sw//=/_}.txt" 2>&1
-    echo "$sw rc=$?: $(grep -E "^\| tg128" "$OUT/bench_${t}_${sw//=/_}.txt")"
+  for sw in ${AB_SWITCHES:-}; do  # A/B: tg128 with a set of switches (VAR=1,VAR2=1), beside the default row above
+    name=${sw//[=,]/_}
+    env ${sw//,/ } timeout 45 "$BIN/tandem" bench -m "$f" -p 0 -n 128 -b 1 -r 2 --device cuda:0 --bw 4280 \
+      ${PROFILE:+--profile} >"$OUT/bench_${t}_$name.txt" 2>&1
+    echo "$sw rc=$?: $(grep -E "^\| tg128" "$OUT/bench_${t}_$name.txt")"
+    [ -n "${PROFILE:-}" ] && grep -E "kernels busy|^## Kernels of" "$OUT/bench_${t}_$name.txt"
   done
   if [ "$t" != bf16 ]; then  # the staged routed kernel (TANDEM_ID_DIRECT=0; the direct one is the default): tg128 beside
     TANDEM_ID_DIRECT=0 timeout 45 "$BIN/tandem" bench -m "$f" -p 0 -n 128 -b 1 -r 2 --device cuda:0 --bw 4280 \
