@@ -34,6 +34,8 @@ TEST(DiffuseCli, BadFlagsNameTheFlag) {
                "--diffusion-gpu-sampling must be auto, on or off");
   expect_error("diffuse -p hi --diffusion-gpu-sample-reduce yes",
                "--diffusion-gpu-sample-reduce must be auto, on or off");
+  expect_error("diffuse -p hi --diffusion-kv-type f8",
+               "--diffusion-kv-type must be auto, f32, f16 or bf16, got 'f8'");
   expect_error("diffuse -p hi --diffusion-steps -1", "--diffusion-steps must be in [0, 100000]");
   expect_error("diffuse -p hi --diffusion-blocks -2", "--diffusion-blocks must be in [0, ");
   expect_error("diffuse -p hi --diffusion-eb off",
@@ -124,6 +126,24 @@ TEST(DiffuseCli, BenchDiffusionReportsBothPathsAndTheBytesPerStep) {
   EXPECT_NE(r.out.find("| device reduction | host |"), std::string::npos) << r.out;  // no GPU: the host path
   EXPECT_NE(r.out.find("bytes per step"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("% of 100 GB/s (floor "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("K/V f32"), std::string::npos) << r.out;  // auto on the CPU: the reference's precision
+  // --diffusion-kv-type: the store's precision as asked, named in the source line; a bad value is refused.
+  const auto f16 = run_tandem("bench -m " + kCanvas +
+                              " --diffusion -p 8 --diffusion-steps 2 -r 1 --device cpu -t 2 --diffusion-kv-type f16");
+  ASSERT_EQ(f16.exit_code, 0) << f16.out;
+  EXPECT_NE(f16.out.find("K/V f16"), std::string::npos) << f16.out;
+  expect_error("bench -m " + kCanvas + " --diffusion -p 8 --diffusion-kv-type half",
+               "--diffusion-kv-type must be auto, f32, f16 or bf16, got 'half'");
+}
+
+// tandem diffuse with an F16 K/V store on the CPU: runs, and says so in its configuration line.
+TEST(DiffuseCli, AnF16StoreRunsAndIsNamed) {
+  const auto r = run_tandem("diffuse -m " + kCanvas +
+                                " --prompt-ids 1,2,3 -n 4 --seed 1 --ids --diffusion-steps 3 -t 2 "
+                                "--diffusion-kv-type f16",
+                            test::Stderr::Merge);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("K/V f16"), std::string::npos) << r.out;
 }
 
 class DiffuseReplay : public ::testing::Test {
