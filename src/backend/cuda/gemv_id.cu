@@ -60,6 +60,21 @@ __device__ __forceinline__ void select_quant_slot(int64_t s, int k, int kx, int6
   y += s * y_ld;
 }
 
+// acc += the dot product of one 16-byte load of weights (wv) with x[e ..]: the one step of both dense routed
+// kernels below, so that the GeGLU kernel's gate and up sums equal the plain kernel's bit for bit.
+template <DType WT>
+__device__ __forceinline__ void dense_step(const uint4& wv, const float* x, int64_t e, float& acc) {
+  constexpr int kE = Vec16<WT>::kElems;
+  float w[kE];
+  Vec16<WT>::unpack(wv, w);
+  const float4* xp = reinterpret_cast<const float4*>(x + e);
+#pragma unroll
+  for (int q = 0; q < kE / 4; ++q) {
+    const float4 xv = __ldg(xp + q);
+    acc += w[4 * q] * xv.x + w[4 * q + 1] * xv.y + w[4 * q + 2] * xv.z + w[4 * q + 3] * xv.w;
+  }
+}
+
 // Dense, 16-byte path: W rows and x columns 16-byte aligned, K a multiple of the elements per load.
 template <DType WT>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
@@ -78,25 +93,15 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
   const uint4* wrow = reinterpret_cast<const uint4*>(W + row * w_ld);
   const int64_t n_vec = K / kE;
   float acc = 0.0f;
-  auto step = [&](const uint4& wv, int64_t e) {
-    float w[kE];
-    Vec16<WT>::unpack(wv, w);
-    const float4* xp = reinterpret_cast<const float4*>(x + e);
-#pragma unroll
-    for (int q = 0; q < kE / 4; ++q) {
-      const float4 xv = __ldg(xp + q);
-      acc += w[4 * q] * xv.x + w[4 * q + 1] * xv.y + w[4 * q + 2] * xv.z + w[4 * q + 3] * xv.w;
-    }
-  };
   int64_t v = lane;
   for (; v + (kUnroll - 1) * kWarpSize < n_vec; v += kUnroll * kWarpSize) {
     uint4 wv[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) wv[u] = __ldcs(wrow + v + u * kWarpSize);
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) step(wv[u], (v + u * kWarpSize) * kE);
+    for (int u = 0; u < kUnroll; ++u) dense_step<WT>(wv[u], x, (v + u * kWarpSize) * kE, acc);
   }
-  for (; v < n_vec; v += kWarpSize) step(__ldcs(wrow + v), v * kE);
+  for (; v < n_vec; v += kWarpSize) dense_step<WT>(__ldcs(wrow + v), x, v * kE, acc);
   acc = warp_sum(acc);
   if (lane == 0) y[row] = acc;
 }
@@ -234,16 +239,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
   const uint4* urow = reinterpret_cast<const uint4*>(Wu + row * w_ld);
   const int64_t n_vec = K / kE;
   float acc_g = 0.0f, acc_u = 0.0f;
-  auto step = [&](const uint4& wv, int64_t e, float& acc) {  // gemv_dense_id_vec_kernel's step
-    float w[kE];
-    Vec16<WT>::unpack(wv, w);
-    const float4* xp = reinterpret_cast<const float4*>(x + e);
-#pragma unroll
-    for (int q = 0; q < kE / 4; ++q) {
-      const float4 xv = __ldg(xp + q);
-      acc += w[4 * q] * xv.x + w[4 * q + 1] * xv.y + w[4 * q + 2] * xv.z + w[4 * q + 3] * xv.w;
-    }
-  };
   int64_t v = lane;
   for (; v + (kUnroll - 1) * kWarpSize < n_vec; v += kUnroll * kWarpSize) {
     uint4 gv[kUnroll], uv[kUnroll];
@@ -254,13 +249,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      step(gv[u], (v + u * kWarpSize) * kE, acc_g);
-      step(uv[u], (v + u * kWarpSize) * kE, acc_u);
+      dense_step<WT>(gv[u], x, (v + u * kWarpSize) * kE, acc_g);
+      dense_step<WT>(uv[u], x, (v + u * kWarpSize) * kE, acc_u);
     }
   }
   for (; v < n_vec; v += kWarpSize) {
-    step(__ldcs(grow + v), v * kE, acc_g);
-    step(__ldcs(urow + v), v * kE, acc_u);
+    dense_step<WT>(__ldcs(grow + v), x, v * kE, acc_g);
+    dense_step<WT>(__ldcs(urow + v), x, v * kE, acc_u);
   }
   acc_g = warp_sum(acc_g);
   acc_u = warp_sum(acc_u);
