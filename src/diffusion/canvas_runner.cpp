@@ -29,18 +29,6 @@ namespace {
 
 enum class ScPath { Off, Host, Device };
 
-const char* kv_type_name(KvType t) {
-  switch (t) {
-    case KvType::F32:
-      return "f32";
-    case KvType::F16:
-      return "f16";
-    case KvType::BF16:
-      return "bf16";
-  }
-  return "?";
-}
-
 // TANDEM_CANVAS_KV_F16=1: CanvasOptions::kv_type unset picks F16 on a GPU for weights that are not F32 (below).
 // Off by default until a GPU run has measured it against the F32 store (the eleventh session had no GPU).
 EnvSwitch g_canvas_kv_f16{"TANDEM_CANVAS_KV_F16", false};
@@ -188,7 +176,7 @@ class CanvasRunner : public CanvasSource {
   std::string describe() const override {
     std::string s = "canvas " + std::to_string(C_) + ": prompt KV cache " +
                     (kv_cache_ ? "on (PREFILL once, DECODE per step)" : "off (UNIFIED per step)") + ", K/V " +
-                    kv_type_name(kv_type_) + "; self-conditioning ";
+                    dtype_name(kv_dtype(kv_type_)) + "; self-conditioning ";
     switch (sc_) {
       case ScPath::Off:
         s += "off";

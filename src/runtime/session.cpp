@@ -15,8 +15,6 @@
 
 namespace tandem {
 
-namespace {
-
 DType kv_dtype(KvType t) {
   switch (t) {
     case KvType::F32:
@@ -28,6 +26,8 @@ DType kv_dtype(KvType t) {
   }
   return DType::F16;
 }
+
+namespace {
 
 int32_t checked_block_size(const SessionParams& p) {
   check(p.block_size >= 1 && p.block_size <= 1024,

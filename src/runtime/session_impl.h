@@ -84,6 +84,9 @@ struct RankState {
   }
 };
 
+// The K/V cache element type of SessionParams::kv_type.
+DType kv_dtype(KvType t);
+
 struct Session::Impl {
   std::shared_ptr<Model> model;
   SessionParams params;

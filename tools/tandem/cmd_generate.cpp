@@ -27,6 +27,7 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "diffuse_options.h"
+#include "flag_checks.h"
 #include "parallel/process_world.h"
 #include "run_options.h"
 #include "spec_options.h"
@@ -98,13 +99,6 @@ std::vector<std::vector<int32_t>> parse_prompt_ids(const std::string& s) {
   flush();
   for (const auto& p : prompts) check(!p.empty(), "--prompt-ids: empty prompt in '" + s + "'");
   return prompts;
-}
-
-KvType parse_kv_type(const std::string& s) {
-  if (s == "f32") return KvType::F32;
-  if (s == "f16") return KvType::F16;
-  if (s == "bf16") return KvType::BF16;
-  throw Error("--kv-type must be f32, f16 or bf16, got '" + s + "'");
 }
 
 class LogitsDump {
@@ -246,7 +240,7 @@ void run_generate(const GenerateArgs& a) {
   sp.n_ctx = a.ctx;
   sp.n_seq_max = n_seq;
   sp.n_batch = a.batch;
-  sp.kv_type = parse_kv_type(a.kv_type);
+  sp.kv_type = *parse_kv_type_flag(a.kv_type, "--kv-type", /*allow_auto=*/false);
   Session session(model, sp);
   std::unique_ptr<LogitsDump> dump;
   if (!a.dump_logits.empty()) dump = std::make_unique<LogitsDump>(a.dump_logits, info.n_vocab);

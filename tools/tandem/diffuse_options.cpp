@@ -73,11 +73,7 @@ Toggle parse_toggle(const std::string& value, const char* flag) {
 }
 
 std::optional<KvType> parse_diffusion_kv_type(const std::string& value) {
-  if (value == "auto") return std::nullopt;
-  if (value == "f32") return KvType::F32;
-  if (value == "f16") return KvType::F16;
-  if (value == "bf16") return KvType::BF16;
-  throw Error("--diffusion-kv-type must be auto, f32, f16 or bf16, got '" + value + "'");
+  return parse_kv_type_flag(value, "--diffusion-kv-type", /*allow_auto=*/true);
 }
 
 void check_diffusion_options(const DiffuseOptions& o) {

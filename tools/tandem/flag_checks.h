@@ -5,10 +5,12 @@
 
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "tandem/session.h"
 
 namespace tandem::cli {
 
@@ -31,6 +33,17 @@ inline void check_real_flag(const char* flag, double value, double lo, const cha
   if (std::isfinite(value) && value >= lo) return;
   throw Error(std::string(flag) + " must be a finite number >= " + std::to_string(lo) +
               (*meaning ? std::string(" (") + meaning + ")" : "") + ", got " + std::to_string(value));
+}
+
+// A K/V cache type flag (--kv-type, --diffusion-kv-type): "f32", "f16" or "bf16", and "auto" (nullopt) where
+// allow_auto; anything else is an Error naming the flag and the values it takes.
+inline std::optional<KvType> parse_kv_type_flag(const std::string& value, const char* flag, bool allow_auto) {
+  if (allow_auto && value == "auto") return std::nullopt;
+  if (value == "f32") return KvType::F32;
+  if (value == "f16") return KvType::F16;
+  if (value == "bf16") return KvType::BF16;
+  throw Error(std::string(flag) + " must be " + (allow_auto ? "auto, " : "") + "f32, f16 or bf16, got '" + value +
+              "'");
 }
 
 // --threads of every command: 0 (all cores) up to the thread pool's cap.
