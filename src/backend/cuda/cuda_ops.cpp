@@ -42,6 +42,16 @@ void check_dims(const char* op, const char* name, const Tensor& t, int64_t ne0, 
                 int64_t ne3 = 1) {
   op_checks::dims(op, name, t, ne0, ne1, ne2, ne3);
 }
+// A norm's eps: finite and >= 0.
+void check_eps(const char* op, float eps) {
+  check(eps >= 0.0f && std::isfinite(eps), std::string(op) + ": eps must be a finite value >= 0");
+}
+// A per-value vector of a row of n values (a norm's weights): F32 {n} on this device.
+void check_row_vector(const char* op, const char* name, const Tensor& t, int64_t n, int index) {
+  check_f32(op, name, t, index);
+  check(t.ne[0] == n && t.nrows() == 1,
+        std::string(op) + ": " + name + " must be {" + std::to_string(n) + "}, got " + t.shape_string());
+}
 bool is_float_type(DType t) {
   return t == DType::F32 || t == DType::F16 || t == DType::BF16;
 }
@@ -268,7 +278,7 @@ bool fused_gemv_args(std::span<const Tensor> W, const Tensor& x, std::span<const
     check_f32("norm_matmul", "norm", *norm, device);
     check(norm->ne[0] == K && norm->nrows() == 1 && norm->is_contiguous(),
           "norm_matmul: the norm weights must be {" + std::to_string(K) + "}, got " + norm->shape_string());
-    check(eps >= 0.0f && std::isfinite(eps), "norm_matmul: eps must be a finite value >= 0");
+    check_eps("norm_matmul", eps);
     a.norm = static_cast<const float*>(norm->data);
     a.eps = eps;
   }
@@ -465,12 +475,8 @@ void CudaOps::rms_norm(Stream& s, const Tensor& x, const Tensor* weight, float e
   check_f32(op, "x", x, index_);
   check_f32(op, "out", out, index_);
   check_same_shape(op, "x", x, "out", out);
-  check(eps >= 0.0f && std::isfinite(eps), "rms_norm: eps must be a finite value >= 0");
-  if (weight) {
-    check_f32(op, "weight", *weight, index_);
-    check(weight->ne[0] == x.ne[0] && weight->nrows() == 1,
-          "rms_norm: weight must be {" + std::to_string(x.ne[0]) + "}, got " + weight->shape_string());
-  }
+  check_eps(op, eps);
+  if (weight) check_row_vector(op, "weight", *weight, x.ne[0], index_);
   DeviceGuard g(index_);
   launch_rms_norm(x, weight ? static_cast<const float*>(weight->data) : nullptr, eps, out,
                   stream_of(s, index_));
@@ -532,7 +538,7 @@ void CudaOps::qk_norm_rope_store(Stream& s, const Tensor& q, const Tensor& k, co
         "qk_norm_rope_store: n_rot must be even and in [2, head_dim = " + std::to_string(hd) + "], got " +
             std::to_string(p.n_rot));
   check(p.freq_base > 0.0f && std::isfinite(p.freq_base), "qk_norm_rope_store: freq_base must be > 0");
-  check(eps >= 0.0f && std::isfinite(eps), "qk_norm_rope_store: eps must be a finite value >= 0");
+  check_eps(op, eps);
   for (const Tensor* w : {q_norm, k_norm})
     if (w) {
       check_f32(op, "norm weight", *w, index_);
@@ -564,10 +570,8 @@ void CudaOps::norm_residual_add(Stream& s, const Tensor& x, const Tensor& y, con
   check_f32(op, "x", x, index_);
   check_f32(op, "y", y, index_);
   check_same_shape(op, "x", x, "y", y);
-  check_f32(op, "w", w, index_);
-  check(w.ne[0] == x.ne[0] && w.nrows() == 1,
-        "norm_residual_add: w must be {" + std::to_string(x.ne[0]) + "}, got " + w.shape_string());
-  check(eps >= 0.0f && std::isfinite(eps), "norm_residual_add: eps must be a finite value >= 0");
+  check_row_vector(op, "w", w, x.ne[0], index_);
+  check_eps(op, eps);
   check(std::isfinite(out_scale), "norm_residual_add: out_scale must be finite");
   if (row_fusion_off()) return Ops::norm_residual_add(s, x, y, w, eps, out_scale);
   DeviceGuard g(index_);
@@ -587,12 +591,10 @@ void CudaOps::moe_residual_add(Stream& s, const Tensor& x, const Tensor& dense, 
   check_f32(op, "moe", moe, index_);
   check_same_shape(op, "x", x, "dense", dense);
   check_same_shape(op, "x", x, "moe", moe);
-  for (const Tensor* w : {&w_dense, &w_moe, &w_out}) {
-    check_f32(op, "weight", *w, index_);
-    check(w->ne[0] == x.ne[0] && w->nrows() == 1,
-          "moe_residual_add: weights must be {" + std::to_string(x.ne[0]) + "}, got " + w->shape_string());
-  }
-  check(eps >= 0.0f && std::isfinite(eps), "moe_residual_add: eps must be a finite value >= 0");
+  check_row_vector(op, "w_dense", w_dense, x.ne[0], index_);
+  check_row_vector(op, "w_moe", w_moe, x.ne[0], index_);
+  check_row_vector(op, "w_out", w_out, x.ne[0], index_);
+  check_eps(op, eps);
   check(std::isfinite(out_scale), "moe_residual_add: out_scale must be finite");
   if (row_fusion_off())
     return Ops::moe_residual_add(s, x, dense, w_dense, expert_out, weights, moe, w_moe, w_out, eps, out_scale);
@@ -611,12 +613,9 @@ void CudaOps::moe_input_norms(Stream& s, const Tensor& x, float eps, float r_fac
   check_f32(op, "h", h, index_);
   check_same_shape(op, "x", x, "r", r);
   check_same_shape(op, "x", x, "h", h);
-  for (const Tensor* w : {&r_scale, &h_norm}) {
-    check_f32(op, "weight", *w, index_);
-    check(w->ne[0] == x.ne[0] && w->nrows() == 1,
-          "moe_input_norms: weights must be {" + std::to_string(x.ne[0]) + "}, got " + w->shape_string());
-  }
-  check(eps >= 0.0f && std::isfinite(eps), "moe_input_norms: eps must be a finite value >= 0");
+  check_row_vector(op, "r_scale", r_scale, x.ne[0], index_);
+  check_row_vector(op, "h_norm", h_norm, x.ne[0], index_);
+  check_eps(op, eps);
   check(std::isfinite(r_factor), "moe_input_norms: r_factor must be finite");
   check(r.data != x.data && h.data != x.data && r.data != h.data, "moe_input_norms: x, r and h must not alias");
   if (row_fusion_off()) return Ops::moe_input_norms(s, x, eps, r_factor, r_scale, r, h_norm, h);
