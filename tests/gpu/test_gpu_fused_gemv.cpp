@@ -35,6 +35,19 @@ class GpuFusedGemv : public GpuTest {
     return m;
   }
 
+  // The T columns of K values of x normed with weights nw, as rms_norm computes them (the sum of squares in double).
+  static std::vector<float> normed(const std::vector<float>& xv, const std::vector<float>& nw, int64_t K, int64_t T,
+                                   float eps) {
+    std::vector<float> hv(xv.size());
+    for (int64_t t = 0; t < T; ++t) {
+      double ss = 0;
+      for (int64_t i = 0; i < K; ++i) ss += double(xv[size_t(t * K + i)]) * xv[size_t(t * K + i)];
+      const float inv = float(1.0 / std::sqrt(ss / double(K) + eps));
+      for (int64_t i = 0; i < K; ++i) hv[size_t(t * K + i)] = xv[size_t(t * K + i)] * inv * nw[size_t(i)];
+    }
+    return hv;
+  }
+
   // |err| bound of y[o, t] = W x[:, t] on the GPU, and the exact value.
   static double exact(const Mat& m, const float* x, int64_t o, int64_t T, double& bound) {
     const bool quant = dtype_traits(m.type).quantized;
@@ -203,14 +216,7 @@ TEST_F(GpuFusedGemv, NormFusedMatchesExactProductAndCpu) {
                   make_mat(sh.type, sh.K, Ns[2], rng)};
       const std::vector<float> xv = random_floats(size_t(sh.K * T), rng, -2.0f, 2.0f);
       const std::vector<float> nw = random_floats(size_t(sh.K), rng, 0.5f, 1.5f);
-      std::vector<float> hv(xv.size());  // the normed x, as rms_norm computes it
-      for (int64_t t = 0; t < T; ++t) {
-        double ss = 0;
-        for (int64_t i = 0; i < sh.K; ++i) ss += double(xv[size_t(t * sh.K + i)]) * xv[size_t(t * sh.K + i)];
-        const float inv = float(1.0 / std::sqrt(ss / double(sh.K) + eps));
-        for (int64_t i = 0; i < sh.K; ++i)
-          hv[size_t(t * sh.K + i)] = xv[size_t(t * sh.K + i)] * inv * nw[size_t(i)];
-      }
+      const std::vector<float> hv = normed(xv, nw, sh.K, T, eps);
       Pair X = make_f32({sh.K, T}, xv), NW = make_f32({sh.K}, nw), H = make_out(DType::F32, {sh.K, T});
       Pair Y[3] = {make_out(DType::F32, {Ns[0], T}), make_out(DType::F32, {Ns[1], T}),
                    make_out(DType::F32, {Ns[2], T})};
@@ -278,13 +284,7 @@ TEST_F(GpuFusedGemv, GegluEpilogueMatchesExactProductAndCpu) {
       Mat g = make_mat(sh.type, sh.K, N, rng), u = make_mat(sh.type, sh.K, N, rng);
       const std::vector<float> xv = random_floats(size_t(sh.K * T), rng, -2.0f, 2.0f);
       const std::vector<float> nw = random_floats(size_t(sh.K), rng, 0.5f, 1.5f);
-      std::vector<float> hv(xv.size());
-      for (int64_t t = 0; t < T; ++t) {
-        double ss = 0;
-        for (int64_t i = 0; i < sh.K; ++i) ss += double(xv[size_t(t * sh.K + i)]) * xv[size_t(t * sh.K + i)];
-        const float inv = float(1.0 / std::sqrt(ss / double(sh.K) + eps));
-        for (int64_t i = 0; i < sh.K; ++i) hv[size_t(t * sh.K + i)] = xv[size_t(t * sh.K + i)] * inv * nw[size_t(i)];
-      }
+      const std::vector<float> hv = normed(xv, nw, sh.K, T, eps);
       Pair X = make_f32({sh.K, T}, xv), NW = make_f32({sh.K}, nw), H = make_out(DType::F32, {sh.K, T});
       Pair G = make_out(DType::F32, {N, T}), U = make_out(DType::F32, {N, T}), O = make_out(DType::F32, {N, T});
       const int64_t gelu_launches = launches_of(*gpu_, *prof, "glu_kernel", [&] {
