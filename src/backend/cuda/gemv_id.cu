@@ -19,6 +19,7 @@
 #include "backend/cuda/gemv_dense_vec.cuh"
 #include "backend/cuda/gemv_quant_decode.cuh"
 #include "backend/cuda/gemv_quant_pieces.cuh"
+#include "backend/cuda/pdl.cuh"
 
 namespace tandem::cuda {
 namespace {
@@ -26,6 +27,21 @@ namespace {
 constexpr int kWarpsPerBlock = 8;  // dense: one warp per row
 constexpr int kRowsPerBlock = 4;   // quantized: one warp per row, the block's rows staged in shared memory
 constexpr int kMaxSmem = 200 * 1024;
+
+// TANDEM_ID_PDL=1: the routed products are launched with programmatic dependent launch (pdl.cuh) like the other
+// decode products, so each one's launch overlaps the end of the kernel before it (the router, the activation
+// quantization, the previous routed product). Every routed kernel waits (pdl_wait) before its first read of ids,
+// x, xq, xds or y, and reads them with plain loads (no __restrict__, no __ldg: an invariant load may be hoisted
+// above griddepcontrol.wait); in a plain launch both are no-ops. Off by default until a GPU run has checked and
+// measured it (branch of the eleventh session, which had no GPU).
+EnvSwitch g_id_pdl{"TANDEM_ID_PDL", false};
+
+template <class... KArgs, class... Args>
+void launch_routed(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                   Args&&... args) {
+  if (g_id_pdl.on()) return launch_pdl(kernel, grid, block, smem, stream, std::forward<Args>(args)...);
+  kernel<<<grid, block, smem, stream>>>(std::forward<Args>(args)...);
+}
 
 bool aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
@@ -49,9 +65,9 @@ __device__ __forceinline__ int64_t routed_col(int64_t s, int k, int kx) {
 
 // Slot s of a quantized routed product: its expert's weights, its 8-bit input column and its output column.
 __device__ __forceinline__ void select_quant_slot(int64_t s, int k, int kx, int64_t K, size_t w_es,
-                                                  const int32_t* __restrict__ ids,
-                                                  const char* __restrict__& W, const int8_t* __restrict__& xq,
-                                                  const float2* __restrict__& xds, float* __restrict__& y,
+                                                  const int32_t* ids,
+                                                  const char* __restrict__& W, const int8_t*& xq,
+                                                  const float2*& xds, float*& y,
                                                   int64_t y_ld) {
   const int64_t c = routed_col(s, k, kx);
   W += size_t(ids[s]) * w_es;
@@ -70,7 +86,7 @@ __device__ __forceinline__ void dense_step(const uint4& wv, const float* x, int6
   const float4* xp = reinterpret_cast<const float4*>(x + e);
 #pragma unroll
   for (int q = 0; q < kE / 4; ++q) {
-    const float4 xv = __ldg(xp + q);
+    const float4 xv = xp[q];
     acc += w[4 * q] * xv.x + w[4 * q + 1] * xv.y + w[4 * q + 2] * xv.z + w[4 * q + 3] * xv.w;
   }
 }
@@ -79,8 +95,10 @@ __device__ __forceinline__ void dense_step(const uint4& wv, const float* x, int6
 template <DType WT>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
     gemv_dense_id_vec_kernel(const char* __restrict__ W, size_t w_ld, size_t w_es, int64_t K, int64_t N,
-                             const float* __restrict__ x, int64_t x_ld, const int32_t* __restrict__ ids,
-                             int k, int kx, float* __restrict__ y, int64_t y_ld) {
+                             const float* x, int64_t x_ld, const int32_t* ids,
+                             int k, int kx, float* y, int64_t y_ld) {
+  pdl_trigger();  // pdl.cuh (TANDEM_ID_PDL; no-ops in a plain launch)
+  pdl_wait();
   constexpr int kE = Vec16<WT>::kElems;
   constexpr int kUnroll = 8;
   const int64_t s = blockIdx.y;
@@ -109,9 +127,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
 // Dense, any alignment and K.
 template <class Tag>
 __global__ void gemv_dense_id_scalar_kernel(const char* __restrict__ W, size_t w_ld, size_t w_es, int64_t K,
-                                            int64_t N, const float* __restrict__ x, int64_t x_ld,
-                                            const int32_t* __restrict__ ids, int k, int kx,
-                                            float* __restrict__ y, int64_t y_ld) {
+                                            int64_t N, const float* x, int64_t x_ld,
+                                            const int32_t* ids, int k, int kx,
+                                            float* y, int64_t y_ld) {
+  pdl_trigger();  // pdl.cuh (TANDEM_ID_PDL; no-ops in a plain launch)
+  pdl_wait();
   const int64_t s = blockIdx.y;
   W += size_t(ids[s]) * w_es;
   x += routed_col(s, k, kx) * x_ld;
@@ -132,9 +152,11 @@ __global__ void gemv_dense_id_scalar_kernel(const char* __restrict__ W, size_t w
 template <DType QT>
 __global__ void __launch_bounds__(kRowsPerBlock* kWarpSize)
     gemv_quant_id_kernel(const char* __restrict__ W, size_t w_ld, size_t w_es, int64_t K, int64_t N,
-                         size_t row_bytes, size_t pitch, const int8_t* __restrict__ xq,
-                         const float2* __restrict__ xds, const int32_t* __restrict__ ids, int k, int kx,
-                         float* __restrict__ y, int64_t y_ld) {
+                         size_t row_bytes, size_t pitch, const int8_t* xq,
+                         const float2* xds, const int32_t* ids, int k, int kx,
+                         float* y, int64_t y_ld) {
+  pdl_trigger();  // pdl.cuh (TANDEM_ID_PDL; no-ops in a plain launch)
+  pdl_wait();
   extern __shared__ __align__(16) uint8_t smem[];
   select_quant_slot(blockIdx.y, k, kx, K, w_es, ids, W, xq, xds, y, y_ld);
   const int64_t row0 = int64_t(blockIdx.x) * kRowsPerBlock;
@@ -167,10 +189,10 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarpSize)
   for (int64_t i = lane; i < n_sub; i += kWarpSize) {
     const SubBlock sb = decode_sub_block<QT>(rowp, i);
     const int4* xv = reinterpret_cast<const int4*>(xq + 32 * i);
-    const int4 x0 = __ldg(xv), x1 = __ldg(xv + 1);
+    const int4 x0 = xv[0], x1 = xv[1];
     const int lo = dot4(sb.w[3], x0.w, dot4(sb.w[2], x0.z, dot4(sb.w[1], x0.y, dot4(sb.w[0], x0.x, 0))));
     const int hi = dot4(sb.w[7], x1.w, dot4(sb.w[6], x1.z, dot4(sb.w[5], x1.y, dot4(sb.w[4], x1.x, 0))));
-    const float2 ds = __ldg(xds + i);
+    const float2 ds = xds[i];
     acc += ds.x * (sb.a0 * float(lo) + sb.a1 * float(hi)) + sb.bias * ds.y;
   }
   acc = warp_sum(acc);
@@ -188,9 +210,11 @@ constexpr int kIdInFlight = 2;
 template <DType QT>
 __global__ void __launch_bounds__(kIdWarps* kWarpSize)
     gemv_quant_id_direct_kernel(const char* __restrict__ W, size_t w_ld, size_t w_es, int64_t K, int64_t N,
-                                const int8_t* __restrict__ xq, const float2* __restrict__ xds,
-                                const int32_t* __restrict__ ids, int k, int kx, float* __restrict__ y,
+                                const int8_t* xq, const float2* xds,
+                                const int32_t* ids, int k, int kx, float* y,
                                 int64_t y_ld) {
+  pdl_trigger();  // pdl.cuh (TANDEM_ID_PDL; no-ops in a plain launch)
+  pdl_wait();
   select_quant_slot(blockIdx.y, k, kx, K, w_es, ids, W, xq, xds, y, y_ld);
   const int64_t row0 = (int64_t(blockIdx.x) * kIdWarps + threadIdx.x / kWarpSize) * kIdRows;
   if (row0 >= N) return;
@@ -222,9 +246,11 @@ __global__ void __launch_bounds__(kIdWarps* kWarpSize)
 template <DType WT>
 __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
     gemv_dense_id_geglu_kernel(const char* __restrict__ Wg, const char* __restrict__ Wu, size_t w_ld, size_t w_es,
-                               int64_t K, int64_t N, const float* __restrict__ x, int64_t x_ld,
-                               const int32_t* __restrict__ ids, int k, int kx, float* __restrict__ y,
+                               int64_t K, int64_t N, const float* x, int64_t x_ld,
+                               const int32_t* ids, int k, int kx, float* y,
                                int64_t y_ld) {
+  pdl_trigger();  // pdl.cuh (TANDEM_ID_PDL; no-ops in a plain launch)
+  pdl_wait();
   constexpr int kE = Vec16<WT>::kElems;
   constexpr int kUnroll = 8;
   const int64_t s = blockIdx.y;
@@ -267,9 +293,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock* kWarpSize)
 template <DType QT>
 __global__ void __launch_bounds__(kIdWarps* kWarpSize)
     gemv_quant_id_geglu_kernel(const char* __restrict__ Wg, const char* __restrict__ Wu, size_t w_ld, size_t w_es,
-                               int64_t K, int64_t N, const int8_t* __restrict__ xq, const float2* __restrict__ xds,
-                               const int32_t* __restrict__ ids, int k, int kx, float* __restrict__ y,
+                               int64_t K, int64_t N, const int8_t* xq, const float2* xds,
+                               const int32_t* ids, int k, int kx, float* y,
                                int64_t y_ld) {
+  pdl_trigger();  // pdl.cuh (TANDEM_ID_PDL; no-ops in a plain launch)
+  pdl_wait();
   const char* Wu_slot = Wu + size_t(ids[blockIdx.y]) * w_es;
   select_quant_slot(blockIdx.y, k, kx, K, w_es, ids, Wg, xq, xds, y, y_ld);
   const int64_t row = int64_t(blockIdx.x) * kIdWarps + threadIdx.x / kWarpSize;
@@ -306,8 +334,8 @@ void launch_quant_id_direct(const char* W, size_t w_ld, size_t w_es, int64_t K, 
   const QuantColumns x = quant_columns(scratch, K, n_slots, k, kx);
   const int64_t rows_per_block = int64_t(kIdWarps) * kIdRows;
   const dim3 grid(unsigned((N + rows_per_block - 1) / rows_per_block), unsigned(n_slots));
-  gemv_quant_id_direct_kernel<QT>
-      <<<grid, kIdWarps * kWarpSize, 0, stream>>>(W, w_ld, w_es, K, N, x.xq, x.xds, ids, k, kx, y, y_ld);
+  launch_routed(gemv_quant_id_direct_kernel<QT>, grid, dim3(kIdWarps * kWarpSize), 0, stream, W, w_ld, w_es, K, N,
+                x.xq, x.xds, ids, k, kx, y, y_ld);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
@@ -329,8 +357,8 @@ void launch_quant_id(const char* W, size_t w_ld, size_t w_es, int64_t K, int64_t
   const size_t pitch = row_pitch(row_bytes);
   const QuantColumns x = quant_columns(scratch, K, n_slots, k, kx);
   const dim3 grid(unsigned((N + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(n_slots));
-  gemv_quant_id_kernel<QT><<<grid, kRowsPerBlock * kWarpSize, kRowsPerBlock * pitch, stream>>>(
-      W, w_ld, w_es, K, N, row_bytes, pitch, x.xq, x.xds, ids, k, kx, y, y_ld);
+  launch_routed(gemv_quant_id_kernel<QT>, grid, dim3(kRowsPerBlock * kWarpSize), kRowsPerBlock * pitch, stream, W,
+                w_ld, w_es, K, N, row_bytes, pitch, x.xq, x.xds, ids, k, kx, y, y_ld);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
@@ -362,8 +390,8 @@ void launch_gemv_id_geglu(DType wt, const void* W_gate, const void* W_up, size_t
 #define TANDEM_GEGLU_DENSE(T)                                                                                \
   case DType::T: {                                                                                           \
     const dim3 grid(unsigned((N + kWarpsPerBlock - 1) / kWarpsPerBlock), unsigned(n_slots));                  \
-    gemv_dense_id_geglu_kernel<DType::T>                                                                     \
-        <<<grid, kWarpsPerBlock * kWarpSize, 0, stream>>>(wg, wu, w_ld, w_es, K, N, x, x_ld, ids, k, kx, y, y_ld); \
+    launch_routed(gemv_dense_id_geglu_kernel<DType::T>, grid, dim3(kWarpsPerBlock * kWarpSize), 0, stream, wg, wu, \
+                  w_ld, w_es, K, N, x, x_ld, ids, k, kx, y, y_ld);                                             \
     break;                                                                                                   \
   }
     TANDEM_GEGLU_DENSE(F32)
@@ -374,8 +402,8 @@ void launch_gemv_id_geglu(DType wt, const void* W_gate, const void* W_up, size_t
   case DType::T: {                                                                                              \
     const QuantColumns xc = quant_columns(scratch, K, n_slots, k, kx);                                          \
     const dim3 grid(unsigned((N + kIdWarps - 1) / kIdWarps), unsigned(n_slots));                                \
-    gemv_quant_id_geglu_kernel<DType::T><<<grid, kIdWarps * kWarpSize, 0, stream>>>(                            \
-        wg, wu, w_ld, w_es, K, N, xc.xq, xc.xds, ids, k, kx, y, y_ld);                                          \
+    launch_routed(gemv_quant_id_geglu_kernel<DType::T>, grid, dim3(kIdWarps * kWarpSize), 0, stream, wg, wu, w_ld, \
+                  w_es, K, N, xc.xq, xc.xds, ids, k, kx, y, y_ld);                                              \
     break;                                                                                                      \
   }
     TANDEM_GEGLU_QUANT(Q8_0)
@@ -403,11 +431,11 @@ void launch_gemv_dense_id(DType wt, const void* W, size_t w_ld, size_t w_es, int
 #define TANDEM_GEMV_ID(T, TAG)                                                               \
   case DType::T:                                                                             \
     if (vec)                                                                                 \
-      gemv_dense_id_vec_kernel<DType::T>                                                     \
-          <<<grid, threads, 0, stream>>>(w, w_ld, w_es, K, N, x, x_ld, ids, k, kx, y, y_ld); \
-    else                                                                                     \
-      gemv_dense_id_scalar_kernel<TAG>                                                       \
-          <<<grid, threads, 0, stream>>>(w, w_ld, w_es, K, N, x, x_ld, ids, k, kx, y, y_ld); \
+      launch_routed(gemv_dense_id_vec_kernel<DType::T>, grid, dim3(threads), 0, stream, w, w_ld, w_es, K, N, x, \
+                    x_ld, ids, k, kx, y, y_ld);                                                             \
+    else                                                                                                    \
+      launch_routed(gemv_dense_id_scalar_kernel<TAG>, grid, dim3(threads), 0, stream, w, w_ld, w_es, K, N, x,   \
+                    x_ld, ids, k, kx, y, y_ld);                                                             \
     break;
     TANDEM_GEMV_ID(F32, F32Tag)
     TANDEM_GEMV_ID(F16, F16Tag)
