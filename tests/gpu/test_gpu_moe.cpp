@@ -233,6 +233,49 @@ TEST_F(GpuMoe, TensorCoreGroupedGemmMatchesARoundedReference) {
   }
 }
 
+// The pipelined grouped GEMM (moe_gemm_pipelined.cu, TANDEM_MOE_PIPELINE) computes the register-staged kernel's
+// sums in the same order from the same 16-bit operands: bit for bit its result, in one launch (counted), on
+// F16/BF16 experts with shared and per-slot inputs; K of one step, of as many steps as the pipeline's prologue
+// (3) and of 16; N past a 128-feature tile; experts with more than 32 rows (expert 0: every token, 5 chunks)
+// and with fewer than 16 (the warps of rows 16..31 idle). And close to the CPU.
+TEST_F(GpuMoe, PipelinedGroupedGemmEqualsTheRegisterStagedOne) {
+  struct Restore {
+    ~Restore() { cuda::set_moe_pipeline(std::nullopt); }
+  } restore;
+  std::string why;
+  std::unique_ptr<KernelProfiler> prof = KernelProfiler::start(&why);
+  ASSERT_NE(prof, nullptr) << why;
+  struct Shape {
+    int64_t K, N;
+  };
+  for (DType dt : {DType::F16, DType::BF16})
+    for (Shape sh : {Shape{512, 200}, Shape{32, 130}, Shape{96, 64}})
+      for (int64_t kx : {int64_t(1), int64_t(8)}) {
+        const int64_t n_expert = 32, k = 8, T = 150;
+        SCOPED_TRACE(std::string(dtype_name(dt)) + " K " + std::to_string(sh.K) + " N " + std::to_string(sh.N) +
+                     " kx " + std::to_string(kx));
+        std::mt19937 rng(uint32_t(sh.K + sh.N + kx));
+        std::vector<float> wd;
+        const std::vector<uint8_t> wb = random_weights(dt, sh.K, sh.N * n_expert, rng, wd);
+        Pair W = make(dt, {sh.K, sh.N, n_expert}, wb.data());
+        Pair x = make_f32({sh.K, kx, T}, random_floats(size_t(sh.K * kx * T), rng));
+        Pair ids = make(DType::I32, {k, T}, random_ids(k, T, n_expert, rng).data());
+        Pair y[2] = {make_out(DType::F32, {sh.N, k, T}), make_out(DType::F32, {sh.N, k, T})};
+        cuda::set_moe_pipeline(false);
+        gops().matmul_id(gs(), W.dev, x.dev, ids.dev, y[0].dev);
+        cuda::set_moe_pipeline(true);
+        const int64_t launches = launches_of(*gpu_, *prof, "moe_gemm_pipelined", [&] {
+          gops().matmul_id(gs(), W.dev, x.dev, ids.dev, y[1].dev);
+        });
+        EXPECT_EQ(launches, 1);
+        cops().matmul_id(cs(), W.cpu, x.cpu, ids.cpu, y[0].cpu);
+        gs().synchronize();
+        const std::vector<float> got = download_f32(y[1]);
+        EXPECT_EQ(got, download_f32(y[0])) << "pipelined vs register-staged";
+        EXPECT_LE(rel_l2(got, host_f32(y[0])), dt == DType::F16 ? 2e-3 : 1e-2) << "vs the CPU";
+      }
+}
+
 TEST_F(GpuMoe, CombineMatchesTheCpu) {
   std::mt19937 rng(5);
   const int64_t n = 300, k = 8, T = 9;

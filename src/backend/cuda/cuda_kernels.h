@@ -208,6 +208,14 @@ void launch_moe_group(const int32_t* ids, int64_t n_slots, int64_t n_expert, int
                       int32_t* sorted, cudaStream_t stream);
 void launch_moe_gemm_tc(const Tensor& W, const Tensor& x, const int32_t* offsets, const int32_t* sorted,
                         const Tensor& y, cudaStream_t stream);
+// The same product for F16/BF16 weights with the tiles streamed by cp.async in a four-stage pipeline
+// (moe_gemm_pipelined.cu; TANDEM_MOE_PIPELINE=1): bit for bit launch_moe_gemm_tc's result.
+// moe_gemm_pipelined_supports: 16-bit weights, K % 32 == 0, 16-byte aligned rows of W and of the f32 x.
+bool moe_gemm_pipelined_supports(const Tensor& W, const Tensor& x);
+void launch_moe_gemm_pipelined(const Tensor& W, const Tensor& x, const int32_t* offsets, const int32_t* sorted,
+                               const Tensor& y, cudaStream_t stream);
+// Tests: forces TANDEM_MOE_PIPELINE (nullopt: back to the environment).
+void set_moe_pipeline(std::optional<bool> on);
 // Ops::matmul_id for few routed rows: one matrix-vector product per routed row (slot s = j + k t) over only
 // the selected expert's rows: W + ids[s] * w_es. x column of slot s: (s / k) * kx + (kx == 1 ? 0 : s % k);
 // y column s at y + s * y_ld (y dense). Quantized: x columns quantized by launch_quantize_q8 into scratch.

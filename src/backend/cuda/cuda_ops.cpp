@@ -82,6 +82,10 @@ bool row_fusion_off() {
   return fused_disabled() || !g_row_fusion.on();
 }
 
+// TANDEM_MOE_PIPELINE=1: matmul_id's grouped GEMM for F16/BF16 experts streams its tiles with cp.async in four
+// stages (moe_gemm_pipelined.cu). Off by default until a GPU run has checked and timed it (twelfth session).
+EnvSwitch g_moe_pipeline{"TANDEM_MOE_PIPELINE", false};
+
 // TANDEM_NO_NORM_FUSION=1: the norm as its own launch before the fused product (to compare or to bisect).
 EnvSwitch g_no_norm_fusion{"TANDEM_NO_NORM_FUSION", false};
 bool norm_fusion_disabled() {
@@ -1007,10 +1011,18 @@ void CudaOps::matmul_id(Stream& s, const Tensor& W, const Tensor& x, const Tenso
     int32_t* offsets = reinterpret_cast<int32_t*>(region(regions_.moe));
     int32_t* sorted = reinterpret_cast<int32_t*>(region(regions_.moe + kMoeOffsetsBytes));
     launch_moe_group(id, n_slots, W.ne[2], offsets, sorted, st);
-    launch_moe_gemm_tc(W, x, offsets, sorted, y, st);
+    if (g_moe_pipeline.on() && moe_gemm_pipelined_supports(W, x)) {
+      launch_moe_gemm_pipelined(W, x, offsets, sorted, y, st);
+    } else {
+      launch_moe_gemm_tc(W, x, offsets, sorted, y, st);
+    }
     return;
   }
   launch_moe_gemm(W, x, id, y, st);
+}
+
+void set_moe_pipeline(std::optional<bool> on) {
+  g_moe_pipeline.set(on);
 }
 
 namespace {
