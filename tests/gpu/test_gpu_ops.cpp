@@ -7,6 +7,7 @@
 // to 4096, where an ulp of theta is ~5e-4 rad... both compute theta with the same float operations, so only
 // sin/cos differ).
 #include <algorithm>
+#include <cmath>
 
 #include "gpu_test_util.h"
 
@@ -120,6 +121,29 @@ TEST_F(GpuOps, GatedActivationsAndElementwise) {
   gops().add(gs(), av, b.dev, av);
   cops().add(cs(), ac, b.cpu, ac);
   EXPECT_EQ(download_f32(a), host_f32(a));
+}
+
+// Softmax of long rows (canvas self-conditioning: rows of the vocabulary): 262144 values (16-byte path, in place
+// as DeviceSelfCond calls it, logits spread like a peaky model's), 20001 (not a multiple of 4: the scalar path),
+// and a row with -inf entries (masked logits). With TANDEM_WIDE_ROWS=1 (scripts/device/switches.sh) these take
+// softmax_long_kernel, otherwise softmax_kernel: both within rounding of the CPU.
+TEST_F(GpuOps, SoftmaxOfLongRows) {
+  std::mt19937 rng(606);
+  for (int64_t n : {int64_t(262144), int64_t(20001)}) {
+    SCOPED_TRACE("n " + std::to_string(n));
+    const int64_t rows = 3;
+    std::vector<float> v = random_floats(size_t(n * rows), rng, -12.0f, 12.0f);
+    for (int64_t i = 0; i < n; i += 7) v[size_t(n + i)] = -INFINITY;  // row 1: every seventh value masked
+    Pair a = make_f32({n, rows}, v);
+    Pair out = make_f32({n, rows}, std::vector<float>(size_t(n * rows), 0.0f));
+    gops().softmax_rows(gs(), a.dev, out.dev);
+    cops().softmax_rows(cs(), a.cpu, out.cpu);
+    const std::vector<float> got = download_f32(out);
+    EXPECT_LT(rel_l2(got, host_f32(out)), 1e-5);
+    for (int64_t i = 0; i < n; i += 7) ASSERT_EQ(got[size_t(n + i)], 0.0f) << i;
+    gops().softmax_rows(gs(), a.dev, a.dev);  // in place
+    EXPECT_LT(rel_l2(download_f32(a), host_f32(out)), 1e-5);
+  }
 }
 
 TEST_F(GpuOps, GetRowsEveryDtype) {

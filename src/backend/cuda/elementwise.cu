@@ -176,6 +176,80 @@ __global__ void softmax_kernel(RowView x, RowView out) {
   for (int64_t i = threadIdx.x; i < x.ne0; i += blockDim.x) po[i] = expf(px[i] - m) * inv;
 }
 
+// ---- softmax of long rows (ne0 >= kLongSoftmaxMin, TANDEM_WIDE_ROWS): one 1024-thread block per row, two passes
+// instead of three. Canvas self-conditioning takes softmax over 256 rows of 262144 logits a denoising step: the
+// kernel above walked each 1 MB row three times with one 4-byte load in flight a thread, 256 threads a row
+// (1.3 ms a step on an H100, tenth session's profile). Here pass 1 keeps each thread's running maximum and its
+// sum of exponentials rescaled to it (online softmax; 16-byte loads when the rows allow), the block combines the
+// pairs, and pass 2 writes exp(x - m) / sum. Sums in another order than softmax_kernel: equal within rounding.
+constexpr int64_t kLongSoftmaxMin = 8192;
+constexpr int kLongSoftmaxThreads = 1024;
+
+struct MaxSum {
+  float m, s;  // running maximum, sum of exp(x - m)
+};
+__device__ __forceinline__ MaxSum max_sum_add(MaxSum a, float x) {
+  if (x > a.m) {
+    a.s = a.s * expf(a.m - x) + 1.0f;  // expf(-inf) = 0 for the first finite value
+    a.m = x;
+  } else {
+    a.s += expf(x - a.m);  // (the caller skips -inf values: they add nothing, and -inf - -inf is NaN)
+  }
+  return a;
+}
+__device__ __forceinline__ MaxSum max_sum_merge(MaxSum a, MaxSum b) {
+  const float m = fmaxf(a.m, b.m);
+  if (m == -INFINITY) return {m, 0.0f};
+  return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
+}
+
+__global__ void __launch_bounds__(kLongSoftmaxThreads) softmax_long_kernel(RowView x, RowView out, bool vec4) {
+  __shared__ MaxSum part[kLongSoftmaxThreads / kWarpSize];
+  const int64_t r = blockIdx.x;
+  const float* px = x.row_as<const float>(r);
+  float* po = out.row_as<float>(r);
+  MaxSum acc{-INFINITY, 0.0f};
+  auto add = [&](float v) {
+    if (v != -INFINITY) acc = max_sum_add(acc, v);
+  };
+  const int64_t n4 = vec4 ? x.ne0 / 4 : 0;
+  const float4* px4 = reinterpret_cast<const float4*>(px);
+  for (int64_t i = threadIdx.x; i < n4; i += blockDim.x) {
+    const float4 v = px4[i];
+    add(v.x);
+    add(v.y);
+    add(v.z);
+    add(v.w);
+  }
+  for (int64_t i = 4 * n4 + threadIdx.x; i < x.ne0; i += blockDim.x) add(px[i]);
+  // Combine: within each warp, then the warps' pairs in warp 0; every thread reads the result.
+  for (int o = kWarpSize / 2; o > 0; o /= 2) {
+    const MaxSum b{__shfl_xor_sync(0xffffffffu, acc.m, o), __shfl_xor_sync(0xffffffffu, acc.s, o)};
+    acc = max_sum_merge(acc, b);
+  }
+  const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
+  if (lane == 0) part[warp] = acc;
+  __syncthreads();
+  if (warp == 0) {
+    const int n_warps = blockDim.x / kWarpSize;
+    acc = lane < n_warps ? part[lane] : MaxSum{-INFINITY, 0.0f};
+    for (int o = kWarpSize / 2; o > 0; o /= 2) {
+      const MaxSum b{__shfl_xor_sync(0xffffffffu, acc.m, o), __shfl_xor_sync(0xffffffffu, acc.s, o)};
+      acc = max_sum_merge(acc, b);
+    }
+    if (lane == 0) part[0] = acc;
+  }
+  __syncthreads();
+  const float m = part[0].m, inv = 1.0f / part[0].s;
+  // x may alias out: every thread reads its own elements before writing them, and pass 1 ended at the barrier.
+  float4* po4 = reinterpret_cast<float4*>(po);
+  for (int64_t i = threadIdx.x; i < n4; i += blockDim.x) {
+    const float4 v = px4[i];
+    po4[i] = make_float4(expf(v.x - m) * inv, expf(v.y - m) * inv, expf(v.z - m) * inv, expf(v.w - m) * inv);
+  }
+  for (int64_t i = 4 * n4 + threadIdx.x; i < x.ne0; i += blockDim.x) po[i] = expf(px[i] - m) * inv;
+}
+
 // ---- copies -----------------------------------------------------------------------------------------------
 template <class Src, class Dst>
 __global__ void convert_kernel(RowView src, RowView dst) {
@@ -408,7 +482,17 @@ void launch_unary(UnaryKind kind, const Tensor& x, float value, const Tensor& ou
 void launch_softmax_rows(const Tensor& x, const Tensor& out, cudaStream_t stream) {
   const RowView xv = row_view(x), ov = row_view(out);
   if (xv.n_rows() == 0 || xv.ne0 == 0) return;
-  softmax_kernel<<<unsigned(xv.n_rows()), threads_for_row(xv.ne0), 0, stream>>>(xv, ov);
+  if (g_wide_rows.on() && xv.ne0 >= kLongSoftmaxMin) {
+    // 16-byte loads and stores when every row of both starts 16-byte aligned (row strides included).
+    auto rows16 = [](const Tensor& t) {
+      return reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && t.nb[1] % 16 == 0 && t.nb[2] % 16 == 0 &&
+             t.nb[3] % 16 == 0;
+    };
+    const bool vec4 = xv.ne0 % 4 == 0 && rows16(x) && rows16(out);
+    softmax_long_kernel<<<unsigned(xv.n_rows()), kLongSoftmaxThreads, 0, stream>>>(xv, ov, vec4);
+  } else {
+    softmax_kernel<<<unsigned(xv.n_rows()), threads_for_row(xv.ne0), 0, stream>>>(xv, ov);
+  }
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
