@@ -75,6 +75,7 @@ void Ops::qk_norm_rope_store(Stream& s, const Tensor& q, const Tensor& k, const 
 
 void Ops::norm_residual_add(Stream& s, const Tensor& x, const Tensor& y, const Tensor& w, float eps,
                             float out_scale) {
+  check(x.data != y.data, "norm_residual_add: x and y must not alias");
   rms_norm(s, y, &w, eps, y);
   add(s, x, y, x);
   if (out_scale != 1.0f) scale(s, x, out_scale, x);
@@ -85,11 +86,13 @@ void Ops::moe_residual_add(Stream& s, const Tensor& x, const Tensor& dense, cons
                            const Tensor& w_out, float eps, float out_scale) {
   check((expert_out == nullptr) == (weights == nullptr),
         "moe_residual_add: give both the experts' outputs and their weights, or neither");
+  check(x.data != dense.data && x.data != moe.data && dense.data != moe.data,
+        "moe_residual_add: x, dense and moe must not alias");
   if (expert_out) moe_combine(s, *expert_out, *weights, moe);
   rms_norm(s, dense, &w_dense, eps, dense);
   rms_norm(s, moe, &w_moe, eps, moe);
   add(s, dense, moe, dense);
-  norm_residual_add(s, x, dense, w_out, eps, out_scale);
+  Ops::norm_residual_add(s, x, dense, w_out, eps, out_scale);  // the composition all the way down
 }
 
 void Ops::matmul_id_geglu(Stream& s, const Tensor& W_gate, const Tensor& W_up, const Tensor& x, const Tensor& ids,

@@ -25,6 +25,9 @@ class GpuDecodeFusion : public GpuTest {
 };
 
 TEST_F(GpuDecodeFusion, QkNormRopeStoreMatchesTheOpsOneAtATime) {
+  std::string why;
+  std::unique_ptr<KernelProfiler> prof = KernelProfiler::start(&why);
+  ASSERT_NE(prof, nullptr) << why;
   uint32_t seed = 7;
   const int64_t hd = 72, n_head = 6, n_kv = 3, bs = 4, n_blocks = 5;
   for (DType ct : {DType::F32, DType::F16, DType::BF16})
@@ -63,8 +66,12 @@ TEST_F(GpuDecodeFusion, QkNormRopeStoreMatchesTheOpsOneAtATime) {
           rp.freq_factors = norms ? nullptr : &FF.dev;
           const Tensor* qnp = norms ? &QN.dev : nullptr;
           const Tensor* knp = norms ? &KN.dev : nullptr;
-          gops().qk_norm_rope_store(gs(), Q[0].dev, K[0].dev, V[0].dev, qnp, knp, norm_v, 1e-6f, P.dev, rp,
-                                    KvLayerView{KC[0].dev, VC[0].dev, int(bs)}, S.dev);
+          // One launch of the fused kernel (so the bitwise comparison below is not the composition with itself).
+          EXPECT_EQ(launches_of(*gpu_, *prof, "attn_inputs_kernel", [&] {
+                      gops().qk_norm_rope_store(gs(), Q[0].dev, K[0].dev, V[0].dev, qnp, knp, norm_v, 1e-6f, P.dev,
+                                                rp, KvLayerView{KC[0].dev, VC[0].dev, int(bs)}, S.dev);
+                    }),
+                    1);
           gops().Ops::qk_norm_rope_store(gs(), Q[1].dev, K[1].dev, V[1].dev, qnp, knp, norm_v, 1e-6f, P.dev, rp,
                                          KvLayerView{KC[1].dev, VC[1].dev, int(bs)}, S.dev);
           gs().synchronize();

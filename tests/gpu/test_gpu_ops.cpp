@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/cuda/cuda_kernels.h"
 #include "gpu_test_util.h"
 
 namespace tandem::gpu_test {
@@ -125,12 +126,17 @@ TEST_F(GpuOps, GatedActivationsAndElementwise) {
 
 // Softmax of long rows (canvas self-conditioning: rows of the vocabulary): 262144 values (16-byte path, in place
 // as DeviceSelfCond calls it, logits spread like a peaky model's), 20001 (not a multiple of 4: the scalar path),
-// and a row with -inf entries (masked logits). With TANDEM_WIDE_ROWS=1 (scripts/device/switches.sh) these take
-// softmax_long_kernel, otherwise softmax_kernel: both within rounding of the CPU.
+// and a row with -inf entries (masked logits); with TANDEM_WIDE_ROWS on (softmax_long_kernel) and off
+// (softmax_kernel): both within rounding of the CPU.
 TEST_F(GpuOps, SoftmaxOfLongRows) {
+  struct Restore {
+    ~Restore() { cuda::set_wide_rows(std::nullopt); }
+  } restore;
   std::mt19937 rng(606);
+  for (bool wide : {false, true})
   for (int64_t n : {int64_t(262144), int64_t(20001)}) {
-    SCOPED_TRACE("n " + std::to_string(n));
+    cuda::set_wide_rows(wide);
+    SCOPED_TRACE("n " + std::to_string(n) + (wide ? " wide" : ""));
     const int64_t rows = 3;
     std::vector<float> v = random_floats(size_t(n * rows), rng, -12.0f, 12.0f);
     for (int64_t i = 0; i < n; i += 7) v[size_t(n + i)] = -INFINITY;  // row 1: every seventh value masked
@@ -143,6 +149,35 @@ TEST_F(GpuOps, SoftmaxOfLongRows) {
     for (int64_t i = 0; i < n; i += 7) ASSERT_EQ(got[size_t(n + i)], 0.0f) << i;
     gops().softmax_rows(gs(), a.dev, a.dev);  // in place
     EXPECT_LT(rel_l2(download_f32(a), host_f32(out)), 1e-5);
+  }
+}
+
+// The row kernels with more rows than a grid's y dimension takes (65535) and with several blocks a row
+// (TANDEM_WIDE_ROWS): add, scale and rms_norm (decode-sized rows over many blocks; many rows over one block
+// each) equal the CPU, on and off.
+TEST_F(GpuOps, RowKernelsPastTheGridLimitAndWide) {
+  struct Restore {
+    ~Restore() { cuda::set_wide_rows(std::nullopt); }
+  } restore;
+  std::mt19937 rng(707);
+  for (bool wide : {false, true}) {
+    cuda::set_wide_rows(wide);
+    for (auto [n, rows] : {std::pair<int64_t, int64_t>{8, 70000}, {1024, 70000}, {4096, 2}, {262144, 1}}) {
+      SCOPED_TRACE(std::to_string(n) + " x " + std::to_string(rows) + (wide ? " wide" : ""));
+      Pair a = make_f32({n, rows}, random_floats(size_t(n * rows), rng, -3, 3));
+      Pair b = make_f32({n, rows}, random_floats(size_t(n * rows), rng));
+      Pair w = make_f32({n}, random_floats(size_t(n), rng));
+      Pair out = make_out(DType::F32, {n, rows});
+      gops().add(gs(), a.dev, b.dev, out.dev);
+      cops().add(cs(), a.cpu, b.cpu, out.cpu);
+      EXPECT_EQ(download_f32(out), host_f32(out)) << "add";
+      gops().scale(gs(), a.dev, 0.37f, out.dev);
+      cops().scale(cs(), a.cpu, 0.37f, out.cpu);
+      EXPECT_EQ(download_f32(out), host_f32(out)) << "scale";
+      gops().rms_norm(gs(), a.dev, &w.dev, 1e-6f, out.dev);
+      cops().rms_norm(cs(), a.cpu, &w.cpu, 1e-6f, out.cpu);
+      EXPECT_LT(rel_l2(download_f32(out), host_f32(out)), 1e-5) << "rms_norm";
+    }
   }
 }
 

@@ -11,12 +11,12 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <mutex>
 #include <type_traits>
 
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/kernel_smem.h"
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "core/env_switch.h"
@@ -404,11 +404,7 @@ void launch_split(const AttentionArgs& a, const DecodeShape& sh, int gqa, float*
                                      : 0;
   const size_t smem = size_t(gqa) * size_t(sh.hd_k) * 4 + size_t(gqa) * size_t(sh.split_len) * 4 +
                       red_floats * 4 + size_t(sh.split_len) * 8;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(attention_split_kernel<KTag, VTag, G>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024));
-  });
+  allow_dynamic_smem(attention_split_kernel<KTag, VTag, G>, 160 * 1024);  // kernel_smem.h: per device
   check(smem <= 160 * 1024, "CUDA attention: too many query heads per KV head for the decode kernel");
   const dim3 grid(unsigned(sh.n_splits), unsigned(sh.n_kv_head), unsigned(a.q.ne[2]));
   const bool k_vec = sh.hd_k % 8 == 0 && (reinterpret_cast<uintptr_t>(a.kv.k.data) & 15) == 0 &&

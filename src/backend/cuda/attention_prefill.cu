@@ -15,11 +15,11 @@
 #include <mma.h>
 
 #include <climits>
-#include <mutex>
 
 #include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/kernel_smem.h"
 #include "backend/cuda/device_utils.cuh"
 #include "core/env_switch.h"
 
@@ -264,12 +264,7 @@ template <class T16, int kBM, int kBN>
 void launch_tiles(const AttentionArgs& a, cudaStream_t stream, int max_hd) {
   const int hd = int(a.q.ne[0]);
   const Layout L = make_layout<kBM, kBN>(hd);
-  static std::once_flag once;
-  std::call_once(once, [max_hd] {
-    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(flash_prefill_kernel<T16, kBM, kBN>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           int(make_layout<kBM, kBN>(max_hd).bytes)));
-  });
+  allow_dynamic_smem(flash_prefill_kernel<T16, kBM, kBN>, int(make_layout<kBM, kBN>(max_hd).bytes));  // per device
   const int64_t T = a.q.ne[2], n_head = a.q.ne[1];
   const int gqa = int(n_head / a.kv.k.ne[1]);
   const dim3 grid(unsigned((T + kBM - 1) / kBM), unsigned(n_head));

@@ -216,6 +216,8 @@ void launch_moe_gemm_pipelined(const Tensor& W, const Tensor& x, const int32_t* 
                                const Tensor& y, cudaStream_t stream);
 // Tests: forces TANDEM_MOE_PIPELINE (nullopt: back to the environment).
 void set_moe_pipeline(std::optional<bool> on);
+// Tests: forces TANDEM_WIDE_ROWS (elementwise.cu; nullopt: back to the environment).
+void set_wide_rows(std::optional<bool> on);
 // Ops::matmul_id for few routed rows: one matrix-vector product per routed row (slot s = j + k t) over only
 // the selected expert's rows: W + ids[s] * w_es. x column of slot s: (s / k) * kx + (kx == 1 ? 0 : s % k);
 // y column s at y + s * y_ld (y dense). Quantized: x columns quantized by launch_quantize_q8 into scratch.

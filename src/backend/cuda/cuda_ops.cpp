@@ -577,6 +577,7 @@ void CudaOps::norm_residual_add(Stream& s, const Tensor& x, const Tensor& y, con
   check_row_vector(op, "w", w, x.ne[0], index_);
   check_eps(op, eps);
   check(std::isfinite(out_scale), "norm_residual_add: out_scale must be finite");
+  check(x.data != y.data, "norm_residual_add: x and y must not alias");
   if (row_fusion_off()) return Ops::norm_residual_add(s, x, y, w, eps, out_scale);
   DeviceGuard g(index_);
   launch_post_norm_residual(x, y, nullptr, nullptr, nullptr, nullptr, nullptr, static_cast<const float*>(w.data),
@@ -600,6 +601,8 @@ void CudaOps::moe_residual_add(Stream& s, const Tensor& x, const Tensor& dense, 
   check_row_vector(op, "w_out", w_out, x.ne[0], index_);
   check_eps(op, eps);
   check(std::isfinite(out_scale), "moe_residual_add: out_scale must be finite");
+  check(x.data != dense.data && x.data != moe.data && dense.data != moe.data,
+        "moe_residual_add: x, dense and moe must not alias");
   if (row_fusion_off())
     return Ops::moe_residual_add(s, x, dense, w_dense, expert_out, weights, moe, w_moe, w_out, eps, out_scale);
   DeviceGuard g(index_);

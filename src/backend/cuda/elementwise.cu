@@ -24,10 +24,14 @@ int threads_for_row(int64_t ne0) {
   return int(std::min<int64_t>(kRowThreads, ((ne0 + 31) / 32) * 32));
 }
 
-// TANDEM_WIDE_ROWS=1: long rows spread over several blocks (RowGrid below, rms_norm_block_kernel). Off by
-// default until a GPU run has checked it (written in the tenth session after its device time was spent; the
-// per-element arithmetic is unchanged, so results are bitwise the same either way).
+// TANDEM_WIDE_ROWS=1: long rows spread over several blocks (row_grid below, rms_norm_block_kernel), and long
+// softmax rows to softmax_long_kernel. Off by default until a GPU run has checked it (written in the tenth and
+// twelfth sessions without a GPU). The elementwise and rms_norm arithmetic is unchanged, so those results are
+// bitwise the same either way; softmax_long_kernel sums in another order (equal within rounding).
 EnvSwitch g_wide_rows{"TANDEM_WIDE_ROWS", false};
+// rms_norm rows go over several blocks only when there are few of them (decode): every block of a row sums the
+// whole row's squares, so many rows x many blocks would multiply the bytes read.
+constexpr int64_t kWideNormMaxRows = 64;
 
 // The grid of an elementwise launch over rows of ne0 values: (column blocks, rows), a block of `threads`
 // covering columns in steps of the grid's width; a column block per ~4 values a thread when wide_rows.
@@ -398,6 +402,10 @@ __global__ void embed_rows_quant_kernel(const char* table, size_t row_stride, co
 
 }  // namespace
 
+void set_wide_rows(std::optional<bool> on) {
+  g_wide_rows.set(on);
+}
+
 void launch_rms_norm(const Tensor& x, const float* weight, float eps, const Tensor& out,
                      cudaStream_t stream) {
   const RowView xv = row_view(x), ov = row_view(out);
@@ -407,7 +415,7 @@ void launch_rms_norm(const Tensor& x, const float* weight, float eps, const Tens
   if (xv.ne0 >= kBlockNormMin) {
     // Several blocks a row only when out does not alias x (a block would overwrite values another still sums).
     const bool aliased = x.data == out.data;
-    const unsigned cols = g_wide_rows.on() && !aliased
+    const unsigned cols = g_wide_rows.on() && !aliased && rows <= kWideNormMaxRows
                               ? unsigned((xv.ne0 + 4 * kBlockNormThreads - 1) / (4 * kBlockNormThreads))
                               : 1u;
     launch_pdl(rms_norm_block_kernel, dim3(cols, unsigned(std::min<int64_t>(rows, 65535))), dim3(kBlockNormThreads), 0,

@@ -9,12 +9,12 @@
 
 #include <atomic>
 #include <cstdlib>
-#include <mutex>
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
 #include "core/env_switch.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/kernel_smem.h"
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/gemv_dense_vec.cuh"
 #include "backend/cuda/gemv_quant_decode.cuh"
@@ -348,11 +348,7 @@ template <DType QT>
 void launch_quant_id(const char* W, size_t w_ld, size_t w_es, int64_t K, int64_t N, const void* scratch,
                      const int32_t* ids, int64_t n_slots, int k, int kx, float* y, int64_t y_ld,
                      cudaStream_t stream) {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(gemv_quant_id_kernel<QT>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
-  });
+  allow_dynamic_smem(gemv_quant_id_kernel<QT>, kMaxSmem);  // kernel_smem.h: per device
   const size_t row_bytes = dtype_row_bytes(QT, K);
   const size_t pitch = row_pitch(row_bytes);
   const QuantColumns x = quant_columns(scratch, K, n_slots, k, kx);

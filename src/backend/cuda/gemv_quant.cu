@@ -13,10 +13,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <mutex>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/kernel_smem.h"
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/gemv_quant_decode.cuh"
 #include "backend/cuda/pdl.cuh"
@@ -243,11 +243,7 @@ size_t row_pitch(size_t row_bytes) {
 template <DType QT, int NC, GemvEpilogue EPI>
 void launch_one(const GemvArgs& a, size_t row_bytes, const int8_t* xq, const float2* xds,
                 cudaStream_t stream) {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(gemv_quant_kernel<QT, NC, EPI>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
-  });
+  allow_dynamic_smem(gemv_quant_kernel<QT, NC, EPI>, kMaxSmem);  // kernel_smem.h: per device
   constexpr int per = outs_per_block<EPI>();
   int64_t units = 0;
   const int n = kIsGlu<EPI> ? 1 : a.n_seg;

@@ -17,10 +17,10 @@
 // Rows past N and routed rows past the count are zero-filled (cp.async with source size 0).
 #include <cuda_runtime.h>
 
-#include <mutex>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/kernel_smem.h"
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/mma_m16n8k16.cuh"
 
@@ -176,11 +176,7 @@ __global__ void __launch_bounds__(kThreads) moe_gemm_pipelined_kernel(PipeArgs a
 
 template <DType WT>
 void launch(const PipeArgs& a, int64_t n_expert, cudaStream_t stream) {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    TANDEM_CUDA_CHECK(cudaFuncSetAttribute(moe_gemm_pipelined_kernel<WT>,
-                                           cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes)));
-  });
+  allow_dynamic_smem(moe_gemm_pipelined_kernel<WT>, int(kSmemBytes));  // kernel_smem.h: per device
   const dim3 grid(unsigned((a.N + kBN - 1) / kBN), unsigned(n_expert));
   moe_gemm_pipelined_kernel<WT><<<grid, kThreads, kSmemBytes, stream>>>(a);
   TANDEM_CUDA_CHECK_LAUNCH();
