@@ -29,9 +29,10 @@ namespace {
 
 enum class ScPath { Off, Host, Device };
 
-// TANDEM_CANVAS_KV_F16=1: CanvasOptions::kv_type unset picks F16 on a GPU for weights that are not F32 (below).
-// Off by default until a GPU run has measured it against the F32 store (the eleventh session had no GPU).
-EnvSwitch g_canvas_kv_f16{"TANDEM_CANVAS_KV_F16", false};
+// TANDEM_CANVAS_KV_F16 (on; =0 keeps F32): CanvasOptions::kv_type unset picks F16 on a GPU for weights that are
+// not F32 (below), so DECODE's canvas rows take the tensor-core attention. On since the twelfth session's GPU run
+// (H100, 26B-A4B shape at 6 layers, bf16: 22.5 -> 13.6 ms a denoising step with the switches of that run).
+EnvSwitch g_canvas_kv_f16{"TANDEM_CANVAS_KV_F16", true};
 
 // CanvasOptions::kv_type unset: F32 as the reference keeps it, unless (TANDEM_CANVAS_KV_F16) the first layer's
 // query weights are not F32 and the model runs on a GPU: there an F16 store lets the canvas rows' attention take

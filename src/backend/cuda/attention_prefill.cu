@@ -31,9 +31,9 @@ using namespace nvcuda;
 // Tile shapes: BM query rows per block (one warp per 16), BN cache positions per tile (a multiple of 32).
 constexpr int kWideHeadDim = 256;  // head dims up to this: 64 x 64 tiles; above (up to kMaxHeadDim): 32 x 32
 constexpr int kMaxHeadDim = 512;
-// TANDEM_FLASH_HD512=1: head dims 257..512 take this kernel (32 x 32 tiles). Off by default until a GPU run has
-// checked it (written in the eleventh session, which had no GPU): off, they go to the split-K decode kernel.
-EnvSwitch g_flash_hd512{"TANDEM_FLASH_HD512", false};
+// TANDEM_FLASH_HD512 (on; =0 turns it off): head dims 257..512 take this kernel (32 x 32 tiles); off, they go to
+// the split-K decode kernel. On since its GPU tests passed (twelfth session, H100).
+EnvSwitch g_flash_hd512{"TANDEM_FLASH_HD512", true};
 
 struct Layout {  // element strides and byte offsets of the shared-memory regions
   int ldq, ldk, lds, ldp, ldo;

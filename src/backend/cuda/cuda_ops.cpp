@@ -75,16 +75,16 @@ bool fused_disabled() {
 }
 
 // TANDEM_ROW_FUSION=1: gemma4's fused row-norm kernels (post_norm.cu: norm_residual_add, moe_residual_add,
-// moe_input_norms; attn_inputs.cu: qk_norm_rope_store's V norm). Off by default until a GPU run has checked
-// them (written in the eleventh session, which had no GPU): off, those ops run as their compositions.
-EnvSwitch g_row_fusion{"TANDEM_ROW_FUSION", false};
+// moe_input_norms; attn_inputs.cu: qk_norm_rope_store's V norm). On since their GPU tests passed (twelfth
+// session, H100); =0: those ops run as their compositions.
+EnvSwitch g_row_fusion{"TANDEM_ROW_FUSION", true};
 bool row_fusion_off() {
   return fused_disabled() || !g_row_fusion.on();
 }
 
 // TANDEM_MOE_PIPELINE=1: matmul_id's grouped GEMM for F16/BF16 experts streams its tiles with cp.async in four
-// stages (moe_gemm_pipelined.cu). Off by default until a GPU run has checked and timed it (twelfth session).
-EnvSwitch g_moe_pipeline{"TANDEM_MOE_PIPELINE", false};
+// stages (moe_gemm_pipelined.cu). On since its GPU test passed (twelfth session, H100); =0 keeps moe_gemm_tc.cu.
+EnvSwitch g_moe_pipeline{"TANDEM_MOE_PIPELINE", true};
 
 // TANDEM_NO_NORM_FUSION=1: the norm as its own launch before the fused product (to compare or to bisect).
 EnvSwitch g_no_norm_fusion{"TANDEM_NO_NORM_FUSION", false};
@@ -398,8 +398,8 @@ void CudaOps::norm_matmul_swiglu(Stream& s, const Tensor& x, const Tensor& norm,
 
 namespace {
 // TANDEM_GEGLU_EPILOGUE=1: norm_matmul_geglu as one fused product with the GeGlu epilogue (gemma4's dense FFN at
-// decode). Off by default until a GPU run has checked it (written in the eleventh session, which had no GPU).
-EnvSwitch g_geglu_epilogue{"TANDEM_GEGLU_EPILOGUE", false};
+// decode). On since its GPU test passed (twelfth session, H100); =0 turns it off.
+EnvSwitch g_geglu_epilogue{"TANDEM_GEGLU_EPILOGUE", true};
 }  // namespace
 
 void set_geglu_epilogue(std::optional<bool> on) {
@@ -1030,8 +1030,8 @@ void set_moe_pipeline(std::optional<bool> on) {
 
 namespace {
 // TANDEM_ID_GEGLU=1: matmul_id_geglu's gate and up products and the GELU in one launch at decode (gemv_id.cu).
-// Off by default until a GPU run has checked it (written in the eleventh session, which had no GPU).
-EnvSwitch g_id_geglu{"TANDEM_ID_GEGLU", false};
+// On since its GPU test passed (twelfth session, H100); =0 turns it off.
+EnvSwitch g_id_geglu{"TANDEM_ID_GEGLU", true};
 }  // namespace
 
 void set_id_geglu(std::optional<bool> on) {

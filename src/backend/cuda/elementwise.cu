@@ -25,10 +25,10 @@ int threads_for_row(int64_t ne0) {
 }
 
 // TANDEM_WIDE_ROWS=1: long rows spread over several blocks (row_grid below, rms_norm_block_kernel), and long
-// softmax rows to softmax_long_kernel. Off by default until a GPU run has checked it (written in the tenth and
-// twelfth sessions without a GPU). The elementwise and rms_norm arithmetic is unchanged, so those results are
+// softmax rows to softmax_long_kernel. On since its GPU tests passed (twelfth session, H100); =0 turns it
+// off. The elementwise and rms_norm arithmetic is unchanged, so those results are
 // bitwise the same either way; softmax_long_kernel sums in another order (equal within rounding).
-EnvSwitch g_wide_rows{"TANDEM_WIDE_ROWS", false};
+EnvSwitch g_wide_rows{"TANDEM_WIDE_ROWS", true};
 // rms_norm rows go over several blocks only when there are few of them (decode): every block of a row sums the
 // whole row's squares, so many rows x many blocks would multiply the bytes read.
 constexpr int64_t kWideNormMaxRows = 64;

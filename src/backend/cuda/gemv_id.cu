@@ -32,9 +32,9 @@ constexpr int kMaxSmem = 200 * 1024;
 // decode products, so each one's launch overlaps the end of the kernel before it (the router, the activation
 // quantization, the previous routed product). Every routed kernel waits (pdl_wait) before its first read of ids,
 // x, xq, xds or y, and reads them with plain loads (no __restrict__, no __ldg: an invariant load may be hoisted
-// above griddepcontrol.wait); in a plain launch both are no-ops. Off by default until a GPU run has checked and
-// measured it (branch of the eleventh session, which had no GPU).
-EnvSwitch g_id_pdl{"TANDEM_ID_PDL", false};
+// above griddepcontrol.wait); in a plain launch both are no-ops. On since its GPU tests passed (twelfth session,
+// H100); =0 launches them plainly.
+EnvSwitch g_id_pdl{"TANDEM_ID_PDL", true};
 
 template <class... KArgs, class... Args>
 void launch_routed(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
