@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# Switches that are off by default until a GPU run checks them (run by scripts/device/run_all.sh; BIN, OUT set):
+# Switches of kernel paths, any set of them on or off (run by scripts/device/run_all.sh; BIN, OUT set):
 # the whole GPU test binary once per set of SWITCH_SETS, side by side on the same GPU. A set is a comma-separated
 # list of VAR=value; sets are separated by spaces. A switch whose run passes everything can become the default.
 # Correctness only: timings here are not for the record.
-#   SWITCH_SETS (default: the switches off by default on main today: the eleventh session's seven, written without
-#   a GPU, in one set; TANDEM_SWIGLU_Q8=1 in another). A failing set: run its switches one set each to bisect.
+#   SWITCH_SETS (default: the twelfth session's eight, on by default since its GPU run, turned off together
+#   (their fallback paths: the ops one at a time, the split-K canvas attention, the register-staged grouped GEMM);
+#   TANDEM_SWIGLU_Q8=1, still off, in another). A failing set: run its switches one set each to bisect.
 # (The ninth session's three, TANDEM_RECORD_SHAPES, TANDEM_ID_DIRECT and TANDEM_PDL, passed here in the tenth
-# and are on by default now.)
+# and are on by default too.)
 set -uo pipefail
 BIN=${BIN:-build-gpu/bin}; OUT=${OUT:-/tmp/switches}; mkdir -p "$OUT"
 FILTER=${SWITCH_FILTER:-*}
-SETS=${SWITCH_SETS:-"TANDEM_WIDE_ROWS=1,TANDEM_ROW_FUSION=1,TANDEM_ID_GEGLU=1,TANDEM_GEGLU_EPILOGUE=1,TANDEM_FLASH_HD512=1,TANDEM_CANVAS_KV_F16=1,TANDEM_ID_PDL=1,TANDEM_MOE_PIPELINE=1 TANDEM_SWIGLU_Q8=1"}
+SETS=${SWITCH_SETS:-"TANDEM_WIDE_ROWS=0,TANDEM_ROW_FUSION=0,TANDEM_ID_GEGLU=0,TANDEM_GEGLU_EPILOGUE=0,TANDEM_FLASH_HD512=0,TANDEM_CANVAS_KV_F16=0,TANDEM_ID_PDL=0,TANDEM_MOE_PIPELINE=0 TANDEM_SWIGLU_Q8=1"}
 pids=(); names=()
 for set in $SETS; do
   name=${set//[=,]/_}
