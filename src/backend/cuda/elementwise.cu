@@ -207,6 +207,12 @@ __device__ __forceinline__ MaxSum max_sum_merge(MaxSum a, MaxSum b) {
   return {m, a.s * expf(a.m - m) + b.s * expf(b.m - m)};
 }
 
+__device__ __forceinline__ MaxSum warp_max_sum(MaxSum a) {  // every lane gets the warp's pair
+  for (int o = kWarpSize / 2; o > 0; o /= 2)
+    a = max_sum_merge(a, MaxSum{__shfl_xor_sync(0xffffffffu, a.m, o), __shfl_xor_sync(0xffffffffu, a.s, o)});
+  return a;
+}
+
 __global__ void __launch_bounds__(kLongSoftmaxThreads) softmax_long_kernel(RowView x, RowView out, bool vec4) {
   __shared__ MaxSum part[kLongSoftmaxThreads / kWarpSize];
   const int64_t r = blockIdx.x;
@@ -227,20 +233,13 @@ __global__ void __launch_bounds__(kLongSoftmaxThreads) softmax_long_kernel(RowVi
   }
   for (int64_t i = 4 * n4 + threadIdx.x; i < x.ne0; i += blockDim.x) add(px[i]);
   // Combine: within each warp, then the warps' pairs in warp 0; every thread reads the result.
-  for (int o = kWarpSize / 2; o > 0; o /= 2) {
-    const MaxSum b{__shfl_xor_sync(0xffffffffu, acc.m, o), __shfl_xor_sync(0xffffffffu, acc.s, o)};
-    acc = max_sum_merge(acc, b);
-  }
+  acc = warp_max_sum(acc);
   const int lane = threadIdx.x % kWarpSize, warp = threadIdx.x / kWarpSize;
   if (lane == 0) part[warp] = acc;
   __syncthreads();
   if (warp == 0) {
     const int n_warps = blockDim.x / kWarpSize;
-    acc = lane < n_warps ? part[lane] : MaxSum{-INFINITY, 0.0f};
-    for (int o = kWarpSize / 2; o > 0; o /= 2) {
-      const MaxSum b{__shfl_xor_sync(0xffffffffu, acc.m, o), __shfl_xor_sync(0xffffffffu, acc.s, o)};
-      acc = max_sum_merge(acc, b);
-    }
+    acc = warp_max_sum(lane < n_warps ? part[lane] : MaxSum{-INFINITY, 0.0f});
     if (lane == 0) part[0] = acc;
   }
   __syncthreads();
@@ -493,7 +492,7 @@ void launch_softmax_rows(const Tensor& x, const Tensor& out, cudaStream_t stream
   if (g_wide_rows.on() && xv.ne0 >= kLongSoftmaxMin) {
     // 16-byte loads and stores when every row of both starts 16-byte aligned (row strides included).
     auto rows16 = [](const Tensor& t) {
-      return reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && t.nb[1] % 16 == 0 && t.nb[2] % 16 == 0 &&
+      return aligned16(t.data) && t.nb[1] % 16 == 0 && t.nb[2] % 16 == 0 &&
              t.nb[3] % 16 == 0;
     };
     const bool vec4 = xv.ne0 % 4 == 0 && rows16(x) && rows16(out);

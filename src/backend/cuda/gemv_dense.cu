@@ -12,6 +12,7 @@
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/gemv_dense_vec.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/tensor_rows.h"
 
 namespace tandem::cuda {
 namespace {
@@ -290,10 +291,6 @@ void launch_scalar(const char* W, size_t w_ld, int64_t K, int64_t N, const float
 
 bool is_dense_type(DType t) {
   return t == DType::F32 || t == DType::F16 || t == DType::BF16;
-}
-
-bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include "backend/cuda/gemv_quant_decode.cuh"
 #include "backend/cuda/gemv_quant_pieces.cuh"
 #include "backend/cuda/pdl.cuh"
+#include "backend/cuda/tensor_rows.h"
 
 namespace tandem::cuda {
 namespace {
@@ -41,10 +42,6 @@ void launch_routed(void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
                    Args&&... args) {
   if (g_id_pdl.on()) return launch_pdl(kernel, grid, block, smem, stream, std::forward<Args>(args)...);
   kernel<<<grid, block, smem, stream>>>(std::forward<Args>(args)...);
-}
-
-bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
 }
 
 // The routed product's input columns as launch_quantize_q8 left them in scratch: (n_slots / k) * kx columns of

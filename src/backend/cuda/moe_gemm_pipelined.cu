@@ -23,6 +23,8 @@
 #include "backend/cuda/kernel_smem.h"
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/mma_m16n8k16.cuh"
+#include "backend/cuda/moe_grouped_args.h"
+#include "backend/cuda/tensor_rows.h"
 
 namespace tandem::cuda {
 namespace {
@@ -39,19 +41,6 @@ constexpr size_t kXStageBytes = size_t(kBM) * kXLd * 4;
 constexpr size_t kSmemBytes = kStages * (kWStageBytes + kXStageBytes);  // 60 KB
 static_assert(kBN * kBK * 2 / 16 == 2 * kThreads, "two 16-byte weight copies a thread a step");
 static_assert(kBM * kBK * 4 / 16 == kThreads, "one 16-byte activation copy a thread a step");
-
-struct PipeArgs {
-  const char* W;
-  size_t w_ld, w_es;
-  int64_t K, N;
-  const char* x;
-  size_t x_nb1, x_nb2;
-  int kx, k;
-  const int32_t* offsets;
-  const int32_t* sorted;
-  char* y;
-  size_t y_nb1, y_nb2;
-};
 
 // 16 bytes global -> shared, bypassing L1 and the registers; valid == false writes 16 zero bytes (src unread).
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
@@ -75,7 +64,7 @@ __device__ __forceinline__ uint32_t pack2(float2 v) {  // the lower input in the
 }
 
 template <DType WT>
-__global__ void __launch_bounds__(kThreads) moe_gemm_pipelined_kernel(PipeArgs a) {
+__global__ void __launch_bounds__(kThreads) moe_gemm_pipelined_kernel(GroupedGemmArgs a) {
   constexpr bool kF16 = WT == DType::F16;  // activations rounded to the weights' type (bf16 for BF16)
   extern __shared__ __align__(16) uint8_t smem[];
   auto ws = reinterpret_cast<uint16_t(*)[kBN][kWLd]>(smem);
@@ -175,45 +164,25 @@ __global__ void __launch_bounds__(kThreads) moe_gemm_pipelined_kernel(PipeArgs a
 }
 
 template <DType WT>
-void launch(const PipeArgs& a, int64_t n_expert, cudaStream_t stream) {
+void launch(const GroupedGemmArgs& a, int64_t n_expert, cudaStream_t stream) {
   allow_dynamic_smem(moe_gemm_pipelined_kernel<WT>, int(kSmemBytes));  // kernel_smem.h: per device
   const dim3 grid(unsigned((a.N + kBN - 1) / kBN), unsigned(n_expert));
   moe_gemm_pipelined_kernel<WT><<<grid, kThreads, kSmemBytes, stream>>>(a);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
-bool aligned16(const void* p) {
-  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
-}
-
 }  // namespace
 
 bool moe_gemm_pipelined_supports(const Tensor& W, const Tensor& x) {
-  if (W.type != DType::F16 && W.type != DType::BF16) return false;
-  if (x.type != DType::F32 || x.nb[0] != 4) return false;
-  if (W.ne[0] % kBK != 0 || W.ne[2] > kMoeGroupMaxExperts) return false;
-  return aligned16(W.data) && W.nb[1] % 16 == 0 && W.nb[2] % 16 == 0 &&  // 16-byte copies of both operands
-         aligned16(x.data) && x.nb[1] % 16 == 0 && x.nb[2] % 16 == 0;
+  // moe_gemm_tc_supports: K % 32, the expert count, 16-byte aligned 16-bit rows of W; here x's rows too (16-byte
+  // copies of both operands).
+  return (W.type == DType::F16 || W.type == DType::BF16) && moe_gemm_tc_supports(W) && x.type == DType::F32 &&
+         x.nb[0] == 4 && aligned16(x.data) && x.nb[1] % 16 == 0 && x.nb[2] % 16 == 0;
 }
 
 void launch_moe_gemm_pipelined(const Tensor& W, const Tensor& x, const int32_t* offsets, const int32_t* sorted,
                                const Tensor& y, cudaStream_t stream) {
-  PipeArgs a;
-  a.W = static_cast<const char*>(W.data);
-  a.w_ld = W.nb[1];
-  a.w_es = W.nb[2];
-  a.K = W.ne[0];
-  a.N = W.ne[1];
-  a.x = static_cast<const char*>(x.data);
-  a.x_nb1 = x.nb[1];
-  a.x_nb2 = x.nb[2];
-  a.kx = int(x.ne[1]);
-  a.k = int(y.ne[1]);
-  a.offsets = offsets;
-  a.sorted = sorted;
-  a.y = static_cast<char*>(y.data);
-  a.y_nb1 = y.nb[1];
-  a.y_nb2 = y.nb[2];
+  const GroupedGemmArgs a = grouped_gemm_args(W, x, offsets, sorted, y);
   if (a.N == 0 || y.ne[2] == 0) return;
   if (W.type == DType::F16) return launch<DType::F16>(a, W.ne[2], stream);
   if (W.type == DType::BF16) return launch<DType::BF16>(a, W.ne[2], stream);

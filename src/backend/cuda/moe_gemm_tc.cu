@@ -15,7 +15,9 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/mma_m16n8k16.cuh"
+#include "backend/cuda/moe_grouped_args.h"
 #include "backend/cuda/moe_tiles.cuh"
+#include "backend/cuda/tensor_rows.h"
 
 namespace tandem::cuda {
 namespace {
@@ -71,19 +73,6 @@ constexpr int kBK = 32;          // inputs per step
 constexpr int kLd = kBK + 8;     // shared row stride in 16-bit values: fragment loads hit 32 distinct banks
 constexpr int kTcThreads = 128;  // 4 warps: 2 x 2 warp tiles of 32 features x 16 routed rows
 
-struct TcArgs {
-  const char* W;
-  size_t w_ld, w_es;
-  int64_t K, N;
-  const char* x;
-  size_t x_nb1, x_nb2;
-  int kx, k;
-  const int32_t* offsets;
-  const int32_t* sorted;
-  char* y;
-  size_t y_nb1, y_nb2;
-};
-
 template <bool F16>
 __device__ __forceinline__ uint4 pack8(const float* v) {
   uint32_t w[4];
@@ -97,7 +86,7 @@ __device__ __forceinline__ uint4 pack8(const float* v) {
 }
 
 template <DType WT>
-__global__ void __launch_bounds__(kTcThreads) moe_gemm_tc_kernel(TcArgs a) {
+__global__ void __launch_bounds__(kTcThreads) moe_gemm_tc_kernel(GroupedGemmArgs a) {
   constexpr bool kF16 = WT == DType::F16;
   constexpr bool k16bit = WT == DType::F16 || WT == DType::BF16;
   // Two buffers (16-bit weights): the step being multiplied and the next one being stored.
@@ -223,7 +212,7 @@ __global__ void __launch_bounds__(kTcThreads) moe_gemm_tc_kernel(TcArgs a) {
 }
 
 template <DType WT>
-void launch_tc(const TcArgs& a, int64_t n_expert, cudaStream_t stream) {
+void launch_tc(const GroupedGemmArgs& a, int64_t n_expert, cudaStream_t stream) {
   const dim3 grid(unsigned((a.N + kBN - 1) / kBN), unsigned(n_expert));
   moe_gemm_tc_kernel<WT><<<grid, kTcThreads, 0, stream>>>(a);
   TANDEM_CUDA_CHECK_LAUNCH();
@@ -236,7 +225,7 @@ bool moe_gemm_tc_supports(const Tensor& W) {
   switch (W.type) {
     case DType::F16:
     case DType::BF16:  // 16-byte loads of 16 values
-      return reinterpret_cast<uintptr_t>(W.data) % 16 == 0 && W.nb[1] % 16 == 0 && W.nb[2] % 16 == 0;
+      return aligned16(W.data) && W.nb[1] % 16 == 0 && W.nb[2] % 16 == 0;
     case DType::Q8_0:
     case DType::Q4_0:
     case DType::Q4_K:
@@ -257,22 +246,7 @@ void launch_moe_group(const int32_t* ids, int64_t n_slots, int64_t n_expert, int
 
 void launch_moe_gemm_tc(const Tensor& W, const Tensor& x, const int32_t* offsets, const int32_t* sorted,
                         const Tensor& y, cudaStream_t stream) {
-  TcArgs a;
-  a.W = static_cast<const char*>(W.data);
-  a.w_ld = W.nb[1];
-  a.w_es = W.nb[2];
-  a.K = W.ne[0];
-  a.N = W.ne[1];
-  a.x = static_cast<const char*>(x.data);
-  a.x_nb1 = x.nb[1];
-  a.x_nb2 = x.nb[2];
-  a.kx = int(x.ne[1]);
-  a.k = int(y.ne[1]);
-  a.offsets = offsets;
-  a.sorted = sorted;
-  a.y = static_cast<char*>(y.data);
-  a.y_nb1 = y.nb[1];
-  a.y_nb2 = y.nb[2];
+  const GroupedGemmArgs a = grouped_gemm_args(W, x, offsets, sorted, y);
   if (a.N == 0 || y.ne[2] == 0) return;
   const int64_t n_expert = W.ne[2];
   switch (W.type) {

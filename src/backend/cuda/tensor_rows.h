@@ -16,6 +16,11 @@
 
 namespace tandem::cuda {
 
+// Whether p may be read with 16-byte loads (the vector paths' condition, with their strides % 16).
+inline bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
+
 struct RowView {
   char* data = nullptr;
   int64_t ne0 = 0, ne1 = 1, ne2 = 1, ne3 = 1;
