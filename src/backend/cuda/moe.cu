@@ -10,6 +10,8 @@
 // kTileM of its rows; experts nobody chose cost one scan of ids.
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/device_utils.cuh"
@@ -84,16 +86,18 @@ __global__ void __launch_bounds__(kRouteWarps* kWarpSize)
 
 // ---- weighted sum over the selected experts
 // -----------------------------------------------------------------
-__global__ void moe_combine_kernel(const char* __restrict__ y, size_t y_nb1, size_t y_nb2, int64_t n, int k,
+__global__ void moe_combine_kernel(const char* __restrict__ y, size_t y_nb1, size_t y_nb2, int64_t n, int k, int64_t T,
                                    const float* __restrict__ weights, char* __restrict__ out,
                                    size_t out_nb1) {
-  const int64_t t = blockIdx.y;
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  float acc = 0.0f;
-  for (int j = 0; j < k; ++j)
-    acc += weights[t * k + j] * reinterpret_cast<const float*>(y + t * y_nb2 + j * y_nb1)[i];
-  reinterpret_cast<float*>(out + t * out_nb1)[i] = acc;
+  // Rows stride by gridDim.y: a grid has at most 65535 rows in y, a prefill batch may have more tokens.
+  for (int64_t t = blockIdx.y; t < T; t += gridDim.y) {
+    float acc = 0.0f;
+    for (int j = 0; j < k; ++j)
+      acc += weights[t * k + j] * reinterpret_cast<const float*>(y + t * y_nb2 + j * y_nb1)[i];
+    reinterpret_cast<float*>(out + t * out_nb1)[i] = acc;
+  }
 }
 
 // ---- grouped GEMM over the rows routed to each expert
@@ -234,8 +238,8 @@ void launch_moe_route(const Tensor& logits, const float* expert_scale, int32_t* 
 void launch_moe_combine(const Tensor& y, const float* weights, const Tensor& out, cudaStream_t stream) {
   const int64_t n = y.ne[0], k = y.ne[1], T = y.ne[2];
   if (n == 0 || T == 0) return;
-  const dim3 grid(unsigned((n + 255) / 256), unsigned(T));
-  moe_combine_kernel<<<grid, 256, 0, stream>>>(static_cast<const char*>(y.data), y.nb[1], y.nb[2], n, int(k),
+  const dim3 grid(unsigned((n + 255) / 256), unsigned(std::min<int64_t>(T, 65535)));
+  moe_combine_kernel<<<grid, 256, 0, stream>>>(static_cast<const char*>(y.data), y.nb[1], y.nb[2], n, int(k), T,
                                                weights, static_cast<char*>(out.data), out.nb[1]);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
