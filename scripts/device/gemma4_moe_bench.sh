@@ -27,16 +27,20 @@ status=0
 TMPL=/tmp/gemma4_26b_a4b_template.gguf
 python3 scripts/device/gemma4_moe_template.py "$TMPL" --layers "$LAYERS" || { echo "FAIL template"; exit 1; }
 BUDGET=${BUDGET:-115}  # seconds for the whole script (raise it with PROFILE or AB_SWITCHES)
+# G4_DIR: where the random-weight files go (/tmp by default; all 30 layers in bf16 are ~50 GB: /dev/shm holds
+# them where the disk is short). G4_TIMEOUT: seconds for each engine's bench run (45; give 90 at 30 layers).
+G4_DIR=${G4_DIR:-/tmp}
+G4_TIMEOUT=${G4_TIMEOUT:-45}
 for t in ${TYPES:-bf16 q4_k_m}; do
   if [ $((BUDGET - SECONDS)) -lt 50 ]; then echo "SKIPPED $t: $((BUDGET - SECONDS)) s of the budget left"; continue; fi
-  f=/tmp/gemma4_26b_a4b_$t.gguf
+  f=$G4_DIR/gemma4_26b_a4b_$t.gguf
   t0=$SECONDS
   if ! "$BIN/tandem" bench -m "$TMPL" --random-weights "$t" --to "$f" >"$OUT/make_$t.txt" 2>&1; then
     echo "FAIL make_$t"; tail -5 "$OUT/make_$t.txt"; status=1; continue
   fi
   echo "made $f ($(du -h "$f" | cut -f1)) in $((SECONDS - t0)) s"
   t0=$SECONDS
-  if timeout 45 "$BIN/tandem" bench -m "$f" -p 512 -n 128 -b 1 -r 2 --device cuda:0 --bw 4280 \
+  if timeout "$G4_TIMEOUT" "$BIN/tandem" bench -m "$f" -p 512 -n 128 -b 1 -r 2 --device cuda:0 --bw 4280 \
       ${PROFILE:+--profile} >"$OUT/bench_$t.txt" 2>&1; then
     echo "PASS bench_$t ($((SECONDS - t0)) s)"
   else
@@ -57,14 +61,14 @@ for t in ${TYPES:-bf16 q4_k_m}; do
     echo "$sw rc=$?: $(grep -E "^\| tg128" "$OUT/bench_${t}_$name.txt")"
     [ -n "${PROFILE:-}" ] && grep -E "kernels busy|^## Kernels of" "$OUT/bench_${t}_$name.txt"
   done
-  if [ "$t" != bf16 ]; then  # the staged routed kernel (TANDEM_ID_DIRECT=0; the direct one is the default): tg128 beside
+  if [ "$t" != bf16 ] && [ "${G4_ID_AB:-1}" = 1 ]; then  # (G4_ID_AB=0 skips it) the staged routed kernel (TANDEM_ID_DIRECT=0; the direct one is the default): tg128 beside
     TANDEM_ID_DIRECT=0 timeout 45 "$BIN/tandem" bench -m "$f" -p 0 -n 128 -b 1 -r 2 --device cuda:0 --bw 4280 \
       >"$OUT/bench_${t}_id_staged.txt" 2>&1
     echo "TANDEM_ID_DIRECT=0 rc=$?: $(grep -E "^\| tg128" "$OUT/bench_${t}_id_staged.txt")"
   fi
   if [ -n "${LLAMA_CPP_BIN:-}" ] && [ -x "$LLAMA_CPP_BIN/llama-bench" ]; then
     t0=$SECONDS
-    timeout 45 "$LLAMA_CPP_BIN/llama-bench" -m "$f" -p 512 -n 128 -r 2 -ngl 99 -fa 1 >"$OUT/llama_bench_$t.txt" 2>&1
+    timeout "$G4_TIMEOUT" "$LLAMA_CPP_BIN/llama-bench" -m "$f" -p 512 -n 128 -r 2 -ngl 99 -fa 1 >"$OUT/llama_bench_$t.txt" 2>&1
     echo "llama-bench $t rc=$? ($((SECONDS - t0)) s):"
     grep -E "^\|" "$OUT/llama_bench_$t.txt" | tail -4
   else
