@@ -92,6 +92,18 @@ TEST_P(CpuOpsTest, PostNormResidualAdds) {
       std::vector<float> bad(size_t(n + 1));
       EXPECT_THROW(ops().norm_residual_add(stream(), f32(x, {n, rows}), f32(d, {n, rows}), f32(bad, {n + 1}), eps, 1.0f),
                    Error);
+      // Aliased operands are rejected before anything is written (the fused kernels read rows of one while
+      // writing another): x is left as it was.
+      const std::vector<float> x_before = x;
+      EXPECT_THROW(ops().norm_residual_add(stream(), f32(x, {n, rows}), f32(x, {n, rows}), f32(w3, {n}), eps, 1.0f),
+                   Error);
+      EXPECT_THROW(ops().moe_residual_add(stream(), f32(x, {n, rows}), f32(d, {n, rows}), f32(w1, {n}), nullptr,
+                                          nullptr, f32(d, {n, rows}), f32(w2, {n}), f32(w3, {n}), eps, 1.0f),
+                   Error);
+      EXPECT_THROW(ops().moe_input_norms(stream(), f32(x, {n, rows}), eps, 0.5f, f32(w1, {n}), f32(x, {n, rows}),
+                                         f32(w2, {n}), f32(m, {n, rows})),
+                   Error);
+      EXPECT_EQ(x, x_before);
     }
 }
 

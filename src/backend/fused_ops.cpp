@@ -1,6 +1,7 @@
 // The default fused products of Ops (backend.h): each is the same work done one op at a time. They are what
 // the CPU backend and any wrapper Ops run, and the reference the CUDA fused kernels are tested against.
 #include "backend/backend.h"
+#include "backend/op_checks.h"
 #include "core/error.h"
 
 namespace tandem {
@@ -75,7 +76,7 @@ void Ops::qk_norm_rope_store(Stream& s, const Tensor& q, const Tensor& k, const 
 
 void Ops::norm_residual_add(Stream& s, const Tensor& x, const Tensor& y, const Tensor& w, float eps,
                             float out_scale) {
-  check(x.data != y.data, "norm_residual_add: x and y must not alias");
+  op_checks::no_alias("norm_residual_add", "x and y", {&x, &y});
   rms_norm(s, y, &w, eps, y);
   add(s, x, y, x);
   if (out_scale != 1.0f) scale(s, x, out_scale, x);
@@ -86,8 +87,7 @@ void Ops::moe_residual_add(Stream& s, const Tensor& x, const Tensor& dense, cons
                            const Tensor& w_out, float eps, float out_scale) {
   check((expert_out == nullptr) == (weights == nullptr),
         "moe_residual_add: give both the experts' outputs and their weights, or neither");
-  check(x.data != dense.data && x.data != moe.data && dense.data != moe.data,
-        "moe_residual_add: x, dense and moe must not alias");
+  op_checks::no_alias("moe_residual_add", "x, dense and moe", {&x, &dense, &moe});
   if (expert_out) moe_combine(s, *expert_out, *weights, moe);
   rms_norm(s, dense, &w_dense, eps, dense);
   rms_norm(s, moe, &w_moe, eps, moe);
@@ -104,6 +104,7 @@ void Ops::matmul_id_geglu(Stream& s, const Tensor& W_gate, const Tensor& W_up, c
 
 void Ops::moe_input_norms(Stream& s, const Tensor& x, float eps, float r_factor, const Tensor& r_scale,
                           const Tensor& r, const Tensor& h_norm, const Tensor& h) {
+  op_checks::no_alias("moe_input_norms", "x, r and h", {&x, &r, &h});
   rms_norm(s, x, nullptr, eps, r);
   scale(s, r, r_factor, r);
   mul(s, r, r_scale, r);

@@ -66,4 +66,10 @@ void dims(const char* op, const char* name, const Tensor& t, int64_t ne0, int64_
   throw Error(where(op, name) + " must have shape " + want.shape_string() + ", got " + t.shape_string());
 }
 
+void no_alias(const char* op, const char* names, std::initializer_list<const Tensor*> tensors) {
+  for (auto a = tensors.begin(); a != tensors.end(); ++a)
+    for (auto b = a + 1; b != tensors.end(); ++b)
+      check((*a)->data != (*b)->data, std::string(op) + ": " + names + " must not alias");
+}
+
 }  // namespace tandem::op_checks

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "core/tensor.h"
 
@@ -18,6 +19,9 @@ void i32_vector(const char* op, const char* name, const Tensor& t, int64_t n, De
 void same_shape(const char* op, const char* a_name, const Tensor& a, const char* b_name, const Tensor& b);
 void dims(const char* op, const char* name, const Tensor& t, int64_t ne0, int64_t ne1, int64_t ne2 = 1,
           int64_t ne3 = 1);
+// The tensors (named together in `names`, e.g. "x, dense and moe") have pairwise distinct data: the fused row
+// ops read a whole row of one before they write another, so an alias would read half-written values.
+void no_alias(const char* op, const char* names, std::initializer_list<const Tensor*> tensors);
 
 }  // namespace tandem::op_checks
 

@@ -577,7 +577,7 @@ void CudaOps::norm_residual_add(Stream& s, const Tensor& x, const Tensor& y, con
   check_row_vector(op, "w", w, x.ne[0], index_);
   check_eps(op, eps);
   check(std::isfinite(out_scale), "norm_residual_add: out_scale must be finite");
-  check(x.data != y.data, "norm_residual_add: x and y must not alias");
+  op_checks::no_alias(op, "x and y", {&x, &y});
   if (row_fusion_off()) return Ops::norm_residual_add(s, x, y, w, eps, out_scale);
   DeviceGuard g(index_);
   launch_post_norm_residual(x, y, nullptr, nullptr, nullptr, nullptr, nullptr, static_cast<const float*>(w.data),
@@ -601,8 +601,7 @@ void CudaOps::moe_residual_add(Stream& s, const Tensor& x, const Tensor& dense, 
   check_row_vector(op, "w_out", w_out, x.ne[0], index_);
   check_eps(op, eps);
   check(std::isfinite(out_scale), "moe_residual_add: out_scale must be finite");
-  check(x.data != dense.data && x.data != moe.data && dense.data != moe.data,
-        "moe_residual_add: x, dense and moe must not alias");
+  op_checks::no_alias(op, "x, dense and moe", {&x, &dense, &moe});
   if (row_fusion_off())
     return Ops::moe_residual_add(s, x, dense, w_dense, expert_out, weights, moe, w_moe, w_out, eps, out_scale);
   DeviceGuard g(index_);
@@ -624,7 +623,7 @@ void CudaOps::moe_input_norms(Stream& s, const Tensor& x, float eps, float r_fac
   check_row_vector(op, "h_norm", h_norm, x.ne[0], index_);
   check_eps(op, eps);
   check(std::isfinite(r_factor), "moe_input_norms: r_factor must be finite");
-  check(r.data != x.data && h.data != x.data && r.data != h.data, "moe_input_norms: x, r and h must not alias");
+  op_checks::no_alias(op, "x, r and h", {&x, &r, &h});
   if (row_fusion_off()) return Ops::moe_input_norms(s, x, eps, r_factor, r_scale, r, h_norm, h);
   DeviceGuard g(index_);
   launch_moe_input_norms(x, eps, r_factor, static_cast<const float*>(r_scale.data), r,
