@@ -141,7 +141,10 @@ fi
 for spec in ${TOPICS:-}; do
   topic=${spec%%:*}; budget=120
   [ "$topic" != "$spec" ] && budget=${spec#*:}
-  [ "${topic#peer_}" != "$topic" ] || [ "$topic" = serve ] || [ "${topic#gemma4}" != "$topic" ] && wait_peer
+  # (PEER_WAIT=0: these topics do not wait for a peer build still running; they run tandem's side only)
+  if [ "${PEER_WAIT:-1}" = 1 ]; then
+    [ "${topic#peer_}" != "$topic" ] || [ "$topic" = serve ] || [ "${topic#gemma4}" != "$topic" ] && wait_peer
+  fi
   case "$topic" in *bench*|*speed*) wait_background; wait_models ;; serve_load) wait_models ;; esac
   mkdir -p "$WORK/$topic"
   echo "=== $(date +%T) topic $topic (budget ${budget}s)"
