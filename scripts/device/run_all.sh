@@ -58,7 +58,7 @@ for spec in ${BG_TOPICS:-}; do
   mkdir -p "$WORK/$topic"
   echo "=== $(date +%T) background topic $topic (budget ${budget}s)"
   (OUT="$WORK/$topic" timeout --kill-after=10 "$budget" bash "scripts/device/$topic.sh" >"$WORK/$topic/stdout.log" 2>&1
-   echo "=== $(date +%T) background topic $topic rc=$?" >>"$WORK/$topic/stdout.log") &
+   rc=$?; echo "=== $(date +%T) background topic $topic rc=$rc" >>"$WORK/$topic/stdout.log") &
   BG_PIDS+=($!)
 done
 wait_background() {
@@ -119,7 +119,8 @@ wait_models() {
 # does, not after their sum). Timings taken in such a run are not comparable.
 run_topic() {  # topic budget
   OUT="$WORK/$1" timeout --kill-after=10 "$2" bash "scripts/device/$1.sh" >"$WORK/$1/stdout.log" 2>&1
-  echo "=== $(date +%T) topic $1 rc=$?" >>"$WORK/$1/stdout.log"
+  local rc=$?  # (read before the date's command substitution, which sets $? to its own status)
+  echo "=== $(date +%T) topic $1 rc=$rc" >>"$WORK/$1/stdout.log"
 }
 if [ "${PAR:-0}" = 1 ]; then
   pids=()

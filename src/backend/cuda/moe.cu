@@ -16,6 +16,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/moe_tiles.cuh"
+#include "core/env_switch.h"
 
 namespace tandem::cuda {
 namespace {
@@ -25,6 +26,20 @@ constexpr float kMinWeightSum = 6.1035e-5f;  // C.5: the selected probabilities'
 // ---- router: one warp per row
 // -------------------------------------------------------------------------------
 constexpr int kRouteWarps = 4;
+
+// Lane j < k holds the row's j-th choice and its probability: the weights renormalised over the k choices
+// (summed in j order, as the CPU) and scaled by the chosen expert's down scale.
+__device__ __forceinline__ void store_route(int lane, int k, int32_t chosen, float p_sel,
+                                            const float* __restrict__ expert_scale, int32_t* __restrict__ id,
+                                            float* __restrict__ w) {
+  float sum = 0.0f;
+  for (int q = 0; q < k; ++q) sum += __shfl_sync(0xffffffffu, p_sel, q);
+  if (lane < k) {
+    const float inv = 1.0f / fmaxf(sum, kMinWeightSum);
+    id[lane] = chosen;
+    w[lane] = p_sel * inv * (expert_scale ? expert_scale[chosen] : 1.0f);
+  }
+}
 
 __global__ void __launch_bounds__(kRouteWarps* kWarpSize)
     moe_route_kernel(const float* __restrict__ logits, int64_t l_ld, int64_t n_expert, int64_t T, int k,
@@ -75,13 +90,67 @@ __global__ void __launch_bounds__(kRouteWarps* kWarpSize)
     }
     __syncwarp();
   }
-  float sum = 0.0f;
-  for (int q = 0; q < k; ++q) sum += __shfl_sync(0xffffffffu, p_sel, q);  // in j order, as the CPU
-  if (lane < k) {
-    const float inv = 1.0f / fmaxf(sum, kMinWeightSum);
-    id[lane] = chosen;
-    w[lane] = p_sel * inv * (expert_scale ? expert_scale[chosen] : 1.0f);
+  store_route(lane, k, chosen, p_sel, expert_scale, id, w);
+}
+
+// The same routing with a lane's logits held in registers (kPer per lane, n_expert <= 32 kPer) and the experts
+// already chosen as a bit mask in those registers' owners (TANDEM_ROUTE_REGS=1): the kernel above re-reads the
+// logits and scans the chosen list in shared memory in each of its k rounds, ~10 us a decode row on an H100
+// (thirteenth session's profile), a chain of dependent loads. Same comparisons in the same order: the same ids
+// and weights bit for bit.
+template <int kPer>
+__global__ void __launch_bounds__(kRouteWarps* kWarpSize)
+    moe_route_regs_kernel(const float* __restrict__ logits, int64_t l_ld, int64_t n_expert, int64_t T, int k,
+                          const float* __restrict__ expert_scale, int32_t* __restrict__ ids,
+                          float* __restrict__ weights) {
+  const int64_t t = int64_t(blockIdx.x) * kRouteWarps + threadIdx.x / kWarpSize;
+  if (t >= T) return;  // whole warps leave together
+  const int lane = threadIdx.x % kWarpSize;
+  const int ne = int(n_expert);
+  const float* l = logits + t * l_ld;
+  float v[kPer];  // v[s]: the logit of expert lane + 32 s
+#pragma unroll
+  for (int s = 0; s < kPer; ++s) v[s] = lane + s * kWarpSize < ne ? l[lane + s * kWarpSize] : 0.0f;
+  float mx = -INFINITY;
+#pragma unroll
+  for (int s = 0; s < kPer; ++s)
+    if (lane + s * kWarpSize < ne) mx = fmaxf(mx, v[s]);
+  mx = warp_max(mx);
+  float z = 0.0f;
+#pragma unroll
+  for (int s = 0; s < kPer; ++s)
+    if (lane + s * kWarpSize < ne) z += expf(v[s] - mx);
+  z = warp_sum(z);
+  unsigned taken = 0;  // bit s: expert lane + 32 s is chosen
+  int32_t chosen = -1;
+  float p_sel = 0.0f;
+  for (int j = 0; j < k; ++j) {
+    float best = -INFINITY;
+    int32_t best_e = ne;
+#pragma unroll
+    for (int s = 0; s < kPer; ++s) {
+      const int e = lane + s * kWarpSize;
+      if (e < ne && !((taken >> s) & 1u) && (v[s] > best || best_e == ne)) {
+        best = v[s];
+        best_e = e;
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {  // the larger logit, ties to the lower index (as above)
+      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+      const int32_t oe = __shfl_xor_sync(0xffffffffu, best_e, o);
+      if (oe < ne && (best_e == ne || ob > best || (ob == best && oe < best_e))) {
+        best = ob;
+        best_e = oe;
+      }
+    }
+    if (best_e < ne && best_e % kWarpSize == lane) taken |= 1u << (best_e / kWarpSize);
+    if (lane == j) {
+      chosen = best_e;
+      p_sel = expf(best - mx) / z;
+    }
   }
+  store_route(lane, k, chosen, p_sel, expert_scale, ids + t * k, weights + t * k);
 }
 
 // ---- weighted sum over the selected experts
@@ -223,15 +292,26 @@ void launch_gemm(const GemmArgs& a, int64_t n_expert, cudaStream_t stream) {
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
+// Unverified on a GPU when written (thirteenth session): off until a GPU run compares it (GpuMoe).
+EnvSwitch g_route_regs{"TANDEM_ROUTE_REGS", false};
+
 }  // namespace
 
 void launch_moe_route(const Tensor& logits, const float* expert_scale, int32_t* ids, float* weights, int k,
                       cudaStream_t stream) {
-  const int64_t T = logits.ne[1];
+  const int64_t T = logits.ne[1], n_expert = logits.ne[0];
   if (T == 0) return;
-  moe_route_kernel<<<unsigned((T + kRouteWarps - 1) / kRouteWarps), kRouteWarps * kWarpSize, 0, stream>>>(
-      static_cast<const float*>(logits.data), int64_t(logits.nb[1] / 4), logits.ne[0], T, k, expert_scale,
-      ids, weights);
+  const dim3 grid(unsigned((T + kRouteWarps - 1) / kRouteWarps)), block(kRouteWarps * kWarpSize);
+  const float* l = static_cast<const float*>(logits.data);
+  const int64_t l_ld = int64_t(logits.nb[1] / 4);
+  if (g_route_regs.on() && n_expert <= 8 * kWarpSize && k <= kWarpSize) {
+    if (n_expert <= 4 * kWarpSize)
+      moe_route_regs_kernel<4><<<grid, block, 0, stream>>>(l, l_ld, n_expert, T, k, expert_scale, ids, weights);
+    else
+      moe_route_regs_kernel<8><<<grid, block, 0, stream>>>(l, l_ld, n_expert, T, k, expert_scale, ids, weights);
+  } else {
+    moe_route_kernel<<<grid, block, 0, stream>>>(l, l_ld, n_expert, T, k, expert_scale, ids, weights);
+  }
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 

@@ -13,6 +13,7 @@
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/row_norm.cuh"
 #include "backend/cuda/tensor_rows.h"
+#include "core/env_switch.h"
 
 namespace tandem::cuda {
 namespace {
@@ -30,7 +31,12 @@ struct ExpertOutputs {
 // thread reads back only what it wrote: the loops of this kernel and row_sum_squares stride alike), moe[i] first
 // written as moe_combine_kernel's sum when the experts' outputs are given; then x = (x + rms_norm(y, w_out)) *
 // out_scale.
-template <bool kBlock>
+// kPrefetch (TANDEM_COMBINE_PREFETCH=1, k <= kPrefetchMaxK): a thread loads the k experts' values of its element
+// before summing them (the same sum in the same order): the plain loop's one load per expert in turn made a
+// chain of ~88 dependent global loads per thread, ~16 us of the decode step's MoE post-norm on an H100.
+constexpr int kPrefetchMaxK = 8;
+
+template <bool kBlock, bool kPrefetch>
 __global__ void __launch_bounds__(kBlock ? kBlockNormThreads : kWarpSize)
     post_norm_residual_kernel(RowView x, RowView dense, const float* __restrict__ w_dense, ExpertOutputs ex,
                               RowView moe, const float* __restrict__ w_moe, const float* __restrict__ w_out,
@@ -45,7 +51,23 @@ __global__ void __launch_bounds__(kBlock ? kBlockNormThreads : kWarpSize)
   float* yr = dense.row_as<float>(r);
   if (moe.data != nullptr) {
     float* mr = moe.row_as<float>(r);
-    if (ex.y != nullptr) {  // moe_combine_kernel's sum, in its order
+    if (kPrefetch && ex.y != nullptr) {  // the same sum, the k loads of an element issued together
+      float wj[kPrefetchMaxK];
+#pragma unroll
+      for (int j = 0; j < kPrefetchMaxK; ++j) wj[j] = j < ex.k ? ex.weights[r * ex.k + j] : 0.0f;
+      const char* yr_ex = ex.y + r * ex.y_nb2;
+      for (int64_t i = first; i < n; i += step) {
+        float yv[kPrefetchMaxK];
+#pragma unroll
+        for (int j = 0; j < kPrefetchMaxK; ++j)
+          yv[j] = j < ex.k ? reinterpret_cast<const float*>(yr_ex + j * ex.y_nb1)[i] : 0.0f;
+        float acc = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kPrefetchMaxK; ++j)
+          if (j < ex.k) acc += wj[j] * yv[j];
+        mr[i] = acc;
+      }
+    } else if (ex.y != nullptr) {  // moe_combine_kernel's sum, in its order
       for (int64_t i = first; i < n; i += step) {
         float acc = 0.0f;
         for (int j = 0; j < ex.k; ++j)
@@ -87,6 +109,9 @@ __global__ void __launch_bounds__(kBlock ? kBlockNormThreads : kWarpSize)
   }
 }
 
+// Unverified on a GPU when written (thirteenth session): off until a GPU run compares it (GpuGemma4, GpuMoe).
+EnvSwitch g_combine_prefetch{"TANDEM_COMBINE_PREFETCH", false};
+
 }  // namespace
 
 void launch_moe_input_norms(const Tensor& x, float eps, float r_factor, const float* r_scale, const Tensor& r,
@@ -119,13 +144,12 @@ void launch_post_norm_residual(const Tensor& x, const Tensor& dense, const float
   }
   const int64_t rows = xv.n_rows();
   if (rows == 0) return;
-  if (xv.ne0 >= kBlockNormMin) {
-    launch_pdl(post_norm_residual_kernel<true>, dim3(unsigned(rows)), dim3(kBlockNormThreads), 0, stream, xv, dv,
-               w_dense, ex, mv, w_moe, w_out, eps, out_scale);
-  } else {
-    launch_pdl(post_norm_residual_kernel<false>, dim3(unsigned(rows)), dim3(kWarpSize), 0, stream, xv, dv, w_dense,
-               ex, mv, w_moe, w_out, eps, out_scale);
-  }
+  const bool prefetch = ex.y != nullptr && ex.k <= kPrefetchMaxK && g_combine_prefetch.on();
+  const bool block = xv.ne0 >= kBlockNormMin;
+  const auto kernel = block ? (prefetch ? post_norm_residual_kernel<true, true> : post_norm_residual_kernel<true, false>)
+                            : (prefetch ? post_norm_residual_kernel<false, true> : post_norm_residual_kernel<false, false>);
+  launch_pdl(kernel, dim3(unsigned(rows)), dim3(block ? kBlockNormThreads : kWarpSize), 0, stream, xv, dv, w_dense, ex,
+             mv, w_moe, w_out, eps, out_scale);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
