@@ -144,7 +144,9 @@ __global__ void __launch_bounds__(kRouteWarps* kWarpSize)
         best_e = oe;
       }
     }
-    if (best_e < ne && best_e % kWarpSize == lane) taken |= 1u << (best_e / kWarpSize);
+    // Lane j's pick, as the plain kernel's picked[j] (with a NaN logit the butterfly can leave lanes disagreeing).
+    const int32_t pick = __shfl_sync(0xffffffffu, best_e, j);
+    if (pick < ne && pick % kWarpSize == lane) taken |= 1u << (pick / kWarpSize);
     if (lane == j) {
       chosen = best_e;
       p_sel = expf(best - mx) / z;
