@@ -52,7 +52,8 @@ rm -f "$OUT"/small-*.gguf
 }
 
 echo "=== $(date +%T) compare with llama.cpp (tg128, pp512, batch 1)"
-TANDEM="$BIN/tandem" OUT="$OUT/compare" REPS=${REPS:-1} LLAMA_WAIT=${LLAMA_WAIT:-120} bash bench/compare_llamacpp.sh 2>&1 |
+# SPEED_TYPES, not TYPES: gemma4_moe_bench.sh's TYPES (bf16 q4_k_m) in the same call named files this one lacks
+TYPES="${SPEED_TYPES:-bf16 q8_0 q4_k}" TANDEM="$BIN/tandem" OUT="$OUT/compare" REPS=${REPS:-1} LLAMA_WAIT=${LLAMA_WAIT:-120} bash bench/compare_llamacpp.sh 2>&1 |
   tail -30
 grep -E "^\| (bf16|q8_0|q4_k) " "$OUT/compare/compare.md" >>"$S" 2>/dev/null
 lbench=""
