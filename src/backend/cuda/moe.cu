@@ -15,6 +15,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/device_utils.cuh"
+#include "backend/cuda/moe_grouped_args.h"
 #include "backend/cuda/moe_tiles.cuh"
 #include "core/env_switch.h"
 
@@ -26,6 +27,20 @@ constexpr float kMinWeightSum = 6.1035e-5f;  // C.5: the selected probabilities'
 // ---- router: one warp per row
 // -------------------------------------------------------------------------------
 constexpr int kRouteWarps = 4;
+
+// Warp argmax over the lanes' (best, best_e) candidates: the larger logit, ties to the lower index; best_e ==
+// none marks a lane without one.
+__device__ __forceinline__ void warp_argmax(float& best, int32_t& best_e, int32_t none) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ob = __shfl_xor_sync(0xffffffffu, best, o);
+    const int32_t oe = __shfl_xor_sync(0xffffffffu, best_e, o);
+    if (oe < none && (best_e == none || ob > best || (ob == best && oe < best_e))) {
+      best = ob;
+      best_e = oe;
+    }
+  }
+}
 
 // Lane j < k holds the row's j-th choice and its probability: the weights renormalised over the k choices
 // (summed in j order, as the CPU) and scaled by the chosen expert's down scale.
@@ -72,17 +87,7 @@ __global__ void __launch_bounds__(kRouteWarps* kWarpSize)
         best_e = int32_t(e);
       }
     }
-    // Warp argmax: the larger logit, ties to the lower index.
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-      const int32_t oe = __shfl_xor_sync(0xffffffffu, best_e, o);
-      if (oe < int32_t(n_expert) &&
-          (best_e == int32_t(n_expert) || ob > best || (ob == best && oe < best_e))) {
-        best = ob;
-        best_e = oe;
-      }
-    }
+    warp_argmax(best, best_e, int32_t(n_expert));
     if (lane == j) {
       chosen = best_e;
       p_sel = expf(best - mx) / z;
@@ -135,15 +140,7 @@ __global__ void __launch_bounds__(kRouteWarps* kWarpSize)
         best_e = e;
       }
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {  // the larger logit, ties to the lower index (as above)
-      const float ob = __shfl_xor_sync(0xffffffffu, best, o);
-      const int32_t oe = __shfl_xor_sync(0xffffffffu, best_e, o);
-      if (oe < ne && (best_e == ne || ob > best || (ob == best && oe < best_e))) {
-        best = ob;
-        best_e = oe;
-      }
-    }
+    warp_argmax(best, best_e, ne);
     // Lane j's pick, as the plain kernel's picked[j] (with a NaN logit the butterfly can leave lanes disagreeing).
     const int32_t pick = __shfl_sync(0xffffffffu, best_e, j);
     if (pick < ne && pick % kWarpSize == lane) taken |= 1u << (pick / kWarpSize);
@@ -178,18 +175,11 @@ constexpr int kTileM = 32;  // routed rows per chunk
 constexpr int kTileK = 32;  // inputs per step (inside one block of every block type)
 constexpr int kThreads = 256;
 
-struct GemmArgs {
-  const char* W;
-  size_t w_ld, w_es;
-  int64_t K, N;
-  const char* x;
-  size_t x_nb1, x_nb2;
-  int kx;
+// The tensor-core GEMMs' arguments (moe_grouped_args.h) with the routing as this kernel reads it: each block
+// scans ids for its expert's slots (offsets / sorted unused).
+struct GemmArgs : GroupedGemmArgs {
   const int32_t* ids;
-  int k;
   int64_t n_slots;
-  char* y;
-  size_t y_nb1, y_nb2;
 };
 
 template <DType WT>
@@ -328,22 +318,7 @@ void launch_moe_combine(const Tensor& y, const float* weights, const Tensor& out
 
 void launch_moe_gemm(const Tensor& W, const Tensor& x, const int32_t* ids, const Tensor& y,
                      cudaStream_t stream) {
-  GemmArgs a;
-  a.W = static_cast<const char*>(W.data);
-  a.w_ld = W.nb[1];
-  a.w_es = W.nb[2];
-  a.K = W.ne[0];
-  a.N = W.ne[1];
-  a.x = static_cast<const char*>(x.data);
-  a.x_nb1 = x.nb[1];
-  a.x_nb2 = x.nb[2];
-  a.kx = int(x.ne[1]);
-  a.ids = ids;
-  a.k = int(y.ne[1]);
-  a.n_slots = y.ne[1] * y.ne[2];
-  a.y = static_cast<char*>(y.data);
-  a.y_nb1 = y.nb[1];
-  a.y_nb2 = y.nb[2];
+  GemmArgs a{grouped_gemm_args(W, x, nullptr, nullptr, y), ids, y.ne[1] * y.ne[2]};
   if (a.n_slots == 0 || a.N == 0) return;
   const int64_t n_expert = W.ne[2];
   switch (W.type) {

@@ -1,5 +1,6 @@
-// The arguments of matmul_id's two tensor-core grouped GEMMs (moe_gemm_tc.cu: register-staged, any 16-bit or
-// block weight type; moe_gemm_pipelined.cu: cp.async pipeline, F16/BF16), made from the op's tensors in one place.
+// The arguments of matmul_id's grouped GEMMs (moe_gemm_tc.cu: register-staged, any 16-bit or block weight type;
+// moe_gemm_pipelined.cu: cp.async pipeline, F16/BF16; moe.cu's f32 fallback adds its ids), made from the op's
+// tensors in one place.
 // W {K, N, n_expert}; x F32 {K, kx, T} (kx 1: every slot of a token reads the same row); y F32 {N, k, T}; slot
 // s = j + k t; offsets / sorted: the slots grouped by expert (launch_moe_group).
 #pragma once
