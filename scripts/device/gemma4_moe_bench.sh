@@ -21,6 +21,7 @@
 set -uo pipefail
 BIN=${BIN:-build-gpu/bin}
 OUT=${OUT:-/tmp/gemma4_moe_bench_out}
+[ "${PROFILE:-}" = 0 ] && unset PROFILE  # (PROFILE=0 meant "on" before: the tests below ask only whether it is set)
 LAYERS=${LAYERS:-4}
 mkdir -p "$OUT"
 status=0

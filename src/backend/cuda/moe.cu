@@ -99,7 +99,8 @@ __global__ void __launch_bounds__(kRouteWarps* kWarpSize)
 }
 
 // The same routing with a lane's logits held in registers (kPer per lane, n_expert <= 32 kPer) and the experts
-// already chosen as a bit mask in those registers' owners (TANDEM_ROUTE_REGS=1): the kernel above re-reads the
+// already chosen as a bit mask in those registers' owners (the default since the fourteenth session's GPU run;
+// TANDEM_ROUTE_REGS=0 takes the kernel above): the kernel above re-reads the
 // logits and scans the chosen list in shared memory in each of its k rounds, ~10 us a decode row on an H100
 // (thirteenth session's profile), a chain of dependent loads. Same comparisons in the same order: the same ids
 // and weights bit for bit.
@@ -285,7 +286,7 @@ void launch_gemm(const GemmArgs& a, int64_t n_expert, cudaStream_t stream) {
 }
 
 // Unverified on a GPU when written (thirteenth session): off until a GPU run compares it (GpuMoe).
-EnvSwitch g_route_regs{"TANDEM_ROUTE_REGS", false};
+EnvSwitch g_route_regs{"TANDEM_ROUTE_REGS", true};
 
 }  // namespace
 

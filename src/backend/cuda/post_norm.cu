@@ -31,7 +31,7 @@ struct ExpertOutputs {
 // thread reads back only what it wrote: the loops of this kernel and row_sum_squares stride alike), moe[i] first
 // written as moe_combine_kernel's sum when the experts' outputs are given; then x = (x + rms_norm(y, w_out)) *
 // out_scale.
-// kPrefetch (TANDEM_COMBINE_PREFETCH=1, k <= kPrefetchMaxK): a thread loads the k experts' values of its element
+// kPrefetch (the default since the fourteenth session; TANDEM_COMBINE_PREFETCH=0 turns it off; k <= kPrefetchMaxK): a thread loads the k experts' values of its element
 // before summing them (the same sum in the same order): the plain loop's one load per expert in turn made a
 // chain of ~88 dependent global loads per thread, ~16 us of the decode step's MoE post-norm on an H100.
 constexpr int kPrefetchMaxK = 8;
@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(kBlock ? kBlockNormThreads : kWarpSize)
 }
 
 // Unverified on a GPU when written (thirteenth session): off until a GPU run compares it (GpuGemma4, GpuMoe).
-EnvSwitch g_combine_prefetch{"TANDEM_COMBINE_PREFETCH", false};
+EnvSwitch g_combine_prefetch{"TANDEM_COMBINE_PREFETCH", true};
 
 }  // namespace
 
