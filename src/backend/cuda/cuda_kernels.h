@@ -141,6 +141,14 @@ void launch_gemv_quant_fused(const GemvArgs& a, const void* scratch, cudaStream_
 // turns it off).
 bool gemv_quant_direct_supports(const GemvArgs& a);
 void launch_gemv_quant_direct(const GemvArgs& a, const void* scratch, cudaStream_t stream);
+// Q8_0 products of 3 or more columns (up to kQ8MmaMaxCols a launch) on the tensor cores (gemv_quant_mma.cu):
+// every (row, column) sum bit for bit the direct kernel's one-column sum, the weights read once for all the
+// columns. Applies where the direct kernel does, with TANDEM_Q8_MMA=1 (off until a GPU run has checked it);
+// launch_gemv_quant_fused takes it then.
+constexpr int kQ8MmaMaxCols = 16;
+bool gemv_q8_mma_applies(const GemvArgs& a);
+void launch_gemv_q8_mma(const GemvArgs& a, const void* scratch, cudaStream_t stream);
+void set_q8_mma(std::optional<bool> on);  // tests: forces TANDEM_Q8_MMA (nullopt: back to the environment)
 
 // ---- dequantization and conversion for the tensor-core path (dequant.cu) ----------------------------------
 // n_rows rows of K values of W (any weight dtype, row stride w_ld bytes) -> bf16 (or f16 when to_f16), dense

@@ -134,8 +134,10 @@ void CudaOps::reserve(const WorkspacePlan& p) {
   const int64_t rows = std::max<int64_t>(m.max_rows, 1);
   const int64_t k_in = (m.max_matmul_in + 255) / 256 * 256;
   Regions r;
+  // (8-bit activations for up to kQ8MmaMaxCols columns: what the tensor-core Q8_0 product takes in one launch)
   r.act_bytes =
-      al(std::max({q8_activation_bytes(k_in, std::min(rows, kQuantGemvMaxRows)), size_t(k_in * rows) * 2,
+      al(std::max({q8_activation_bytes(k_in, std::min<int64_t>(rows, std::max<int64_t>(kQuantGemvMaxRows, kQ8MmaMaxCols))),
+                   size_t(k_in * rows) * 2,
                    q8_activation_bytes(k_in, std::min(m.max_routed_rows, kMoeGemvMaxSlots))}));
   r.dequant_bytes = m.max_matmul_in > 0 && rows > kQuantGemvMaxRows ? kDequantChunkElems * 2 : 0;
   r.lt_bytes = rows > kDenseGemvMaxRows ? kLtWorkspaceBytes : 0;
@@ -227,12 +229,23 @@ void CudaOps::matmul(Stream& s, const Tensor& W, const Tensor& x, const Tensor& 
         "matmul: x {" + std::to_string(K) + ", " + std::to_string(T) +
             "} exceeds the reserved workspace bounds (" + std::to_string(plan_.max_matmul_in) + " inputs, " +
             std::to_string(plan_.max_rows) + " rows); call Ops::reserve() with larger bounds first");
-  if (!dense && (T <= kQuantGemvMaxRows || batch_invariant_) && gemv_quant_supports(W.type, K)) {
-    // In chunks of kQuantGemvMaxRows columns (what the activation region holds); per column the same
-    // quantization and dot products as a one-row call.
+  // Q8_0 on the tensor cores takes up to kQ8MmaMaxCols columns a launch (gemv_quant_mma.cu; per column the
+  // direct kernel's bits), the other matrix-vector kernels kQuantGemvMaxRows.
+  GemvArgs mma;
+  mma.wt = W.type;
+  mma.K = K;
+  mma.T = std::min<int64_t>(T, kQ8MmaMaxCols);
+  mma.n_seg = 1;
+  mma.seg[0].W = W.data;
+  mma.seg[0].w_ld = W.nb[1];
+  mma.seg[0].N = N;
+  const int64_t quant_cols = !dense && gemv_q8_mma_applies(mma) ? kQ8MmaMaxCols : kQuantGemvMaxRows;
+  if (!dense && (T <= quant_cols || batch_invariant_) && gemv_quant_supports(W.type, K)) {
+    // In chunks of quant_cols columns (what the activation region holds); per column the same quantization
+    // and dot products as a one-row call.
     void* act = region(regions_.act);
-    for (int64_t t0 = 0; t0 < T; t0 += kQuantGemvMaxRows) {
-      const int64_t n = std::min(kQuantGemvMaxRows, T - t0);
+    for (int64_t t0 = 0; t0 < T; t0 += quant_cols) {
+      const int64_t n = std::min(quant_cols, T - t0);
       need(regions_.act_bytes, q8_activation_bytes(K, n), "8-bit activations");
       launch_quantize_q8(xp + t0 * x_ld, x_ld, K, n, act, st);
       launch_gemv_quant(W.type, W.data, W.nb[1], K, N, act, n, yp + t0 * y_ld, y_ld, st);
@@ -315,12 +328,16 @@ bool CudaOps::fused_gemv(Stream& s, std::span<const Tensor> W, const Tensor& x, 
   // differently, so a batch-invariant session (speculative verify of 8 drafted tokens + 1, prefill of several
   // sequences) keeps the fused kernels, kGemvMaxCols columns a launch: every column gets the arithmetic of a
   // one-row step (tests/gpu/test_gpu_batch_invariance.cpp).
-  if (T > kGemvMaxCols && (!batch_invariant_ || x_q8 != nullptr)) return false;
+  // (Q8_0 on the tensor cores: kQ8MmaMaxCols columns a launch, each with the direct kernel's bits.)
   GemvArgs a;
   if (!fused_gemv_args(W, x, y, epi, norm, eps, index_, a)) return false;
+  GemvArgs probe = a;
+  probe.T = std::min<int64_t>(T, kQ8MmaMaxCols);
+  const int64_t max_cols = x_q8 == nullptr && gemv_q8_mma_applies(probe) ? kQ8MmaMaxCols : kGemvMaxCols;
+  if (T > max_cols && (!batch_invariant_ || x_q8 != nullptr)) return false;
   DeviceGuard guard(index_);
   cudaStream_t st = stream_of(s, index_);
-  const int64_t cols = std::min<int64_t>(T, kGemvMaxCols);  // per launch
+  const int64_t cols = std::min<int64_t>(T, max_cols);  // per launch
   // Columns [t0, t0 + n) of the call as a call of their own.
   auto columns = [&a](int64_t t0, int64_t n) {
     GemvArgs c = a;

@@ -368,6 +368,7 @@ void launch_gemv_quant_fused(const GemvArgs& a, const void* scratch, cudaStream_
   check(a.q8_count == nullptr || (a.epi == GemvEpilogue::SwiGlu && gemv_quant_direct_supports(a) && a.seg[0].N % 32 == 0),
         "launch_gemv_quant_fused: quantized outputs need the direct kernel's SwiGlu and N % 32 == 0");
   if (a.T == 0) return;
+  if (gemv_q8_mma_applies(a)) return launch_gemv_q8_mma(a, scratch, stream);  // (the direct kernel's bits)
   if (gemv_quant_direct_supports(a)) return launch_gemv_quant_direct(a, scratch, stream);
   switch (a.wt) {
     case DType::Q8_0:

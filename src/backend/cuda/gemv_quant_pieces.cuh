@@ -101,6 +101,14 @@ __device__ __forceinline__ void decode_piece(const Piece<QT>& l, int64_t p, Deco
   }
 }
 
+// One Q8_0 block's term added to a (row, column) sum: acc + d_x (a lo + a hi), lo and hi the exact integer dot
+// products of values 0..15 and 16..31, a the weights' scale. Every kernel whose sums must agree bit for bit (the
+// direct products, the routed ones, the tensor-core products of gemv_quant_mma.cu) adds its terms through this
+// function, with the roundings spelled out so that no kernel's contraction of the expression can differ.
+__device__ __forceinline__ float q8_group_term(float acc, float dx, float a, int lo, int hi) {
+  return __fmaf_rn(dx, __fmaf_rn(a, float(lo), __fmul_rn(a, float(hi))), acc);
+}
+
 // Adds piece p of the warp's R rows times the NC quantized activation columns to acc, with the staged kernel's
 // arithmetic per 32 values: d_x * (a * lo + a * hi) + bias * (d_x sum q_x) (Q8_0: no bias term, as before).
 // The activations of a column are loaded once for all R rows (they are the same bytes); each (row, column)
@@ -134,7 +142,7 @@ __device__ __forceinline__ void piece_dot(const Decoded<QT> (&dw)[R], int64_t p,
         const int lo = dot32(dw[r].w[g], x[g][0], x[g][1], hi);
         const float a = dw[r].a[g];
         if constexpr (QT == DType::Q8_0)
-          acc[r][col] += ds[g].x * (a * float(lo) + a * float(hi));
+          acc[r][col] = q8_group_term(acc[r][col], ds[g].x, a, lo, hi);
         else
           acc[r][col] += ds[g].x * (a * float(lo) + a * float(hi)) + dw[r].bias[g] * ds[g].y;
       }

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The tensor-core Q8_0 products of 3..16 columns (TANDEM_Q8_MMA=1, gemv_quant_mma.cu) against the default path,
+# on a Qwen3-8B-shape Q8_0 target with random weights (run by scripts/device/run_all.sh; BIN, OUT set):
+#   1. tandem bench tg at batch 1, 2, 4, 8, 16 (one decode step of B sequences), each way;
+#   2. scripts/device/dflash_8b.sh each way: the draft pass (16 rows, not batch-invariant), the verify pass per
+#      block size (batch-invariant target) and the cycle, from which the speedup at each accepted length.
+# AB_ENV (default TANDEM_Q8_MMA=1): the switches of the second way. Budget ~220 s (the files ~20 s once).
+set -u
+BIN=${BIN:-build-gpu/bin}; OUT=${OUT:-/tmp/q8_mma_bench}; mkdir -p "$OUT"
+AB=${AB_ENV:-TANDEM_Q8_MMA=1}
+export MODELS=${MODELS:-/dev/shm/tandem-8b}
+S="$OUT/summary.txt"; : >"$S"
+# the files first (dflash_8b.sh makes them; with no time left for benches it only makes them)
+DFLASH_8B_BUDGET=0 OUT="$OUT/files" bash scripts/device/dflash_8b.sh >/dev/null 2>&1
+T=$MODELS/qwen3-8b-random-q8_0.gguf
+[ -f "$T" ] || { echo "FAIL: no $T"; exit 1; }
+for way in default "$AB"; do
+  envs=""; [ "$way" != default ] && envs=$way
+  name=${way//[=,]/_}
+  env $envs timeout 60 "$BIN/tandem" bench -m "$T" -p 0 -n 32 -b 1,2,4,8,16 -r 1 -o md >"$OUT/batch_$name.md" 2>&1
+  echo "batch ($way) exit $?"; grep -E "^\| tg" "$OUT/batch_$name.md" | sed "s/^/$way /" | tee -a "$S"
+done
+for way in default "$AB"; do
+  envs=""; [ "$way" != default ] && envs=$way
+  name=${way//[=,]/_}
+  env $envs DFLASH_8B_BUDGET=${DFLASH_8B_BUDGET:-75} OUT="$OUT/dflash_$name" bash scripts/device/dflash_8b.sh \
+    >"$OUT/dflash_$name.log" 2>&1
+  echo "dflash ($way) exit $?"; sed "s/^/$way /" "$OUT/dflash_$name/table.md" 2>/dev/null | tee -a "$S"
+done
+echo "--- summary"; cat "$S"
