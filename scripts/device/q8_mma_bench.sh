@@ -10,17 +10,18 @@ BIN=${BIN:-build-gpu/bin}; OUT=${OUT:-/tmp/q8_mma_bench}; mkdir -p "$OUT"
 AB=${AB_ENV:-TANDEM_Q8_MMA=1}
 export MODELS=${MODELS:-/dev/shm/tandem-8b}
 S="$OUT/summary.txt"; : >"$S"
-# the files first (dflash_8b.sh makes them; with no time left for benches it only makes them)
-DFLASH_8B_BUDGET=0 OUT="$OUT/files" bash scripts/device/dflash_8b.sh >/dev/null 2>&1
+# the target file first (dflash_8b.sh makes its files again when they are gone: it removes them at its end)
 T=$MODELS/qwen3-8b-random-q8_0.gguf
-[ -f "$T" ] || { echo "FAIL: no $T"; exit 1; }
+mkdir -p "$MODELS"
+[ -f "$T" ] || python3 bench/make_random_q8_gguf.py qwen3-8b "$T" >"$OUT/files.txt" 2>&1
+[ -f "$T" ] || { echo "FAIL: no $T"; cat "$OUT/files.txt"; exit 1; }
 for way in default "$AB"; do
   envs=""; [ "$way" != default ] && envs=$way
   name=${way//[=,]/_}
   env $envs timeout 60 "$BIN/tandem" bench -m "$T" -p 0 -n 32 -b 1,2,4,8,16 -r 1 -o md >"$OUT/batch_$name.md" 2>&1
   echo "batch ($way) exit $?"; grep -E "^\| tg" "$OUT/batch_$name.md" | sed "s/^/$way /" | tee -a "$S"
 done
-for way in default "$AB"; do
+for way in ${DFLASH_WAYS:-default $AB}; do  # (DFLASH_WAYS="$AB": the default way measured already)
   envs=""; [ "$way" != default ] && envs=$way
   name=${way//[=,]/_}
   env $envs DFLASH_8B_BUDGET=${DFLASH_8B_BUDGET:-75} OUT="$OUT/dflash_$name" bash scripts/device/dflash_8b.sh \

@@ -13,8 +13,8 @@
 // lane) and then adds the 32 slots with warp_sum's butterfly. Here warp w of a block owns slots 8w .. 8w + 7 of
 // the block's 16 rows (blocks 32j + 8w + s, s = 0..7, for j = 0, 1, ...: 8 consecutive blocks, 272 bytes a row,
 // 16-byte aligned when the rows are), keeps one accumulator per slot in registers, adds each block's term with the
-// same expression (q8_group_term, gemv_quant_pieces.cuh), and at the end the 32 slots of each output go to the 32
-// lanes of one warp for the same warp_sum. So the same value, whatever the number of columns and whichever
+// same expression (q8_group_term, gemv_quant_pieces.cuh), and at the end the 32 slots of each output are added by
+// one thread in warp_sum's order for lane 0 (butterfly_sum). So the same value, whatever the number of columns and whichever
 // kernel runs: a row of a verify block equals the one-row decode of that row (speculative decoding's greedy
 // acceptance relies on it).
 #include <cuda_pipeline.h>
@@ -81,6 +81,23 @@ __device__ __forceinline__ bool find_tile(const GemvArgs& a, int64_t u, int& seg
 __device__ __forceinline__ uint32_t ld_s8x4(const uint8_t* p) {
   const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
   return uint32_t(h[0]) | (uint32_t(h[1]) << 16);
+}
+
+// The sum of 32 slot values s[0..31] exactly as warp_sum computes it in lane 0 when lane l holds s[l]: at each
+// step o = 16, 8, 4, 2, 1 lane l adds lane l ^ o's value to its own (v + partner), so lane 0's result is this tree
+// (l < o: l ^ o = l + o). One thread per output instead of one warp: the warps' serial shuffles were most of a
+// small product's time.
+__device__ __forceinline__ float butterfly_sum(const float* s) {
+  float v[16];
+#pragma unroll
+  for (int l = 0; l < 16; ++l) v[l] = s[l] + s[l + 16];
+#pragma unroll
+  for (int l = 0; l < 8; ++l) v[l] = v[l] + v[l + 8];
+#pragma unroll
+  for (int l = 0; l < 4; ++l) v[l] = v[l] + v[l + 4];
+#pragma unroll
+  for (int l = 0; l < 2; ++l) v[l] = v[l] + v[l + 2];
+  return v[0] + v[1];
 }
 
 // c = a b for one 16 x 8 x 16 int8 tile (s32 results, exact). Fragments (lane = 4 g + t4): a[0] = row g, values
@@ -195,15 +212,14 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
       for (int q = 0; q < 4; ++q) at(nt, g + 8 * (q >> 1), 2 * t4 + (q & 1))[warp * kSlotsPerWarp + s] = acc[s][nt][q];
   __syncthreads();
 
-  // One output per warp at a time: lane l takes slot l, then warp_sum as the direct kernel (every lane has it).
+  // One output per thread (the columns written: T <= 8 NT): its 32 slots added as warp_sum adds them for lane 0.
   const GemvSeg& out = seg_at(a, seg);
-  auto slot_sum = [&](int nt, int r, int c) { return warp_sum(at(nt, r, c)[lane]); };
-  for (int i = warp; i < per * T; i += kWarps) {  // (the columns written: T <= 8 NT)
+  for (int i = threadIdx.x; i < per * T; i += kWarps * kWarpSize) {
     const int r = i % per, col = i / per, nt = col / 8, c = col % 8;
     const int64_t o = row0 + r;
-    float val = slot_sum(nt, r, c);
-    if constexpr (kIsGlu<EPI>) val = glu_gate<EPI == GemvEpilogue::GeGlu>(val, slot_sum(nt, r + per, c));
-    if (lane != 0 || o >= N || col >= T) continue;
+    float val = butterfly_sum(at(nt, r, c));
+    if constexpr (kIsGlu<EPI>) val = glu_gate<EPI == GemvEpilogue::GeGlu>(val, butterfly_sum(at(nt, r + per, c)));
+    if (o >= N) continue;
     if constexpr (EPI == GemvEpilogue::AddResidual) val = out.r[col * out.r_ld + o] + val;  // add(x, proj)'s order
     out.y[col * out.y_ld + o] = val;
   }
