@@ -1,10 +1,11 @@
-// The tensor-core Q8_0 products of 3..16 columns (gemv_quant_mma.cu, TANDEM_Q8_MMA=1): every column of a
+// The tensor-core Q8_0 products of 8..16 columns (gemv_quant_mma.cu, TANDEM_Q8_MMA): every column of a
 // T-column call must equal, bit for bit, the one-column call on that column through the direct kernel (the path
 // a decode step of one row takes), for matmul and the fused forms (segments, SwiGLU, GeGLU with the norm, the
 // residual add), and agree with the CPU. Shapes: K = 256 (only the block's first warp has blocks), 2304 (warps
-// with 3 and 2 steps), 4096; N = 37 / 13 / 5 (partial tiles, three segments); T = 3, 8, 9, 16 (one launch:
-// one and two 8-column tiles), 21 (two launches, batch-invariant mode: past one launch the fused products
-// otherwise decline).
+// with 3 and 2 steps), 4096; N = 37 / 13 / 5 (partial tiles, three segments); T = 3 (below kQ8MmaMinCols: the
+// direct kernel), 8, 9, 16 (one launch: one and two 8-column tiles), 24 and 21 (16 + 8 and 16 + 5 columns,
+// batch-invariant mode: past one launch the fused products otherwise decline; the 5-column rest goes to the
+// direct kernel).
 #include <cstring>
 
 #include "backend/cuda/cuda_kernels.h"
@@ -42,7 +43,7 @@ TEST_F(GpuQ8Mma, ColumnsEqualTheOneColumnProductBitForBit) {
   uint32_t seed = 4242;
   const float eps = 1e-6f;
   for (int64_t K : {256, 2304, 4096}) {
-    for (int64_t T : {3, 8, 9, 16, 21}) {
+    for (int64_t T : {3, 8, 9, 16, 24, 21}) {
       SCOPED_TRACE("K=" + std::to_string(K) + " T=" + std::to_string(T));
       std::mt19937 rng(seed++);
       const int64_t Ns[3] = {37, 13, 5};
@@ -82,8 +83,10 @@ TEST_F(GpuQ8Mma, ColumnsEqualTheOneColumnProductBitForBit) {
       gops().set_batch_invariant(T > cuda::kQ8MmaMaxCols);
       Outputs many;
       const int64_t launches = launches_of(*gpu_, *prof, "gemv_q8_mma", [&] { many = run(xv, rv, T); });
-      // matmul, matmul_multi, swiglu, geglu, add: one launch each per 16 columns
-      EXPECT_EQ(launches, 5 * ((T + 15) / 16)) << "the tensor-core path did not take every product";
+      // matmul, matmul_multi, swiglu, geglu, add: one launch each per 16 columns (a rest of fewer than
+      // kQ8MmaMinCols columns: the direct kernel)
+      const int64_t chunks = T / cuda::kQ8MmaMaxCols + (T % cuda::kQ8MmaMaxCols >= cuda::kQ8MmaMinCols ? 1 : 0);
+      EXPECT_EQ(launches, 5 * chunks) << "the tensor-core path did not take the products it should";
 
       cuda::set_q8_mma(false);
       gops().set_batch_invariant(false);

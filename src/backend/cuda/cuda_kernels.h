@@ -141,10 +141,12 @@ void launch_gemv_quant_fused(const GemvArgs& a, const void* scratch, cudaStream_
 // turns it off).
 bool gemv_quant_direct_supports(const GemvArgs& a);
 void launch_gemv_quant_direct(const GemvArgs& a, const void* scratch, cudaStream_t stream);
-// Q8_0 products of 3 or more columns (up to kQ8MmaMaxCols a launch) on the tensor cores (gemv_quant_mma.cu):
-// every (row, column) sum bit for bit the direct kernel's one-column sum, the weights read once for all the
-// columns. Applies where the direct kernel does, with TANDEM_Q8_MMA=1 (off until a GPU run has checked it);
-// launch_gemv_quant_fused takes it then.
+// Q8_0 products of kQ8MmaMinCols or more columns (up to kQ8MmaMaxCols a launch) on the tensor cores
+// (gemv_quant_mma.cu): every (row, column) sum bit for bit the direct kernel's one-column sum, the weights read
+// once for all the columns. Applies where the direct kernel does (TANDEM_Q8_MMA=0 turns it off);
+// launch_gemv_quant_fused takes it then. Measured on an H100 (Qwen3-8B shape, bench/BENCHMARKS.md, fourteenth
+// session): 4 columns slower than the direct kernel (694 vs 798 t/s), 8 even, 16 twice as fast.
+constexpr int kQ8MmaMinCols = 8;
 constexpr int kQ8MmaMaxCols = 16;
 bool gemv_q8_mma_applies(const GemvArgs& a);
 void launch_gemv_q8_mma(const GemvArgs& a, const void* scratch, cudaStream_t stream);
