@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
-# The tensor-core Q8_0 products of 3..16 columns (TANDEM_Q8_MMA=1, gemv_quant_mma.cu) against the default path,
+# The tensor-core Q8_0 products of 8..16 columns (gemv_quant_mma.cu, on by default) against the direct kernel,
 # on a Qwen3-8B-shape Q8_0 target with random weights (run by scripts/device/run_all.sh; BIN, OUT set):
 #   1. tandem bench tg at batch 1, 2, 4, 8, 16 (one decode step of B sequences), each way;
 #   2. scripts/device/dflash_8b.sh each way: the draft pass (16 rows, not batch-invariant), the verify pass per
 #      block size (batch-invariant target) and the cycle, from which the speedup at each accepted length.
-# AB_ENV (default TANDEM_Q8_MMA=1): the switches of the second way. Budget ~220 s (the files ~20 s once).
+# AB_ENV (default TANDEM_Q8_MMA=0, the direct kernel and below it the dequantize + cuBLAS path): the second way. Budget ~220 s (the files ~20 s once).
 set -u
 BIN=${BIN:-build-gpu/bin}; OUT=${OUT:-/tmp/q8_mma_bench}; mkdir -p "$OUT"
-AB=${AB_ENV:-TANDEM_Q8_MMA=1}
+AB=${AB_ENV:-TANDEM_Q8_MMA=0}
 export MODELS=${MODELS:-/dev/shm/tandem-8b}
 S="$OUT/summary.txt"; : >"$S"
 # the target file first (dflash_8b.sh makes its files again when they are gone: it removes them at its end)
