@@ -49,6 +49,9 @@ struct Case {
   DType project = DType::F32;
   // Non-empty: the GPU call must launch a kernel whose name contains this (counted by the kernel profiler).
   std::string expect_kernel = "";
+  // Also run the decode kernel with the query heads of a group split over blocks (TANDEM_ATTN_HEAD_SPLIT) and
+  // without: the same bits.
+  bool head_split_bitwise = false;
 };
 
 class GpuAttention : public GpuTest {
@@ -252,6 +255,18 @@ class GpuAttention : public GpuTest {
         ASSERT_EQ(g[r * size_t(c.hd_v * c.n_head) + size_t(i)], 0.0f) << "GPU, all -inf row";
       }
     }
+    if (c.head_split_bitwise) {
+      std::vector<float> outs[2];
+      for (int on = 0; on < 2; ++on) {
+        cuda::set_attn_head_split(on == 1);
+        Pair o2 = make_out(DType::F32, {c.hd_v, c.n_head, T});
+        gops().attention(gs(), q.dev, kv_g, batch_for(true), scale, o2.dev);
+        outs[on] = download_f32(o2);
+      }
+      cuda::set_attn_head_split(std::nullopt);
+      EXPECT_EQ(outs[0], outs[1]) << "splitting the query heads of a group over blocks changed the output";
+      EXPECT_LT(rel_l2(outs[1], ref), c.tol);
+    }
     if (c.project != DType::F32) check_projection(c, q, kv_g, kv_c, batch_for(true), batch_for(false), scale, g, rng);
     if (c.evict) {  // the same batch over the full block tables gives the same result
       Pair bt_full = make_i32({max_blocks, n_seqs}, tables);
@@ -287,6 +302,27 @@ TEST_F(GpuAttention, DecodeKernelEveryMaskAndCache) {
       Case o{MaskKind::Causal, nh, nkv, hd, hd, cache, seqs};
       run(o, seed++);
     }
+}
+
+// The query heads of a GQA group split over blocks (TANDEM_ATTN_HEAD_SPLIT, attention_decode.cu): gemma4's global
+// layers (16 heads of 512 over 2 KV heads: 4 blocks of 2 heads), groups of 8 x 256 and 8 x 128 (2 and 1 blocks),
+// 16 heads a group (left whole), every cache dtype, a sliding window, a padding row, decode-sized batches with
+// several splits; bit for bit the kernel with one block a group, and close to the CPU.
+TEST_F(GpuAttention, DecodeHeadSplitGivesTheSameBits) {
+  uint32_t seed = 5100;
+  const std::vector<Seq> seqs = {{37, 1}, {300, 1}, {0, 2}, {130, 1}};
+  for (DType cache : {DType::F16, DType::BF16, DType::F32})
+    for (auto [nh, nkv, hd] : {std::tuple<int, int, int>{16, 2, 512}, {8, 1, 256}, {8, 1, 128}, {16, 1, 128}}) {
+      Case c{MaskKind::Causal, nh, nkv, hd, hd, cache, seqs};
+      c.head_split_bitwise = true;
+      c.expect_kernel = "attention_split";
+      run(c, seed++);
+    }
+  Case w{MaskKind::Causal, 16, 2, 512, 512, DType::BF16, seqs};
+  w.sliding_window = 100;
+  w.padding_row = true;
+  w.head_split_bitwise = true;
+  run(w, seed++);
 }
 
 // Longer contexts: every split length of the decode kernel (64 up to 4096 positions, 128 up to 16384, 256

@@ -31,6 +31,7 @@ struct DecodeShape {
   int n_splits;
   int split_len;  // cache positions per split, <= kDecodeSplit
   float scale;
+  int n_hsplit = 1;  // blocks per KV head and split: its query heads divided among them (head_split_for)
 };
 
 template <class KTag, class VTag, int G>
@@ -49,7 +50,8 @@ __global__ void __launch_bounds__(kThreads)
   pdl_wait();     // q and the cache rows of this step come from the previous kernel
 
   const int split = blockIdx.x;
-  const int g = blockIdx.y;
+  const int g = blockIdx.y / sh.n_hsplit;  // the KV head; this block takes gqa of its query heads, from head0
+  const int64_t head0 = int64_t(g) * (sh.n_head / sh.n_kv_head) + int64_t(blockIdx.y % sh.n_hsplit) * gqa;
   const int64_t r = blockIdx.z;
   const int tid = threadIdx.x;
   const RowRange rr = row_range(meta, r);
@@ -57,7 +59,7 @@ __global__ void __launch_bounds__(kThreads)
   const int j0 = max(rr.lo, split * L);
   const int j1 = min(rr.hi, (split + 1) * L);
   const int64_t part_base =
-      (r * sh.n_head + int64_t(g) * gqa) * sh.n_splits + split;  // head h adds h*n_splits
+      (r * sh.n_head + head0) * sh.n_splits + split;  // head h adds h*n_splits
   if (j0 >= j1) {
     for (int h = tid; h < gqa; h += blockDim.x)
       part_ml[part_base + int64_t(h) * sh.n_splits] = make_float2(-INFINITY, 0.0f);
@@ -67,7 +69,7 @@ __global__ void __launch_bounds__(kThreads)
 
   for (int64_t idx = tid; idx < gqa * sh.hd_k; idx += blockDim.x) {
     const int64_t h = idx / sh.hd_k, d = idx % sh.hd_k;
-    q_s[idx] = q.row_as<const float>(r * sh.n_head + int64_t(g) * gqa + h)[d] * sh.scale;
+    q_s[idx] = q.row_as<const float>(r * sh.n_head + head0 + h)[d] * sh.scale;
   }
   for (int jj = tid; jj < n; jj += blockDim.x) slot_s[jj] = cache_slot(meta, rr.seq, j0 + jj);
   __syncthreads();
@@ -383,6 +385,21 @@ bool octet_disabled() {
   return g_no_octet.on();
 }
 
+// Query heads of a GQA group divided among blocks (TANDEM_ATTN_HEAD_SPLIT=1, off until a GPU run has checked
+// it): a block computes the scores of its heads with one thread per position, gqa x hd_k products a position,
+// so gemma4's global layers (8 query heads of 512 per KV head, 2 KV heads) were 4 blocks of 4096 products a
+// position at short contexts: ~57 us a layer on an H100 (fourteenth session). The groups are split until a
+// block has at most 1024 (heads x head dim). A head's arithmetic does not depend on how many heads its block has
+// (scores, softmax and output per head; the same output pass while gqa <= 8, the octet path's limit, so larger
+// groups are left whole): the same bits either way.
+EnvSwitch g_head_split{"TANDEM_ATTN_HEAD_SPLIT", false};
+int head_split_for(int gqa, int64_t hd_k) {
+  if (!g_head_split.on() || gqa > 8) return 1;
+  int s = 1;
+  while (s < gqa && int64_t(gqa / s) * hd_k > 1024) s *= 2;
+  return gqa % s == 0 ? s : 1;
+}
+
 template <class KTag, class VTag, int G>
 void launch_split(const AttentionArgs& a, const DecodeShape& sh, int gqa, float* part_o, float2* part_ml,
                   cudaStream_t stream) {
@@ -406,7 +423,7 @@ void launch_split(const AttentionArgs& a, const DecodeShape& sh, int gqa, float*
                       red_floats * 4 + size_t(sh.split_len) * 8;
   allow_dynamic_smem(attention_split_kernel<KTag, VTag, G>, 160 * 1024);  // kernel_smem.h: per device
   check(smem <= 160 * 1024, "CUDA attention: too many query heads per KV head for the decode kernel");
-  const dim3 grid(unsigned(sh.n_splits), unsigned(sh.n_kv_head), unsigned(a.q.ne[2]));
+  const dim3 grid(unsigned(sh.n_splits), unsigned(sh.n_kv_head * sh.n_hsplit), unsigned(a.q.ne[2]));
   const bool k_vec = sh.hd_k % 8 == 0 && (reinterpret_cast<uintptr_t>(a.kv.k.data) & 15) == 0 &&
                      a.kv.k.nb[1] % 16 == 0 && a.kv.k.nb[2] % 16 == 0;
   launch_pdl(attention_split_kernel<KTag, VTag, G>, grid, dim3(kThreads), smem, stream, row_view(a.q),
@@ -461,7 +478,8 @@ void launch_attention_decode(const AttentionArgs& a, void* partials, size_t part
   sh.n_splits = n_splits_for(a.max_seq_len);
   sh.split_len = split_len_for(a.max_seq_len);
   sh.scale = a.scale;
-  const int gqa = int(sh.n_head / sh.n_kv_head);
+  sh.n_hsplit = head_split_for(int(sh.n_head / sh.n_kv_head), sh.hd_k);
+  const int gqa = int(sh.n_head / sh.n_kv_head) / sh.n_hsplit;  // query heads a block takes
   const size_t need = attention_decode_scratch_bytes(T, sh.n_head, sh.hd_v, a.max_seq_len);
   check(partials_bytes >= need, "CUDA attention: workspace too small (" + std::to_string(partials_bytes) +
                                     " bytes, need " + std::to_string(need) + "); reserve() a larger plan");
@@ -490,6 +508,10 @@ void launch_attention_decode(const AttentionArgs& a, void* partials, size_t part
   launch_pdl(attention_combine_kernel, grid, dim3(threads), size_t(sh.n_splits) * sizeof(float), stream,
              part_o, part_ml, make_meta(a), sh.n_head, sh.hd_v, sh.n_splits, row_view(a.out), xq, xds);
   TANDEM_CUDA_CHECK_LAUNCH();
+}
+
+void set_attn_head_split(std::optional<bool> on) {
+  g_head_split.set(on);
 }
 
 }  // namespace tandem::cuda
