@@ -6,6 +6,8 @@
 // direct kernel), 8, 9, 16 (one launch: one and two 8-column tiles), 24 and 21 (16 + 8 and 16 + 5 columns,
 // batch-invariant mode: past one launch the fused products otherwise decline; the 5-column rest goes to the
 // direct kernel).
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "backend/cuda/cuda_kernels.h"
@@ -109,6 +111,67 @@ TEST_F(GpuQ8Mma, ColumnsEqualTheOneColumnProductBitForBit) {
       Pair X = make_f32({K, T}, xv), Yc = make_out(DType::F32, {N, T});
       cops().matmul(cs(), W[0].cpu, X.cpu, Yc.cpu);
       EXPECT_LT(rel_l2(many.mm, host_f32(Yc)), 3e-2);
+    }
+  }
+}
+
+// The wide form (TANDEM_Q8_MMA_WIDE, 17..64 columns of a plain product that need not be batch-invariant): one
+// launch; every output within the bound of a product over 8-bit activations (test_gpu_fused_gemv.cpp's: the
+// activations' rounding sum |W| d / 2, plus 1e-5 of sum |W x|); a column's value independent of the other
+// columns of the call (the first 17 columns of a 40- or 64-column call equal a 17-column call's, bit for bit); and
+// a batch-invariant session does not take it (the exact 16-column launches instead).
+TEST_F(GpuQ8Mma, WideColumnsAreCloseAndIndependentOfTheOthers) {
+  cuda::set_q8_mma(true);
+  cuda::set_q8_mma_wide(true);
+  struct Restore {
+    ~Restore() { cuda::set_q8_mma_wide(std::nullopt); }
+  } restore;
+  std::string why;
+  std::unique_ptr<KernelProfiler> prof = KernelProfiler::start(&why);
+  ASSERT_NE(prof, nullptr) << why;
+  uint32_t seed = 777;
+  for (int64_t K : {256, 2304, 4096}) {
+    std::vector<float> first17;
+    for (int64_t T : {17, 40, 64}) {
+      SCOPED_TRACE("K=" + std::to_string(K) + " T=" + std::to_string(T));
+      std::mt19937 rng(seed + uint32_t(K));  // the same weights and the same first columns for every T
+      const int64_t N = 37;
+      std::vector<float> w;
+      const std::vector<uint8_t> bytes = random_weights(DType::Q8_0, K, N, rng, w);
+      Pair W = make(DType::Q8_0, {K, N}, bytes.data());
+      const std::vector<float> xv = random_floats(size_t(K * 64), rng, -2.0f, 2.0f);
+      const std::vector<float> xt(xv.begin(), xv.begin() + K * T);
+      Pair X = make_f32({K, T}, xt), Y = make_out(DType::F32, {N, T});
+      gops().set_batch_invariant(false);
+      EXPECT_EQ(launches_of(*gpu_, *prof, "gemv_q8_mma", [&] { gops().matmul(gs(), W.dev, X.dev, Y.dev); }), 1);
+      const std::vector<float> y = download_f32(Y);
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t o = 0; o < N; ++o) {
+          const float* x = xt.data() + t * K;
+          double e = 0, S = 0, qerr = 0;
+          for (int64_t b = 0; b < K; b += 32) {
+            float amax = 0;
+            for (int64_t i = b; i < b + 32; ++i) amax = std::max(amax, std::fabs(x[i]));
+            for (int64_t i = b; i < b + 32; ++i) {
+              const double p = double(w[size_t(o * K + i)]) * x[i];
+              e += p;
+              S += std::fabs(p);
+              qerr += std::fabs(w[size_t(o * K + i)]) * amax / 127.0 / 2;
+            }
+          }
+          ASSERT_LE(std::fabs(y[size_t(t * N + o)] - e), qerr + 1e-5 * S + 1e-6) << "y[" << o << ", " << t << "]";
+        }
+      if (T == 17) {
+        first17 = y;
+      } else {
+        EXPECT_EQ(std::memcmp(first17.data(), y.data(), first17.size() * 4), 0)
+            << "the first 17 columns changed with the other columns of the call";
+      }
+      gops().set_batch_invariant(true);
+      EXPECT_EQ(launches_of(*gpu_, *prof, "gemv_q8_mma", [&] { gops().matmul(gs(), W.dev, X.dev, Y.dev); }),
+                T / cuda::kQ8MmaMaxCols + (T % cuda::kQ8MmaMaxCols >= cuda::kQ8MmaMinCols ? 1 : 0))
+          << "a batch-invariant session took the wide path";
+      gops().set_batch_invariant(false);
     }
   }
 }

@@ -151,6 +151,14 @@ constexpr int kQ8MmaMaxCols = 16;
 bool gemv_q8_mma_applies(const GemvArgs& a);
 void launch_gemv_q8_mma(const GemvArgs& a, const void* scratch, cudaStream_t stream);
 void set_q8_mma(std::optional<bool> on);  // tests: forces TANDEM_Q8_MMA (nullopt: back to the environment)
+// The same kernel for 17..kQ8WideMaxCols columns of a plain product (one segment, Store) that need not be
+// batch-invariant, in one launch: one accumulator a warp, so each column's value does not depend on the others
+// but is not the direct kernel's (TANDEM_Q8_MMA_WIDE=1; off until a GPU run has checked it). Where it does not
+// apply, such products dequantize the weights for cuBLAS (CudaOps::matmul).
+constexpr int kQ8WideMaxCols = 64;
+bool gemv_q8_mma_wide_applies(const GemvArgs& a);
+void launch_gemv_q8_mma_wide(const GemvArgs& a, const void* scratch, cudaStream_t stream);
+void set_q8_mma_wide(std::optional<bool> on);
 
 // ---- dequantization and conversion for the tensor-core path (dequant.cu) ----------------------------------
 // n_rows rows of K values of W (any weight dtype, row stride w_ld bytes) -> bf16 (or f16 when to_f16), dense

@@ -134,9 +134,10 @@ void CudaOps::reserve(const WorkspacePlan& p) {
   const int64_t rows = std::max<int64_t>(m.max_rows, 1);
   const int64_t k_in = (m.max_matmul_in + 255) / 256 * 256;
   Regions r;
-  // (8-bit activations for up to kQ8MmaMaxCols columns: what the tensor-core Q8_0 product takes in one launch)
+  // (8-bit activations for up to kQ8WideMaxCols columns: what the tensor-core Q8_0 products take in one launch)
+  const int64_t q8_cols = std::max<int64_t>({kQuantGemvMaxRows, kQ8MmaMaxCols, kQ8WideMaxCols});
   r.act_bytes =
-      al(std::max({q8_activation_bytes(k_in, std::min<int64_t>(rows, std::max<int64_t>(kQuantGemvMaxRows, kQ8MmaMaxCols))),
+      al(std::max({q8_activation_bytes(k_in, std::min<int64_t>(rows, q8_cols)),
                    size_t(k_in * rows) * 2,
                    q8_activation_bytes(k_in, std::min(m.max_routed_rows, kMoeGemvMaxSlots))}));
   r.dequant_bytes = m.max_matmul_in > 0 && rows > kQuantGemvMaxRows ? kDequantChunkElems * 2 : 0;
@@ -240,6 +241,18 @@ void CudaOps::matmul(Stream& s, const Tensor& W, const Tensor& x, const Tensor& 
   mma.seg[0].w_ld = W.nb[1];
   mma.seg[0].N = N;
   const int64_t quant_cols = !dense && gemv_q8_mma_applies(mma) ? kQ8MmaMaxCols : kQuantGemvMaxRows;
+  if (!dense && !batch_invariant_ && T > quant_cols) {  // 17..64 columns in one launch (TANDEM_Q8_MMA_WIDE=1)
+    GemvArgs wide = mma;
+    wide.T = T;
+    wide.seg[0].y = yp;
+    wide.seg[0].y_ld = y_ld;
+    if (gemv_q8_mma_wide_applies(wide) && regions_.act_bytes >= q8_activation_bytes(K, T)) {
+      void* act = region(regions_.act);
+      launch_quantize_q8(xp, x_ld, K, T, act, st);
+      launch_gemv_q8_mma_wide(wide, act, st);
+      return;
+    }
+  }
   if (!dense && (T <= quant_cols || batch_invariant_) && gemv_quant_supports(W.type, K)) {
     // In chunks of quant_cols columns (what the activation region holds); per column the same quantization
     // and dot products as a one-row call.

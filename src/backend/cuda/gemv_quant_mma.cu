@@ -48,6 +48,7 @@ static_assert(kChunkBytes % 16 == 0, "a warp's step of a row must be whole 16-by
 static_assert(kWarps * kSlotsPerWarp == kWarpSize, "the block's warps own the 32 slots of warp_sum");
 constexpr int kSlotPitch = 33;  // floats between outputs in the slot sums: 32 slots + 1 (no bank conflicts)
 static_assert(2 * kTileRows * 8 * kSlotPitch * sizeof(float) <= size_t(kSmemBytes), "the slot sums reuse the stages");
+static_assert(8 * kTileRows * 8 * (kWarps + 1) * sizeof(float) <= size_t(kSmemBytes), "so do the wide sums");
 
 __device__ __forceinline__ const GemvSeg& seg_at(const GemvArgs& a, int s) {
   return s == 0 ? a.seg[0] : s == 1 ? a.seg[1] : a.seg[2];
@@ -110,11 +111,24 @@ __device__ __forceinline__ void mma_s8_16816(int (&c)[4], const uint32_t (&a)[2]
       : "r"(a[0]), "r"(a[1]), "r"(b), "r"(0), "r"(0), "r"(0), "r"(0));
 }
 
+// c += a b, the same tile with the results added to c's (exact: integers).
+__device__ __forceinline__ void mma_s8_16816_acc(int (&c)[4], const uint32_t (&a)[2], uint32_t b) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%0,%1,%2,%3};\n"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(b));
+}
+
 // One launch: columns 0 .. T-1 (T <= 8 NT) of the activations xq / xds (launch_quantize_q8's layout for T columns
 // of K values), one tile of 16 weight rows per block of threads.
-template <int NT, GemvEpilogue EPI>
+// kWide (TANDEM_Q8_MMA_WIDE=1, 17..64 columns, calls that need not be batch-invariant): one accumulator a warp
+// instead of 8 slots, so that 8 column tiles fit the registers; a block's 32-value block adds d_w d_x (lo + hi)
+// to it, and the 4 warps' sums are added in warp order at the end. A column's value then does not depend on the
+// other columns of the call (the same order for every T), but is not the direct kernel's.
+template <int NT, GemvEpilogue EPI, bool kWide>
 __global__ void __launch_bounds__(kWarps* kWarpSize)
     gemv_q8_mma_kernel(const GemvArgs a, int T, const int8_t* xq, const float2* xds) {
+  constexpr int kSlots = kWide ? 1 : kSlotsPerWarp;  // accumulators a warp keeps per output
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ const uint8_t* rows[kTileRows];
   constexpr int per = outs_per_tile<EPI>();
@@ -151,9 +165,9 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   issue(1);
   pdl_wait();  // the activations are the previous kernel's output; the weights above are not
 
-  float acc[kSlotsPerWarp][NT][4];
+  float acc[kSlots][NT][4];
 #pragma unroll
-  for (int s = 0; s < kSlotsPerWarp; ++s)
+  for (int s = 0; s < kSlots; ++s)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
@@ -182,9 +196,12 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
           b_lo = *reinterpret_cast<const uint32_t*>(xv);
           b_hi = *reinterpret_cast<const uint32_t*>(xv + 16);
         }
-        int lo[4], hi[4];
+        int lo[4], hi[4];  // (kWide: lo is the whole block's sum, hi unused)
         mma_s8_16816(lo, a_lo, b_lo);
-        mma_s8_16816(hi, a_hi, b_hi);
+        if constexpr (kWide)
+          mma_s8_16816_acc(lo, a_hi, b_hi);
+        else
+          mma_s8_16816(hi, a_hi, b_hi);
         float dx[2];  // the activations' scales of this lane's two result columns
 #pragma unroll
         for (int q = 0; q < 2; ++q) {
@@ -192,8 +209,12 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
           dx[q] = c < T ? xds[int64_t(c) * n_blocks + b].x : 0.0f;
         }
 #pragma unroll
-        for (int q = 0; q < 4; ++q)
-          acc[s][nt][q] = q8_group_term(acc[s][nt][q], dx[q & 1], q < 2 ? da : db, lo[q], hi[q]);
+        for (int q = 0; q < 4; ++q) {
+          if constexpr (kWide)
+            acc[0][nt][q] = __fmaf_rn(float(lo[q]), (q < 2 ? da : db) * dx[q & 1], acc[0][nt][q]);
+          else
+            acc[s][nt][q] = q8_group_term(acc[s][nt][q], dx[q & 1], q < 2 ? da : db, lo[q], hi[q]);
+        }
       }
     }
     __syncwarp();  // every lane is done with this stage before a later issue() overwrites it
@@ -201,35 +222,43 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   __pipeline_wait_prior(0);
   __syncthreads();  // every warp is out of its stages: they become the slot sums
 
-  // sums[nt][row][col][slot] (slot = 8 warp + s; kSlotPitch floats an output)
+  // sums[nt][row][col][slot] (slot = 8 warp + s, or the warp when kWide; pitch floats an output)
+  constexpr int pitch = kWide ? kWarps + 1 : kSlotPitch;
   float* sums = reinterpret_cast<float*>(smem);
-  auto at = [&](int nt, int r, int c) { return sums + ((nt * kTileRows + r) * 8 + c) * kSlotPitch; };
+  auto at = [&](int nt, int r, int c) { return sums + ((nt * kTileRows + r) * 8 + c) * pitch; };
 #pragma unroll
-  for (int s = 0; s < kSlotsPerWarp; ++s)
+  for (int s = 0; s < kSlots; ++s)
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
-      for (int q = 0; q < 4; ++q) at(nt, g + 8 * (q >> 1), 2 * t4 + (q & 1))[warp * kSlotsPerWarp + s] = acc[s][nt][q];
+      for (int q = 0; q < 4; ++q) at(nt, g + 8 * (q >> 1), 2 * t4 + (q & 1))[warp * kSlots + s] = acc[s][nt][q];
   __syncthreads();
+  auto total = [&](const float* v) {
+    if constexpr (kWide) {
+      return ((v[0] + v[1]) + v[2]) + v[3];
+    } else {
+      return butterfly_sum(v);
+    }
+  };
 
   // One output per thread (the columns written: T <= 8 NT): its 32 slots added as warp_sum adds them for lane 0.
   const GemvSeg& out = seg_at(a, seg);
   for (int i = threadIdx.x; i < per * T; i += kWarps * kWarpSize) {
     const int r = i % per, col = i / per, nt = col / 8, c = col % 8;
     const int64_t o = row0 + r;
-    float val = butterfly_sum(at(nt, r, c));
-    if constexpr (kIsGlu<EPI>) val = glu_gate<EPI == GemvEpilogue::GeGlu>(val, butterfly_sum(at(nt, r + per, c)));
+    float val = total(at(nt, r, c));
+    if constexpr (kIsGlu<EPI>) val = glu_gate<EPI == GemvEpilogue::GeGlu>(val, total(at(nt, r + per, c)));
     if (o >= N) continue;
     if constexpr (EPI == GemvEpilogue::AddResidual) val = out.r[col * out.r_ld + o] + val;  // add(x, proj)'s order
     out.y[col * out.y_ld + o] = val;
   }
 }
 
-template <int NT, GemvEpilogue EPI>
+template <int NT, GemvEpilogue EPI, bool kWide = false>
 void launch_nt(const GemvArgs& c, unsigned grid, int nc, const int8_t* xq, const float2* xds, cudaStream_t stream) {
-  allow_dynamic_smem(gemv_q8_mma_kernel<NT, EPI>, kSmemBytes);
-  launch_pdl(gemv_q8_mma_kernel<NT, EPI>, dim3(grid), dim3(kWarps * kWarpSize), size_t(kSmemBytes), stream, c, nc,
-             xq, xds);
+  allow_dynamic_smem(gemv_q8_mma_kernel<NT, EPI, kWide>, kSmemBytes);
+  launch_pdl(gemv_q8_mma_kernel<NT, EPI, kWide>, dim3(grid), dim3(kWarps * kWarpSize), size_t(kSmemBytes), stream,
+             c, nc, xq, xds);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
@@ -260,6 +289,33 @@ void launch_epi(const GemvArgs& a, const void* scratch, cudaStream_t stream) {
   }
 }
 
+// The plain product of 17..64 columns (matmul, not batch-invariant) in one launch: 8 column tiles.
+void launch_wide(const GemvArgs& a, const void* scratch, cudaStream_t stream) {
+  int64_t tiles = (a.seg[0].N + kTileRows - 1) / kTileRows;
+  const int64_t K = a.K, T = a.T;
+  const int8_t* xq = static_cast<const int8_t*>(scratch);
+  const float2* xds = reinterpret_cast<const float2*>(static_cast<const char*>(scratch) + q8_scales_offset(K, T));
+  const unsigned grid = unsigned(tiles);
+  const int nc = int(T);
+  switch ((T + 7) / 8) {
+    case 3:
+      return launch_nt<3, GemvEpilogue::Store, true>(a, grid, nc, xq, xds, stream);
+    case 4:
+      return launch_nt<4, GemvEpilogue::Store, true>(a, grid, nc, xq, xds, stream);
+    case 5:
+      return launch_nt<5, GemvEpilogue::Store, true>(a, grid, nc, xq, xds, stream);
+    case 6:
+      return launch_nt<6, GemvEpilogue::Store, true>(a, grid, nc, xq, xds, stream);
+    case 7:
+      return launch_nt<7, GemvEpilogue::Store, true>(a, grid, nc, xq, xds, stream);
+    default:
+      return launch_nt<8, GemvEpilogue::Store, true>(a, grid, nc, xq, xds, stream);
+  }
+}
+
+// Off until a GPU run has checked it (TANDEM_Q8_MMA_WIDE=1 turns it on).
+EnvSwitch g_q8_mma_wide{"TANDEM_Q8_MMA_WIDE", false};
+
 // On by default since the fourteenth session's GPU runs (H100: GpuQ8Mma bit for bit, the whole GPU test binary
 // with it on; Qwen3-8B-shape Q8_0 decode of 16 sequences 935 -> 1937 t/s); TANDEM_Q8_MMA=0 turns it off.
 EnvSwitch g_q8_mma{"TANDEM_Q8_MMA", true};
@@ -274,6 +330,23 @@ bool gemv_q8_mma_applies(const GemvArgs& a) {
 
 void set_q8_mma(std::optional<bool> on) {
   g_q8_mma.set(on);
+}
+
+bool gemv_q8_mma_wide_applies(const GemvArgs& a) {
+  return g_q8_mma_wide.on() && a.T > kQ8MmaMaxCols && a.T <= kQ8WideMaxCols && a.wt == DType::Q8_0 &&
+         a.n_seg == 1 && a.epi == GemvEpilogue::Store && a.q8_count == nullptr && gemv_quant_direct_supports(a);
+}
+
+void launch_gemv_q8_mma_wide(const GemvArgs& a, const void* scratch, cudaStream_t stream) {
+  check(a.T > kQ8MmaMaxCols && a.T <= kQ8WideMaxCols && a.wt == DType::Q8_0 && a.n_seg == 1 &&
+            a.epi == GemvEpilogue::Store && a.q8_count == nullptr && gemv_quant_direct_supports(a),
+        "launch_gemv_q8_mma_wide: arguments the wide tensor-core Q8_0 path cannot take");
+  if (a.seg[0].N == 0) return;
+  launch_wide(a, scratch, stream);
+}
+
+void set_q8_mma_wide(std::optional<bool> on) {
+  g_q8_mma_wide.set(on);
 }
 
 void launch_gemv_q8_mma(const GemvArgs& a, const void* scratch, cudaStream_t stream) {
