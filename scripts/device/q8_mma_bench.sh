@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The tensor-core Q8_0 products of 8..16 columns (gemv_quant_mma.cu, on by default) against the direct kernel,
 # on a Qwen3-8B-shape Q8_0 target with random weights (run by scripts/device/run_all.sh; BIN, OUT set):
-#   1. tandem bench tg at batch 1, 2, 4, 8, 16 (one decode step of B sequences), each way;
+#   1. tandem bench tg at batch 1, 2, 4, 8, 16 (BATCHES: others; one decode step of B sequences), each way;
 #   2. scripts/device/dflash_8b.sh each way: the draft pass (16 rows, not batch-invariant), the verify pass per
 #      block size (batch-invariant target) and the cycle, from which the speedup at each accepted length.
 # AB_ENV (default TANDEM_Q8_MMA=0, the direct kernel and below it the dequantize + cuBLAS path): the second way. Budget ~220 s (the files ~20 s once).
@@ -18,7 +18,7 @@ mkdir -p "$MODELS"
 for way in default "$AB"; do
   envs=""; [ "$way" != default ] && envs=$way
   name=${way//[=,]/_}
-  env $envs timeout 60 "$BIN/tandem" bench -m "$T" -p 0 -n 32 -b 1,2,4,8,16 -r 1 -o md >"$OUT/batch_$name.md" 2>&1
+  env $envs timeout 60 "$BIN/tandem" bench -m "$T" -p 0 -n 32 -b "${BATCHES:-1,2,4,8,16}" -r 1 -o md >"$OUT/batch_$name.md" 2>&1
   echo "batch ($way) exit $?"; grep -E "^\| tg" "$OUT/batch_$name.md" | sed "s/^/$way /" | tee -a "$S"
 done
 for way in ${DFLASH_WAYS:-default $AB}; do  # (DFLASH_WAYS="$AB": the default way measured already)
