@@ -145,6 +145,7 @@ TEST_F(GpuQ8Mma, WideColumnsAreCloseAndIndependentOfTheOthers) {
       gops().set_batch_invariant(false);
       EXPECT_EQ(launches_of(*gpu_, *prof, "gemv_q8_mma", [&] { gops().matmul(gs(), W.dev, X.dev, Y.dev); }), 1);
       const std::vector<float> y = download_f32(Y);
+      std::vector<double> sum_abs(size_t(N * T));  // sum |W x| of each output
       for (int64_t t = 0; t < T; ++t)
         for (int64_t o = 0; o < N; ++o) {
           const float* x = xt.data() + t * K;
@@ -160,6 +161,7 @@ TEST_F(GpuQ8Mma, WideColumnsAreCloseAndIndependentOfTheOthers) {
             }
           }
           ASSERT_LE(std::fabs(y[size_t(t * N + o)] - e), qerr + 1e-5 * S + 1e-6) << "y[" << o << ", " << t << "]";
+          sum_abs[size_t(t * N + o)] = S;
         }
       if (T == 17) {
         first17 = y;
@@ -172,6 +174,11 @@ TEST_F(GpuQ8Mma, WideColumnsAreCloseAndIndependentOfTheOthers) {
                 T / cuda::kQ8MmaMaxCols + (T % cuda::kQ8MmaMaxCols >= cuda::kQ8MmaMinCols ? 1 : 0))
           << "a batch-invariant session took the wide path";
       gops().set_batch_invariant(false);
+      // The same 8-bit activations and integer sums as the exact kernel: only the order of the K / 32 float
+      // terms differs (a bound that a wrong scale or column would break, unlike the one above).
+      const std::vector<float> y_exact = download_f32(Y);
+      for (size_t i = 0; i < y.size(); ++i)
+        ASSERT_LE(std::fabs(double(y[i]) - y_exact[i]), 2e-5 * sum_abs[i] + 1e-6) << "output " << i;
     }
   }
 }

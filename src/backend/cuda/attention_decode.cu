@@ -514,4 +514,8 @@ void set_attn_head_split(std::optional<bool> on) {
   g_head_split.set(on);
 }
 
+int attention_head_split_for(int gqa, int64_t hd_k) {
+  return head_split_for(gqa, hd_k);
+}
+
 }  // namespace tandem::cuda

@@ -254,6 +254,7 @@ void set_ffn_swiglu_q8(std::optional<bool> on);
 void set_row_fusion(std::optional<bool> on);
 void set_flash_hd512(std::optional<bool> on);
 void set_attn_head_split(std::optional<bool> on);  // tests: TANDEM_ATTN_HEAD_SPLIT (attention_decode.cu)
+int attention_head_split_for(int gqa, int64_t hd_k);  // the blocks a GQA group's heads take (1: not split)
 void launch_gemv_dense_id(DType wt, const void* W, size_t w_ld, size_t w_es, int64_t K, int64_t N,
                           const float* x, int64_t x_ld, const int32_t* ids, int64_t n_slots, int k, int kx,
                           float* y, int64_t y_ld, cudaStream_t stream);
