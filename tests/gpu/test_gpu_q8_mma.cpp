@@ -1,11 +1,11 @@
 // The tensor-core Q8_0 products of 8..16 columns (gemv_quant_mma.cu, TANDEM_Q8_MMA): every column of a
-// T-column call must equal, bit for bit, the one-column call on that column through the direct kernel (the path
-// a decode step of one row takes), for matmul and the fused forms (segments, SwiGLU, GeGLU with the norm, the
-// residual add), and agree with the CPU. Shapes: K = 256 (only the block's first warp has blocks), 2304 (warps
-// with 3 and 2 steps), 4096; N = 37 / 13 / 5 (partial tiles, three segments); T = 3 (below kQ8MmaMinCols: the
-// direct kernel), 8, 9, 16 (one launch: one and two 8-column tiles), 24 and 21 (16 + 8 and 16 + 5 columns,
-// batch-invariant mode: past one launch the fused products otherwise decline; the 5-column rest goes to the
-// direct kernel).
+// T-column call must equal, bit for bit, the one-column call on that column through the direct kernel (the
+// path a decode step of one row takes), for matmul and the fused forms (segments, SwiGLU, GeGLU with the
+// norm, the residual add), and agree with the CPU. Shapes: K = 256 (only the block's first warp has blocks),
+// 2304 (warps with 3 and 2 steps), 4096; N = 37 / 13 / 5 (partial tiles, three segments); T = 3 (below
+// kQ8MmaMinCols: the direct kernel), 8, 9, 16 (one launch: one and two 8-column tiles), 24 and 21 (16 + 8 and
+// 16 + 5 columns, batch-invariant mode: past one launch the fused products otherwise decline; the 5-column
+// rest goes to the direct kernel).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -62,8 +62,8 @@ TEST_F(GpuQ8Mma, ColumnsEqualTheOneColumnProductBitForBit) {
         Pair Y = make_out(DType::F32, {N, T_}), Tmp = make_out(DType::F32, {N, T_});
         Pair Ym[3] = {make_out(DType::F32, {Ns[0], T_}), make_out(DType::F32, {Ns[1], T_}),
                       make_out(DType::F32, {Ns[2], T_})};
-        Pair G = make_out(DType::F32, {N, T_}), U = make_out(DType::F32, {N, T_}), O = make_out(DType::F32, {N, T_}),
-             O2 = make_out(DType::F32, {N, T_});
+        Pair G = make_out(DType::F32, {N, T_}), U = make_out(DType::F32, {N, T_}),
+             O = make_out(DType::F32, {N, T_}), O2 = make_out(DType::F32, {N, T_});
         gops().matmul(gs(), W[0].dev, X.dev, Y.dev);
         const Tensor Wd[3] = {W[0].dev, W[1].dev, W[2].dev};
         const Tensor Yd[3] = {Ym[0].dev, Ym[1].dev, Ym[2].dev};
@@ -87,14 +87,16 @@ TEST_F(GpuQ8Mma, ColumnsEqualTheOneColumnProductBitForBit) {
       const int64_t launches = launches_of(*gpu_, *prof, "gemv_q8_mma", [&] { many = run(xv, rv, T); });
       // matmul, matmul_multi, swiglu, geglu, add: one launch each per 16 columns (a rest of fewer than
       // kQ8MmaMinCols columns: the direct kernel)
-      const int64_t chunks = T / cuda::kQ8MmaMaxCols + (T % cuda::kQ8MmaMaxCols >= cuda::kQ8MmaMinCols ? 1 : 0);
+      const int64_t chunks =
+          T / cuda::kQ8MmaMaxCols + (T % cuda::kQ8MmaMaxCols >= cuda::kQ8MmaMinCols ? 1 : 0);
       EXPECT_EQ(launches, 5 * chunks) << "the tensor-core path did not take the products it should";
 
       cuda::set_q8_mma(false);
       gops().set_batch_invariant(false);
       for (int64_t t = 0; t < T; ++t) {
         const Outputs one = run(column(xv, K, t), column(rv, N, t), 1);
-        auto same = [&](const std::vector<float>& a, const std::vector<float>& b, int64_t n, const char* what) {
+        auto same = [&](const std::vector<float>& a, const std::vector<float>& b, int64_t n,
+                        const char* what) {
           for (int64_t o = 0; o < n; ++o)
             ASSERT_EQ(std::memcmp(&a[size_t(t * n + o)], &b[size_t(o)], 4), 0)
                 << what << " column " << t << " row " << o << ": " << a[size_t(t * n + o)] << " vs "
@@ -118,8 +120,8 @@ TEST_F(GpuQ8Mma, ColumnsEqualTheOneColumnProductBitForBit) {
 // The wide form (TANDEM_Q8_MMA_WIDE, 17..64 columns of a plain product that need not be batch-invariant): one
 // launch; every output within the bound of a product over 8-bit activations (test_gpu_fused_gemv.cpp's: the
 // activations' rounding sum |W| d / 2, plus 1e-5 of sum |W x|); a column's value independent of the other
-// columns of the call (the first 17 columns of a 40- or 64-column call equal a 17-column call's, bit for bit); and
-// a batch-invariant session does not take it (the exact 16-column launches instead).
+// columns of the call (the first 17 columns of a 40- or 64-column call equal a 17-column call's, bit for
+// bit); and a batch-invariant session does not take it (the exact 16-column launches instead).
 TEST_F(GpuQ8Mma, WideColumnsAreCloseAndIndependentOfTheOthers) {
   cuda::set_q8_mma(true);
   cuda::set_q8_mma_wide(true);
@@ -143,7 +145,8 @@ TEST_F(GpuQ8Mma, WideColumnsAreCloseAndIndependentOfTheOthers) {
       const std::vector<float> xt(xv.begin(), xv.begin() + K * T);
       Pair X = make_f32({K, T}, xt), Y = make_out(DType::F32, {N, T});
       gops().set_batch_invariant(false);
-      EXPECT_EQ(launches_of(*gpu_, *prof, "gemv_q8_mma", [&] { gops().matmul(gs(), W.dev, X.dev, Y.dev); }), 1);
+      EXPECT_EQ(launches_of(*gpu_, *prof, "gemv_q8_mma", [&] { gops().matmul(gs(), W.dev, X.dev, Y.dev); }),
+                1);
       const std::vector<float> y = download_f32(Y);
       std::vector<double> sum_abs(size_t(N * T));  // sum |W x| of each output
       for (int64_t t = 0; t < T; ++t)
@@ -160,7 +163,8 @@ TEST_F(GpuQ8Mma, WideColumnsAreCloseAndIndependentOfTheOthers) {
               qerr += std::fabs(w[size_t(o * K + i)]) * amax / 127.0 / 2;
             }
           }
-          ASSERT_LE(std::fabs(y[size_t(t * N + o)] - e), qerr + 1e-5 * S + 1e-6) << "y[" << o << ", " << t << "]";
+          ASSERT_LE(std::fabs(y[size_t(t * N + o)] - e), qerr + 1e-5 * S + 1e-6)
+              << "y[" << o << ", " << t << "]";
           sum_abs[size_t(t * N + o)] = S;
         }
       if (T == 17) {

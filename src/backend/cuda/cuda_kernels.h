@@ -130,6 +130,17 @@ struct GemvArgs {
   float2* q8_xds = nullptr;
   int* q8_count = nullptr;
 };
+// Columns t0, t0 + 1, ... of a product as a product of its own: x (read by the dense kernels), each segment's y
+// and r offset by t0 columns (T unchanged: the caller says how many columns it launches).
+inline GemvArgs gemv_columns(const GemvArgs& a, int64_t t0) {
+  GemvArgs c = a;
+  c.x = a.x ? a.x + t0 * a.x_ld : nullptr;
+  for (int s = 0; s < a.n_seg; ++s) {
+    c.seg[s].y = a.seg[s].y ? a.seg[s].y + t0 * a.seg[s].y_ld : nullptr;
+    c.seg[s].r = a.seg[s].r ? a.seg[s].r + t0 * a.seg[s].r_ld : nullptr;
+  }
+  return c;
+}
 // Dense weights: whether the 16-byte path applies to every segment (alignment of W, rows, x; K a multiple of
 // the elements per 16 bytes). The fused ops fall back to one op at a time when it does not.
 bool gemv_dense_fusable(const GemvArgs& a);

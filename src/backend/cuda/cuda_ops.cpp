@@ -353,13 +353,8 @@ bool CudaOps::fused_gemv(Stream& s, std::span<const Tensor> W, const Tensor& x, 
   const int64_t cols = std::min<int64_t>(T, max_cols);  // per launch
   // Columns [t0, t0 + n) of the call as a call of their own.
   auto columns = [&a](int64_t t0, int64_t n) {
-    GemvArgs c = a;
-    c.x += t0 * a.x_ld;
+    GemvArgs c = gemv_columns(a, t0);
     c.T = n;
-    for (int i = 0; i < a.n_seg; ++i) {
-      c.seg[i].y += t0 * a.seg[i].y_ld;
-      if (c.seg[i].r != nullptr) c.seg[i].r += t0 * a.seg[i].r_ld;
-    }
     return c;
   };
   if (is_float_type(a.wt)) {

@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/gemv_dense_vec.cuh"
+#include "backend/cuda/gemv_units.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "backend/cuda/tensor_rows.h"
 
@@ -33,28 +34,7 @@ constexpr int kFusedWarps = 4;
 
 template <GemvEpilogue EPI, int R>
 constexpr int rows_per_unit() {
-  return kIsGlu<EPI> ? R / 2 : R;  // SwiGlu: R/2 gate rows + the same up rows
-}
-
-__device__ __forceinline__ const GemvSeg& seg_at(const GemvArgs& a, int s) {
-  return s == 0 ? a.seg[0] : s == 1 ? a.seg[1] : a.seg[2];
-}
-
-// The segment and first row of work unit u (units are laid segment after segment); false past the end.
-template <GemvEpilogue EPI, int R>
-__device__ __forceinline__ bool find_unit(const GemvArgs& a, int64_t u, int& seg, int64_t& row0) {
-  constexpr int per = rows_per_unit<EPI, R>();
-  const int n = kIsGlu<EPI> ? 1 : a.n_seg;
-  for (int s = 0; s < n; ++s) {
-    const int64_t nu = (seg_at(a, s).N + per - 1) / per;
-    if (u < nu) {
-      seg = s;
-      row0 = u * per;
-      return true;
-    }
-    u -= nu;
-  }
-  return false;
+  return gemv_outs_per_unit<EPI, R>();  // SwiGlu: R/2 gate rows + the same up rows
 }
 
 // x is read with plain loads, never __ldg / const __restrict__: under programmatic dependent launch the
@@ -115,13 +95,13 @@ __global__ void __launch_bounds__(kFusedWarps* kWarpSize) gemv_dense_fused_kerne
   const int64_t unit = int64_t(blockIdx.x) * kFusedWarps + threadIdx.x / kWarpSize;
   int seg = 0;
   int64_t row0 = 0;
-  if (!find_unit<EPI, R>(a, unit, seg, row0)) return;
+  if (!gemv_find_unit<EPI, per>(a, unit, seg, row0)) return;
   const int lane = threadIdx.x % kWarpSize;
-  const int64_t N = seg_at(a, seg).N;
+  const int64_t N = gemv_seg(a, seg).N;
   const uint4* wr[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    const GemvSeg& sg = kIsGlu<EPI> ? seg_at(a, r < per ? 0 : 1) : seg_at(a, seg);
+    const GemvSeg& sg = kIsGlu<EPI> ? gemv_seg(a, r < per ? 0 : 1) : gemv_seg(a, seg);
     const int64_t o = row0 + r % per;
     // A row past N (the last unit of a segment) reads row0 again and is never written.
     wr[r] = reinterpret_cast<const uint4*>(static_cast<const char*>(sg.W) + (o < N ? o : row0) * sg.w_ld);
@@ -178,7 +158,7 @@ __global__ void __launch_bounds__(kFusedWarps* kWarpSize) gemv_dense_fused_kerne
     }
   }
   if (lane != 0) return;
-  const GemvSeg& out = seg_at(a, seg);
+  const GemvSeg& out = gemv_seg(a, seg);
 #pragma unroll
   for (int r = 0; r < per; ++r) {
     const int64_t o = row0 + r;
@@ -216,19 +196,12 @@ __global__ void gemv_dense_scalar_kernel(const char* __restrict__ W, size_t w_ld
 template <DType WT, GemvEpilogue EPI, int R, int U, bool NORM>
 void launch_fused_ru(const GemvArgs& a, cudaStream_t stream) {
   constexpr int per = rows_per_unit<EPI, R>();
-  int64_t units = 0;
-  const int n = kIsGlu<EPI> ? 1 : a.n_seg;
-  for (int s = 0; s < n; ++s) units += (a.seg[s].N + per - 1) / per;
+  const int64_t units = gemv_units<EPI, per>(a);
   if (units == 0) return;
   const unsigned grid = unsigned((units + kFusedWarps - 1) / kFusedWarps);
   for (int64_t t0 = 0; t0 < a.T; t0 += kGemvMaxCols) {
     const int nc = int(std::min<int64_t>(kGemvMaxCols, a.T - t0));
-    GemvArgs c = a;  // columns t0 .. t0 + nc of x, y and r
-    c.x = a.x + t0 * a.x_ld;
-    for (int s = 0; s < a.n_seg; ++s) {
-      c.seg[s].y = a.seg[s].y ? a.seg[s].y + t0 * a.seg[s].y_ld : nullptr;
-      c.seg[s].r = a.seg[s].r ? a.seg[s].r + t0 * a.seg[s].r_ld : nullptr;
-    }
+    const GemvArgs c = gemv_columns(a, t0);
     switch (nc) {
 #define TANDEM_GEMV_CASE(n)                                                                                  \
   case n:                                                                                                    \

@@ -19,6 +19,7 @@
 #include "backend/cuda/kernel_smem.h"
 #include "backend/cuda/device_utils.cuh"
 #include "backend/cuda/gemv_quant_decode.cuh"
+#include "backend/cuda/gemv_units.cuh"
 #include "backend/cuda/pdl.cuh"
 #include "core/env_switch.h"
 #include "quant/blocks.h"
@@ -79,15 +80,11 @@ __global__ void __launch_bounds__(kNormQuantThreads)
   }
 }
 
-__device__ __forceinline__ const GemvSeg& seg_at(const GemvArgs& a, int s) {
-  return s == 0 ? a.seg[0] : s == 1 ? a.seg[1] : a.seg[2];
-}
-
 // Rows of W a block owns: kRowsPerBlock rows of one segment, or for SwiGlu kRowsPerBlock/2 gate rows (warps
 // 0, 1) and the same up rows (warps 2, 3), combined through shared memory at the end.
 template <GemvEpilogue EPI>
 constexpr int outs_per_block() {
-  return kIsGlu<EPI> ? kRowsPerBlock / 2 : kRowsPerBlock;
+  return gemv_outs_per_unit<EPI, kRowsPerBlock>();
 }
 
 // One row's dot products with the NC activation columns: lane takes sub-blocks lane, lane + 32, ... (the same
@@ -109,30 +106,13 @@ __device__ __forceinline__ void row_dot(const uint8_t* rowp, int64_t n_sub, int6
   }
 }
 
-// The segment and first output row of work unit u (units laid segment after segment); false past the end.
-template <GemvEpilogue EPI>
-__device__ __forceinline__ bool find_unit(const GemvArgs& a, int64_t u, int& seg, int64_t& row0) {
-  constexpr int per = outs_per_block<EPI>();
-  const int n_seg = kIsGlu<EPI> ? 1 : a.n_seg;
-  for (int s = 0; s < n_seg; ++s) {
-    const int64_t nu = (seg_at(a, s).N + per - 1) / per;
-    if (u < nu) {
-      seg = s;
-      row0 = u * per;
-      return true;
-    }
-    u -= nu;
-  }
-  return false;
-}
-
 // Global address of row r (0..kRowsPerBlock-1) of a unit, or null for a row past N.
 template <GemvEpilogue EPI>
 __device__ __forceinline__ const uint8_t* unit_row(const GemvArgs& a, int seg, int64_t row0, int r) {
   constexpr int per = outs_per_block<EPI>();
-  const GemvSeg& sg = kIsGlu<EPI> ? seg_at(a, r < per ? 0 : 1) : seg_at(a, seg);
+  const GemvSeg& sg = kIsGlu<EPI> ? gemv_seg(a, r < per ? 0 : 1) : gemv_seg(a, seg);
   const int64_t o = row0 + r % per;
-  return o < seg_at(a, seg).N ? static_cast<const uint8_t*>(sg.W) + o * sg.w_ld : nullptr;
+  return o < gemv_seg(a, seg).N ? static_cast<const uint8_t*>(sg.W) + o * sg.w_ld : nullptr;
 }
 
 // Copies the rows of a unit into one shared-memory buffer, each at the same offset mod 16 as in global
@@ -178,13 +158,13 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarpSize)
   int seg = 0, next_seg = 0;
   int64_t row0 = 0, next_row0 = 0;
   pdl_trigger();                                                 // pdl.cuh
-  if (u >= n_units || !find_unit<EPI>(a, u, seg, row0)) return;  // whole block
+  if (u >= n_units || !gemv_find_unit<EPI, per>(a, u, seg, row0)) return;  // whole block
   stage_unit<EPI>(a, seg, row0, row_bytes, pitch, smem);
   __pipeline_commit();
   pdl_wait();  // the first rows of weights are on their way; xq, xds, y and r belong to earlier kernels
   for (int it = 0; u < n_units; u += gridDim.x, ++it) {
     const int64_t nu = u + gridDim.x;
-    const bool has_next = nu < n_units && find_unit<EPI>(a, nu, next_seg, next_row0);
+    const bool has_next = nu < n_units && gemv_find_unit<EPI, per>(a, nu, next_seg, next_row0);
     if (has_next && n_buf == 2)
       stage_unit<EPI>(a, next_seg, next_row0, row_bytes, pitch, smem + ((it + 1) & 1) * buf_bytes);
     __pipeline_commit();  // every thread commits every iteration: wait_prior(1) then means "unit u landed"
@@ -212,7 +192,7 @@ __global__ void __launch_bounds__(kRowsPerBlock* kWarpSize)
         for (int c = 0; c < NC; ++c) up_part[warp - per][c] = acc[c];
       __syncthreads();
     }
-    const GemvSeg& out = seg_at(a, seg);
+    const GemvSeg& out = gemv_seg(a, seg);
     const int64_t o = row0 + warp;
     if (lane == 0 && warp < per && o < out.N) {
 #pragma unroll
@@ -245,9 +225,7 @@ void launch_one(const GemvArgs& a, size_t row_bytes, const int8_t* xq, const flo
                 cudaStream_t stream) {
   allow_dynamic_smem(gemv_quant_kernel<QT, NC, EPI>, kMaxSmem);  // kernel_smem.h: per device
   constexpr int per = outs_per_block<EPI>();
-  int64_t units = 0;
-  const int n = kIsGlu<EPI> ? 1 : a.n_seg;
-  for (int s = 0; s < n; ++s) units += (a.seg[s].N + per - 1) / per;
+  const int64_t units = gemv_units<EPI, per>(a);
   if (units == 0) return;
   const size_t pitch = row_pitch(row_bytes);
   const int n_buf = 2 * kRowsPerBlock * pitch <= size_t(kMaxSmem) ? 2 : 1;

@@ -21,6 +21,7 @@
 #include "backend/cuda/pdl.cuh"
 #include "core/env_switch.h"
 #include "backend/cuda/gemv_quant_pieces.cuh"
+#include "backend/cuda/gemv_units.cuh"
 #include "quant/blocks.h"
 
 namespace tandem::cuda {
@@ -32,27 +33,7 @@ constexpr int kU = 2;  // pairs per row in flight per lane
 
 template <GemvEpilogue EPI>
 constexpr int outs_per_warp() {
-  return kIsGlu<EPI> ? kR / 2 : kR;
-}
-
-__device__ __forceinline__ const GemvSeg& seg_at(const GemvArgs& a, int s) {
-  return s == 0 ? a.seg[0] : s == 1 ? a.seg[1] : a.seg[2];
-}
-
-template <GemvEpilogue EPI>
-__device__ __forceinline__ bool find_unit(const GemvArgs& a, int64_t u, int& seg, int64_t& row0) {
-  constexpr int per = outs_per_warp<EPI>();
-  const int n = kIsGlu<EPI> ? 1 : a.n_seg;
-  for (int s = 0; s < n; ++s) {
-    const int64_t nu = (seg_at(a, s).N + per - 1) / per;
-    if (u < nu) {
-      seg = s;
-      row0 = u * per;
-      return true;
-    }
-    u -= nu;
-  }
-  return false;
+  return gemv_outs_per_unit<EPI, kR>();
 }
 
 // The pieces (Piece, load_piece, decode_piece, piece_dot) are in gemv_quant_pieces.cuh, shared with the routed
@@ -99,13 +80,13 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   const int64_t unit = int64_t(blockIdx.x) * kWarps + threadIdx.x / kWarpSize;
   int seg = 0;
   int64_t row0 = 0;
-  if (!find_unit<EPI>(a, unit, seg, row0)) return;
+  if (!gemv_find_unit<EPI, per>(a, unit, seg, row0)) return;
   const int lane = threadIdx.x % kWarpSize;
-  const int64_t N = seg_at(a, seg).N, K = a.K, n_pieces = K / Piece<QT>::kValues, n_sub = K / 32;
+  const int64_t N = gemv_seg(a, seg).N, K = a.K, n_pieces = K / Piece<QT>::kValues, n_sub = K / 32;
   const uint8_t* wr[kR];
 #pragma unroll
   for (int r = 0; r < kR; ++r) {
-    const GemvSeg& sg = kIsGlu<EPI> ? seg_at(a, r < per ? 0 : 1) : seg_at(a, seg);
+    const GemvSeg& sg = kIsGlu<EPI> ? gemv_seg(a, r < per ? 0 : 1) : gemv_seg(a, seg);
     const int64_t o = row0 + r % per;
     // A row past N (the last unit of a segment) reads row0 again and is never written.
     wr[r] = static_cast<const uint8_t*>(sg.W) + (o < N ? o : row0) * sg.w_ld;
@@ -123,7 +104,7 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   for (int r = 0; r < kR; ++r)
 #pragma unroll
     for (int c = 0; c < NC; ++c) acc[r][c] = warp_sum(acc[r][c]);  // (every lane has the sums)
-  const GemvSeg& out = seg_at(a, seg);
+  const GemvSeg& out = gemv_seg(a, seg);
   if constexpr (EPI == GemvEpilogue::SwiGlu) {
     if (a.q8_count != nullptr) return swiglu_q8_epilogue<NC>(a, out, row0, acc, lane);
   }
@@ -148,9 +129,7 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
 template <DType QT, GemvEpilogue EPI>
 void launch_epi(const GemvArgs& a, const void* scratch, cudaStream_t stream) {
   constexpr int per = outs_per_warp<EPI>();
-  int64_t units = 0;
-  const int n = kIsGlu<EPI> ? 1 : a.n_seg;
-  for (int s = 0; s < n; ++s) units += (a.seg[s].N + per - 1) / per;
+  const int64_t units = gemv_units<EPI, per>(a);
   if (units == 0) return;
   const unsigned grid = unsigned((units + kWarps - 1) / kWarps);
   const int64_t K = a.K, T = a.T;
@@ -161,11 +140,7 @@ void launch_epi(const GemvArgs& a, const void* scratch, cudaStream_t stream) {
     const int nc = int(std::min<int64_t>(kGemvMaxCols, T - t0));
     const int8_t* xq_c = xq + t0 * K;
     const float2* xds_c = xds + t0 * (K / 32);
-    GemvArgs c = a;  // columns t0 .. t0 + nc of y and r
-    for (int s = 0; s < a.n_seg; ++s) {
-      c.seg[s].y = a.seg[s].y ? a.seg[s].y + t0 * a.seg[s].y_ld : nullptr;
-      c.seg[s].r = a.seg[s].r ? a.seg[s].r + t0 * a.seg[s].r_ld : nullptr;
-    }
+    const GemvArgs c = gemv_columns(a, t0);
     switch (nc) {
 #define TANDEM_QD_CASE(n)                                                                               \
   case n:                                                                                               \

@@ -285,7 +285,7 @@ void launch_gemm(const GemmArgs& a, int64_t n_expert, cudaStream_t stream) {
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
-// Unverified on a GPU when written (thirteenth session): off until a GPU run compares it (GpuMoe).
+// moe_route_regs_kernel: on since the fourteenth session's GPU run (GpuMoe; TANDEM_ROUTE_REGS=0 turns it off).
 EnvSwitch g_route_regs{"TANDEM_ROUTE_REGS", true};
 
 }  // namespace

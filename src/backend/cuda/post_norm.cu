@@ -31,9 +31,10 @@ struct ExpertOutputs {
 // thread reads back only what it wrote: the loops of this kernel and row_sum_squares stride alike), moe[i] first
 // written as moe_combine_kernel's sum when the experts' outputs are given; then x = (x + rms_norm(y, w_out)) *
 // out_scale.
-// kPrefetch (the default since the fourteenth session; TANDEM_COMBINE_PREFETCH=0 turns it off; k <= kPrefetchMaxK): a thread loads the k experts' values of its element
-// before summing them (the same sum in the same order): the plain loop's one load per expert in turn made a
-// chain of ~88 dependent global loads per thread, ~16 us of the decode step's MoE post-norm on an H100.
+// kPrefetch (k <= kPrefetchMaxK; the default, TANDEM_COMBINE_PREFETCH=0 turns it off): a thread loads the k
+// experts' values of its element before summing them (the same sum in the same order): the plain loop's one load
+// per expert in turn made a chain of ~88 dependent global loads per thread, ~16 us of the decode step's MoE
+// post-norm on an H100.
 constexpr int kPrefetchMaxK = 8;
 
 template <bool kBlock, bool kPrefetch>
@@ -109,7 +110,7 @@ __global__ void __launch_bounds__(kBlock ? kBlockNormThreads : kWarpSize)
   }
 }
 
-// Unverified on a GPU when written (thirteenth session): off until a GPU run compares it (GpuGemma4, GpuMoe).
+// kPrefetch: on since the fourteenth session's GPU run (GpuGemma4, GpuMoe; TANDEM_COMBINE_PREFETCH=0 turns it off).
 EnvSwitch g_combine_prefetch{"TANDEM_COMBINE_PREFETCH", true};
 
 }  // namespace
@@ -146,10 +147,12 @@ void launch_post_norm_residual(const Tensor& x, const Tensor& dense, const float
   if (rows == 0) return;
   const bool prefetch = ex.y != nullptr && ex.k <= kPrefetchMaxK && g_combine_prefetch.on();
   const bool block = xv.ne0 >= kBlockNormMin;
-  const auto kernel = block ? (prefetch ? post_norm_residual_kernel<true, true> : post_norm_residual_kernel<true, false>)
-                            : (prefetch ? post_norm_residual_kernel<false, true> : post_norm_residual_kernel<false, false>);
-  launch_pdl(kernel, dim3(unsigned(rows)), dim3(block ? kBlockNormThreads : kWarpSize), 0, stream, xv, dv, w_dense, ex,
-             mv, w_moe, w_out, eps, out_scale);
+  const auto kernel = block ? (prefetch ? post_norm_residual_kernel<true, true>
+                                       : post_norm_residual_kernel<true, false>)
+                            : (prefetch ? post_norm_residual_kernel<false, true>
+                                        : post_norm_residual_kernel<false, false>);
+  launch_pdl(kernel, dim3(unsigned(rows)), dim3(block ? kBlockNormThreads : kWarpSize), 0, stream, xv, dv, w_dense,
+             ex, mv, w_moe, w_out, eps, out_scale);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
