@@ -113,13 +113,20 @@ TEST_F(GpuDecodeFusion, PostNormResidualAddsMatchTheOpsOneAtATime) {
   std::unique_ptr<KernelProfiler> prof = KernelProfiler::start(&why);
   ASSERT_NE(prof, nullptr) << why;
   uint32_t seed = 31;
-  for (int64_t n : {72, 2816})  // a warp per row; a block per row (>= 1024 values)
+  // TANDEM_NORM_REGS off and on: a block row of at most 4096 values then kept in registers (post_norm.cu);
+  // 5000 values and 9 experts fall back to the loop kernels.
+  for (bool regs : {false, true})
+  for (int64_t n : {72, 2816, 4096, 5000})  // a warp per row; a block per row (>= 1024 values)
     for (int64_t T : {1, 3})
       for (float out_scale : {1.0f, 0.37f})
-        for (int variant : {0, 1, 2}) {  // dense; MoE with the experts' sum given; MoE from the experts' outputs
-          const bool moe = variant > 0, combine = variant == 2;
+        for (int variant : {0, 1, 2, 3, 4}) {  // dense; MoE with the sum given; MoE from 3, 8 or 9 experts' outputs
+          cuda::set_norm_regs(regs);
+          const bool moe = variant > 0, combine = variant >= 2;
+          const int64_t k = variant == 3 ? 8 : variant == 4 ? 9 : 3;
           SCOPED_TRACE("n=" + std::to_string(n) + " T=" + std::to_string(T) + " scale " + std::to_string(out_scale) +
-                       (moe ? combine ? " moe from 3 experts' outputs" : " moe" : " dense"));
+                       (moe ? combine ? " moe from " + std::to_string(k) + " experts' outputs" : std::string(" moe")
+                            : std::string(" dense")) +
+                       (regs ? " TANDEM_NORM_REGS=1" : ""));
           std::mt19937 rng(seed++);
           const auto xv = random_floats(size_t(n * T), rng, -2, 2), dv = random_floats(size_t(n * T), rng, -3, 3);
           const auto mv = random_floats(size_t(n * T), rng, -1, 1);
@@ -130,12 +137,12 @@ TEST_F(GpuDecodeFusion, PostNormResidualAddsMatchTheOpsOneAtATime) {
           Pair D[2] = {make_f32({n, T}, dv), make_f32({n, T}, dv)};
           Pair M[2] = {make_f32({n, T}, mv), make_f32({n, T}, mv)};
           Pair W1 = make_f32({n}, w1), W2 = make_f32({n}, w2), W3 = make_f32({n}, w3);
-          const int64_t k = 3;
           Pair EY = make_f32({n, k, T}, random_floats(size_t(n * k * T), rng, -1, 1));
           Pair EW = make_f32({k, T}, random_floats(size_t(k * T), rng, 0.1f, 0.6f));
           // The experts' outputs and weights for the fused op, the GPU composition and the CPU composition.
           const Tensor* ey[3] = {combine ? &EY.dev : nullptr, combine ? &EY.dev : nullptr, combine ? &EY.cpu : nullptr};
           const Tensor* ew[3] = {combine ? &EW.dev : nullptr, combine ? &EW.dev : nullptr, combine ? &EW.cpu : nullptr};
+          const bool expect_regs = regs && n >= 1024 && n <= 4096 && (!combine || k <= 8);
           const int64_t fused = launches_of(*gpu_, *prof, "post_norm_residual", [&] {
             if (moe) {
               gops().moe_residual_add(gs(), X[0].dev, D[0].dev, W1.dev, ey[0], ew[0], M[0].dev, W2.dev, W3.dev, 1e-6f, out_scale);
@@ -144,6 +151,16 @@ TEST_F(GpuDecodeFusion, PostNormResidualAddsMatchTheOpsOneAtATime) {
             }
           });
           EXPECT_EQ(fused, 1) << "one launch of the fused kernel";
+          // The same call again on scratch copies, to see which kernel ran.
+          Pair Xs = make_f32({n, T}, xv), Ds = make_f32({n, T}, dv), Ms = make_f32({n, T}, mv);
+          const int64_t fused_regs = launches_of(*gpu_, *prof, "post_norm_residual_regs", [&] {
+            if (moe) {
+              gops().moe_residual_add(gs(), Xs.dev, Ds.dev, W1.dev, ey[0], ew[0], Ms.dev, W2.dev, W3.dev, 1e-6f, out_scale);
+            } else {
+              gops().norm_residual_add(gs(), Xs.dev, Ds.dev, W3.dev, 1e-6f, out_scale);
+            }
+          });
+          EXPECT_EQ(fused_regs, expect_regs ? 1 : 0) << "the register-resident kernel ran iff it applies";
           if (moe) {
             gops().Ops::moe_residual_add(gs(), X[1].dev, D[1].dev, W1.dev, ey[1], ew[1], M[1].dev, W2.dev, W3.dev, 1e-6f,
                                          out_scale);
@@ -157,6 +174,7 @@ TEST_F(GpuDecodeFusion, PostNormResidualAddsMatchTheOpsOneAtATime) {
           EXPECT_LT(rel_l2(download_f32(X[0]), host_f32(X[1])), 1e-6) << "x vs CPU";
           // The residual must have changed (the branch is not a no-op) and stayed finite.
           EXPECT_GT(rel_l2(download_f32(X[0]), xv), 1e-2);
+          cuda::set_norm_regs(std::nullopt);
         }
 }
 
@@ -165,9 +183,11 @@ TEST_F(GpuDecodeFusion, MoeInputNormsMatchTheOpsOneAtATime) {
   std::unique_ptr<KernelProfiler> prof = KernelProfiler::start(&why);
   ASSERT_NE(prof, nullptr) << why;
   uint32_t seed = 53;
-  for (int64_t n : {72, 2816})
+  for (bool regs : {false, true})  // TANDEM_NORM_REGS off and on (4096 values the longest row it keeps)
+  for (int64_t n : {72, 2816, 4096, 5000})
     for (int64_t T : {1, 4}) {
-      SCOPED_TRACE("n=" + std::to_string(n) + " T=" + std::to_string(T));
+      cuda::set_norm_regs(regs);
+      SCOPED_TRACE("n=" + std::to_string(n) + " T=" + std::to_string(T) + (regs ? " TANDEM_NORM_REGS=1" : ""));
       std::mt19937 rng(seed++);
       const auto xv = random_floats(size_t(n * T), rng, -2, 2);
       const auto rs = random_floats(size_t(n), rng, 0.5f, 1.5f), hn = random_floats(size_t(n), rng, 0.5f, 1.5f);
@@ -178,6 +198,10 @@ TEST_F(GpuDecodeFusion, MoeInputNormsMatchTheOpsOneAtATime) {
       EXPECT_EQ(launches_of(*gpu_, *prof, "moe_input_norms",
                             [&] { gops().moe_input_norms(gs(), X.dev, 1e-6f, factor, RS.dev, R[0].dev, HN.dev, H[0].dev); }),
                 1);
+      const int64_t regs_launches = launches_of(*gpu_, *prof, "moe_input_norms_regs", [&] {
+        gops().moe_input_norms(gs(), X.dev, 1e-6f, factor, RS.dev, R[0].dev, HN.dev, H[0].dev);  // same inputs again
+      });
+      EXPECT_EQ(regs_launches, regs && n >= 1024 && n <= 4096 ? 1 : 0) << "the register-resident kernel ran iff it applies";
       gops().Ops::moe_input_norms(gs(), X.dev, 1e-6f, factor, RS.dev, R[1].dev, HN.dev, H[1].dev);
       cops().moe_input_norms(cs(), X.cpu, 1e-6f, factor, RS.cpu, R[1].cpu, HN.cpu, H[1].cpu);
       gs().synchronize();
@@ -185,6 +209,7 @@ TEST_F(GpuDecodeFusion, MoeInputNormsMatchTheOpsOneAtATime) {
       EXPECT_EQ(download(H[0]), download(H[1])) << "expert input: fused vs the CUDA ops one at a time";
       EXPECT_LT(rel_l2(download_f32(R[0]), host_f32(R[1])), 1e-6) << "router input vs CPU";
       EXPECT_LT(rel_l2(download_f32(H[0]), host_f32(H[1])), 1e-6) << "expert input vs CPU";
+      cuda::set_norm_regs(std::nullopt);
     }
 }
 

@@ -79,14 +79,17 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
     for (int64_t i = lane; i < n; i += kWarpSize) s[i] = xr[i];
   }
   __syncwarp();
-  // rope_kernel's arithmetic, one lane per rotated pair.
+  // rope_kernel's arithmetic, one lane per rotated pair. theta_i is the running product pos * theta_scale * ...
+  // (i factors, in that order); a lane's pairs i, i + 32, ... continue one product instead of restarting it (the
+  // same multiplications in the same order: up to half - 1 of them a lane, not ~half^2 / 64; gemma4's global
+  // layers rotate 256 pairs).
   const int half = rp.n_rot / 2;
-  const float pos = float(positions[t]);
+  float running = float(positions[t]);
+  int factors = 0;
   for (int i = lane; i < half; i += kWarpSize) {
-    float theta = pos;
-    for (int j = 0; j < i; ++j) theta *= rp.theta_scale;
+    for (; factors < i; ++factors) running *= rp.theta_scale;
     const float ff = rp.freq_factors ? rp.freq_factors[i] : 1.0f;
-    theta = rp.freq_scale * (theta / ff);
+    const float theta = rp.freq_scale * (running / ff);
     const float c = cosf(theta) * rp.attn_factor, sn = sinf(theta) * rp.attn_factor;
     const int i0 = rp.neox ? i : 2 * i;
     const int i1 = rp.neox ? i + half : 2 * i + 1;

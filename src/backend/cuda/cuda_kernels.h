@@ -27,6 +27,7 @@ void launch_post_norm_residual(const Tensor& x, const Tensor& dense, const float
 // h_norm), bitwise the composition's.
 void launch_moe_input_norms(const Tensor& x, float eps, float r_factor, const float* r_scale, const Tensor& r,
                             const float* h_norm, const Tensor& h, cudaStream_t stream);
+void set_norm_regs(std::optional<bool> on);  // tests: forces TANDEM_NORM_REGS (post_norm.cu)
 void launch_rope(const Tensor& x, const int32_t* positions, const RopeParams& p, const float* freq_factors,
                  cudaStream_t stream);
 enum class GluKind { Silu, Gelu };

@@ -110,17 +110,150 @@ __global__ void __launch_bounds__(kBlock ? kBlockNormThreads : kWarpSize)
   }
 }
 
+// ---- the register-resident variants (TANDEM_NORM_REGS) -----------------------------------------------------
+// At decode a hidden-state row is one block on one SM, and the kernels above are chains of dependent global
+// accesses: every loop that stores (mr, yr, xr) may alias the loads of its next iteration, so a thread's ~11
+// elements are read one memory latency after another, three or four times a row (~15 us for the MoE tail on
+// an H100 where its ~150 KB take ~1 us). Here a thread keeps its elements of every row in registers: all
+// loads are issued first (the norm weights, model constants, even before pdl_wait), then the three block
+// reductions, then the stores. The elements a thread owns (first, first + 256, ...) and the order it sums
+// them in are row_sum_squares's, and every expression is the kernels' above, so the values are the same bit
+// for bit. Rows of at most kRegsPer * kBlockNormThreads values (4096: gemma4's 2816, 3840 and 4096-wide
+// hidden states); longer rows, and more than kPrefetchMaxK experts, take the kernels above.
+constexpr int kRegsPer = 16;
+
+
+// Loads a thread's elements of a row (0 past its end).
+__device__ __forceinline__ void load_row_regs(const float* __restrict__ p, int n, float (&v)[kRegsPer]) {
+#pragma unroll
+  for (int e = 0; e < kRegsPer; ++e) {
+    const int i = int(threadIdx.x) + e * kBlockNormThreads;
+    v[e] = i < n ? p[i] : 0.0f;
+  }
+}
+
+// row_sum_squares<true> over the thread's registers: the same elements in the same order.
+__device__ __forceinline__ float regs_sum_squares(const float (&v)[kRegsPer], int n, float* red) {
+  float ss = 0.0f;
+#pragma unroll
+  for (int e = 0; e < kRegsPer; ++e)
+    if (int(threadIdx.x) + e * kBlockNormThreads < n) ss += v[e] * v[e];
+  return block_sum(ss, red);
+}
+
+// post_norm_residual_kernel<true, *> with the row in registers. kMoe: moe given; kCombine: its values are the
+// experts' sum (ex.k <= kPrefetchMaxK).
+template <bool kMoe, bool kCombine>
+__global__ void __launch_bounds__(kBlockNormThreads)
+    post_norm_residual_regs_kernel(RowView x, RowView dense, const float* __restrict__ w_dense, ExpertOutputs ex,
+                                   RowView moe, const float* __restrict__ w_moe, const float* __restrict__ w_out,
+                                   float eps, float out_scale) {
+  __shared__ float red[32];
+  pdl_trigger();  // pdl.cuh
+  const int64_t r = blockIdx.x;
+  const int n = int(x.ne0);
+  float wo[kRegsPer], wd[kRegsPer], wm[kRegsPer];
+  load_row_regs(w_out, n, wo);  // weights: never written during a step, read before the wait
+  if constexpr (kMoe) {
+    load_row_regs(w_dense, n, wd);
+    load_row_regs(w_moe, n, wm);
+  }
+  pdl_wait();
+  float* xr = x.row_as<float>(r);
+  float* yr = dense.row_as<float>(r);
+  float xv[kRegsPer], yv[kRegsPer];
+  load_row_regs(yr, n, yv);
+  load_row_regs(xr, n, xv);
+  if constexpr (kMoe) {
+    float* mr = moe.row_as<float>(r);
+    float mv[kRegsPer];
+    if constexpr (kCombine) {  // moe_combine_kernel's sum, in its order, every load before the first store
+      float wj[kPrefetchMaxK];
+#pragma unroll
+      for (int j = 0; j < kPrefetchMaxK; ++j) wj[j] = j < ex.k ? ex.weights[r * ex.k + j] : 0.0f;
+      const char* yr_ex = ex.y + r * ex.y_nb2;
+#pragma unroll
+      for (int e = 0; e < kRegsPer; ++e) {
+        const int i = int(threadIdx.x) + e * kBlockNormThreads;
+        float acc = 0.0f;
+#pragma unroll
+        for (int j = 0; j < kPrefetchMaxK; ++j)
+          if (j < ex.k && i < n) acc += wj[j] * reinterpret_cast<const float*>(yr_ex + j * ex.y_nb1)[i];
+        mv[e] = acc;
+      }
+#pragma unroll
+      for (int e = 0; e < kRegsPer; ++e) {
+        const int i = int(threadIdx.x) + e * kBlockNormThreads;
+        if (i < n) mr[i] = mv[e];
+      }
+    } else {
+      load_row_regs(mr, n, mv);
+    }
+    const float inv_d = rms_inverse(regs_sum_squares(yv, n, red), n, eps);
+    const float inv_m = rms_inverse(regs_sum_squares(mv, n, red), n, eps);
+#pragma unroll
+    for (int e = 0; e < kRegsPer; ++e) {
+      const int i = int(threadIdx.x) + e * kBlockNormThreads;
+      yv[e] = __fadd_rn(yv[e] * inv_d * wd[e], mv[e] * inv_m * wm[e]);
+      if (i < n) yr[i] = yv[e];
+    }
+  }
+  const float inv = rms_inverse(regs_sum_squares(yv, n, red), n, eps);
+#pragma unroll
+  for (int e = 0; e < kRegsPer; ++e) {
+    const int i = int(threadIdx.x) + e * kBlockNormThreads;
+    const float v = __fadd_rn(xv[e], yv[e] * inv * wo[e]);
+    if (i < n) xr[i] = out_scale != 1.0f ? __fmul_rn(v, out_scale) : v;
+  }
+}
+
+// moe_input_norms_kernel<true> with the row in registers.
+__global__ void __launch_bounds__(kBlockNormThreads)
+    moe_input_norms_regs_kernel(RowView x, float eps, float r_factor, const float* __restrict__ r_scale, RowView r,
+                                const float* __restrict__ h_norm, RowView h) {
+  __shared__ float red[32];
+  pdl_trigger();  // pdl.cuh
+  const int64_t row = blockIdx.x;
+  const int n = int(x.ne0);
+  float rs[kRegsPer], hn[kRegsPer], xv[kRegsPer];
+  load_row_regs(r_scale, n, rs);  // weights, before the wait
+  load_row_regs(h_norm, n, hn);
+  pdl_wait();
+  load_row_regs(x.row_as<const float>(row), n, xv);
+  float* rr = r.row_as<float>(row);
+  float* hr = h.row_as<float>(row);
+  const float inv = rms_inverse(regs_sum_squares(xv, n, red), n, eps);
+#pragma unroll
+  for (int e = 0; e < kRegsPer; ++e) {
+    const int i = int(threadIdx.x) + e * kBlockNormThreads;
+    if (i < n) {
+      rr[i] = xv[e] * inv * r_factor * rs[e];
+      hr[i] = xv[e] * inv * hn[e];
+    }
+  }
+}
+
 // kPrefetch: on since the fourteenth session's GPU run (GpuGemma4, GpuMoe; TANDEM_COMBINE_PREFETCH=0 turns it off).
 EnvSwitch g_combine_prefetch{"TANDEM_COMBINE_PREFETCH", true};
+// The register-resident kernels: written in the fifteenth session, off until a GPU run passes the tests with
+// them (GpuDecodeFusion.*, GpuGemma4.*, GpuMoe.*).
+EnvSwitch g_norm_regs{"TANDEM_NORM_REGS", false};
 
 }  // namespace
+
+void set_norm_regs(std::optional<bool> on) {
+  g_norm_regs.set(on);
+}
 
 void launch_moe_input_norms(const Tensor& x, float eps, float r_factor, const float* r_scale, const Tensor& r,
                             const float* h_norm, const Tensor& h, cudaStream_t stream) {
   const RowView xv = row_view(x), rv = row_view(r), hv = row_view(h);
   const int64_t rows = xv.n_rows();
   if (rows == 0) return;
-  if (xv.ne0 >= kBlockNormMin) {
+  if (xv.ne0 >= kBlockNormMin && xv.ne0 <= int64_t(kRegsPer) * kBlockNormThreads && g_norm_regs.on()) {
+    launch_pdl(moe_input_norms_regs_kernel, dim3(unsigned(rows)), dim3(kBlockNormThreads), 0, stream, xv, eps, r_factor,
+               r_scale, rv, h_norm, hv);
+  } else if (xv.ne0 >= kBlockNormMin) {
     launch_pdl(moe_input_norms_kernel<true>, dim3(unsigned(rows)), dim3(kBlockNormThreads), 0, stream, xv, eps,
                r_factor, r_scale, rv, h_norm, hv);
   } else {
@@ -147,6 +280,16 @@ void launch_post_norm_residual(const Tensor& x, const Tensor& dense, const float
   if (rows == 0) return;
   const bool prefetch = ex.y != nullptr && ex.k <= kPrefetchMaxK && g_combine_prefetch.on();
   const bool block = xv.ne0 >= kBlockNormMin;
+  if (block && xv.ne0 <= int64_t(kRegsPer) * kBlockNormThreads && (ex.y == nullptr || ex.k <= kPrefetchMaxK) &&
+      g_norm_regs.on()) {
+    const auto kernel = moe == nullptr   ? post_norm_residual_regs_kernel<false, false>
+                        : ex.y == nullptr ? post_norm_residual_regs_kernel<true, false>
+                                          : post_norm_residual_regs_kernel<true, true>;
+    launch_pdl(kernel, dim3(unsigned(rows)), dim3(kBlockNormThreads), 0, stream, xv, dv, w_dense, ex, mv, w_moe,
+               w_out, eps, out_scale);
+    TANDEM_CUDA_CHECK_LAUNCH();
+    return;
+  }
   const auto kernel = block ? (prefetch ? post_norm_residual_kernel<true, true>
                                        : post_norm_residual_kernel<true, false>)
                             : (prefetch ? post_norm_residual_kernel<false, true>
