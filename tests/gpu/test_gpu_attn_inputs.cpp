@@ -113,20 +113,22 @@ TEST_F(GpuDecodeFusion, PostNormResidualAddsMatchTheOpsOneAtATime) {
   std::unique_ptr<KernelProfiler> prof = KernelProfiler::start(&why);
   ASSERT_NE(prof, nullptr) << why;
   uint32_t seed = 31;
-  // TANDEM_NORM_REGS off and on: a block row of at most 4096 values then kept in registers (post_norm.cu);
-  // 5000 values and 9 experts fall back to the loop kernels.
+  // TANDEM_NORM_REGS and TANDEM_MOE_TAIL off, then on (post_norm.cu): a block row of at most 4096 values then
+  // kept in registers, or the MoE tail with <= 8 experts' outputs on 512 threads; 5000 values and 9 experts
+  // fall back to the loop kernels.
   for (bool regs : {false, true})
   for (int64_t n : {72, 2816, 4096, 5000})  // a warp per row; a block per row (>= 1024 values)
     for (int64_t T : {1, 3})
       for (float out_scale : {1.0f, 0.37f})
         for (int variant : {0, 1, 2, 3, 4}) {  // dense; MoE with the sum given; MoE from 3, 8 or 9 experts' outputs
           cuda::set_norm_regs(regs);
+          cuda::set_moe_tail(regs);
           const bool moe = variant > 0, combine = variant >= 2;
           const int64_t k = variant == 3 ? 8 : variant == 4 ? 9 : 3;
           SCOPED_TRACE("n=" + std::to_string(n) + " T=" + std::to_string(T) + " scale " + std::to_string(out_scale) +
                        (moe ? combine ? " moe from " + std::to_string(k) + " experts' outputs" : std::string(" moe")
                             : std::string(" dense")) +
-                       (regs ? " TANDEM_NORM_REGS=1" : ""));
+                       (regs ? " TANDEM_NORM_REGS=1 TANDEM_MOE_TAIL=1" : ""));
           std::mt19937 rng(seed++);
           const auto xv = random_floats(size_t(n * T), rng, -2, 2), dv = random_floats(size_t(n * T), rng, -3, 3);
           const auto mv = random_floats(size_t(n * T), rng, -1, 1);
@@ -142,7 +144,8 @@ TEST_F(GpuDecodeFusion, PostNormResidualAddsMatchTheOpsOneAtATime) {
           // The experts' outputs and weights for the fused op, the GPU composition and the CPU composition.
           const Tensor* ey[3] = {combine ? &EY.dev : nullptr, combine ? &EY.dev : nullptr, combine ? &EY.cpu : nullptr};
           const Tensor* ew[3] = {combine ? &EW.dev : nullptr, combine ? &EW.dev : nullptr, combine ? &EW.cpu : nullptr};
-          const bool expect_regs = regs && n >= 1024 && n <= 4096 && (!combine || k <= 8);
+          const bool fits = regs && n >= 1024 && n <= 4096;
+          const bool expect_regs = fits && !combine, expect_tail = fits && combine && k <= 8;
           const int64_t fused = launches_of(*gpu_, *prof, "post_norm_residual", [&] {
             if (moe) {
               gops().moe_residual_add(gs(), X[0].dev, D[0].dev, W1.dev, ey[0], ew[0], M[0].dev, W2.dev, W3.dev, 1e-6f, out_scale);
@@ -153,14 +156,17 @@ TEST_F(GpuDecodeFusion, PostNormResidualAddsMatchTheOpsOneAtATime) {
           EXPECT_EQ(fused, 1) << "one launch of the fused kernel";
           // The same call again on scratch copies, to see which kernel ran.
           Pair Xs = make_f32({n, T}, xv), Ds = make_f32({n, T}, dv), Ms = make_f32({n, T}, mv);
-          const int64_t fused_regs = launches_of(*gpu_, *prof, "post_norm_residual_regs", [&] {
+          auto fused_again = [&] {
             if (moe) {
               gops().moe_residual_add(gs(), Xs.dev, Ds.dev, W1.dev, ey[0], ew[0], Ms.dev, W2.dev, W3.dev, 1e-6f, out_scale);
             } else {
               gops().norm_residual_add(gs(), Xs.dev, Ds.dev, W3.dev, 1e-6f, out_scale);
             }
-          });
-          EXPECT_EQ(fused_regs, expect_regs ? 1 : 0) << "the register-resident kernel ran iff it applies";
+          };
+          EXPECT_EQ(launches_of(*gpu_, *prof, "post_norm_residual_regs", fused_again), expect_regs ? 1 : 0)
+              << "the register-resident kernel ran iff it applies";
+          EXPECT_EQ(launches_of(*gpu_, *prof, "post_norm_residual_moe_tail", fused_again), expect_tail ? 1 : 0)
+              << "the 512-thread MoE tail ran iff it applies";
           if (moe) {
             gops().Ops::moe_residual_add(gs(), X[1].dev, D[1].dev, W1.dev, ey[1], ew[1], M[1].dev, W2.dev, W3.dev, 1e-6f,
                                          out_scale);
@@ -175,6 +181,7 @@ TEST_F(GpuDecodeFusion, PostNormResidualAddsMatchTheOpsOneAtATime) {
           // The residual must have changed (the branch is not a no-op) and stayed finite.
           EXPECT_GT(rel_l2(download_f32(X[0]), xv), 1e-2);
           cuda::set_norm_regs(std::nullopt);
+          cuda::set_moe_tail(std::nullopt);
         }
 }
 

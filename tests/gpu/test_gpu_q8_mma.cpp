@@ -134,19 +134,20 @@ TEST_F(GpuQ8Mma, WideColumnsAreCloseAndIndependentOfTheOthers) {
   uint32_t seed = 777;
   for (int64_t K : {256, 2304, 4096}) {
     std::vector<float> first17;
-    for (int64_t T : {17, 40, 64}) {
+    for (int64_t T : {int64_t(17), int64_t(24), int64_t(cuda::kQ8WideMaxCols), int64_t(cuda::kQ8WideMaxCols) + 1}) {
       SCOPED_TRACE("K=" + std::to_string(K) + " T=" + std::to_string(T));
       std::mt19937 rng(seed + uint32_t(K));  // the same weights and the same first columns for every T
       const int64_t N = 37;
       std::vector<float> w;
       const std::vector<uint8_t> bytes = random_weights(DType::Q8_0, K, N, rng, w);
       Pair W = make(DType::Q8_0, {K, N}, bytes.data());
-      const std::vector<float> xv = random_floats(size_t(K * 64), rng, -2.0f, 2.0f);
+      const std::vector<float> xv = random_floats(size_t(K * (cuda::kQ8WideMaxCols + 1)), rng, -2.0f, 2.0f);
       const std::vector<float> xt(xv.begin(), xv.begin() + K * T);
       Pair X = make_f32({K, T}, xt), Y = make_out(DType::F32, {N, T});
       gops().set_batch_invariant(false);
+      const bool wide = T <= cuda::kQ8WideMaxCols;  // past it, the dequantized weights and cuBLAS
       EXPECT_EQ(launches_of(*gpu_, *prof, "gemv_q8_mma", [&] { gops().matmul(gs(), W.dev, X.dev, Y.dev); }),
-                1);
+                wide ? 1 : 0);
       const std::vector<float> y = download_f32(Y);
       std::vector<double> sum_abs(size_t(N * T));  // sum |W x| of each output
       for (int64_t t = 0; t < T; ++t)
@@ -169,7 +170,7 @@ TEST_F(GpuQ8Mma, WideColumnsAreCloseAndIndependentOfTheOthers) {
         }
       if (T == 17) {
         first17 = y;
-      } else {
+      } else if (wide) {
         EXPECT_EQ(std::memcmp(first17.data(), y.data(), first17.size() * 4), 0)
             << "the first 17 columns changed with the other columns of the call";
       }
@@ -181,7 +182,7 @@ TEST_F(GpuQ8Mma, WideColumnsAreCloseAndIndependentOfTheOthers) {
       // The same 8-bit activations and integer sums as the exact kernel: only the order of the K / 32 float
       // terms differs (a bound that a wrong scale or column would break, unlike the one above).
       const std::vector<float> y_exact = download_f32(Y);
-      for (size_t i = 0; i < y.size(); ++i)
+      for (size_t i = 0; wide && i < y.size(); ++i)
         ASSERT_LE(std::fabs(double(y[i]) - y_exact[i]), 2e-5 * sum_abs[i] + 1e-6) << "output " << i;
     }
   }

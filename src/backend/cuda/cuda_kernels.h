@@ -28,6 +28,7 @@ void launch_post_norm_residual(const Tensor& x, const Tensor& dense, const float
 void launch_moe_input_norms(const Tensor& x, float eps, float r_factor, const float* r_scale, const Tensor& r,
                             const float* h_norm, const Tensor& h, cudaStream_t stream);
 void set_norm_regs(std::optional<bool> on);  // tests: forces TANDEM_NORM_REGS (post_norm.cu)
+void set_moe_tail(std::optional<bool> on);   // tests: forces TANDEM_MOE_TAIL (post_norm.cu)
 void launch_rope(const Tensor& x, const int32_t* positions, const RopeParams& p, const float* freq_factors,
                  cudaStream_t stream);
 enum class GluKind { Silu, Gelu };
@@ -165,9 +166,11 @@ void launch_gemv_q8_mma(const GemvArgs& a, const void* scratch, cudaStream_t str
 void set_q8_mma(std::optional<bool> on);  // tests: forces TANDEM_Q8_MMA (nullopt: back to the environment)
 // The same kernel for 17..kQ8WideMaxCols columns of a plain product (one segment, Store) that need not be
 // batch-invariant, in one launch: one accumulator a warp, so each column's value does not depend on the others
-// but is not the direct kernel's (TANDEM_Q8_MMA_WIDE=1; off until a GPU run has checked it). Where it does not
-// apply, such products dequantize the weights for cuBLAS (CudaOps::matmul).
-constexpr int kQ8WideMaxCols = 64;
+// but is not the direct kernel's (on since the fifteenth session's H100 run: GpuQ8Mma and the whole GPU test
+// binary with it; Qwen3-8B-shape Q8_0 decode of 32 sequences 1789 -> 2255 t/s; TANDEM_Q8_MMA_WIDE=0 turns it
+// off). Past kQ8WideMaxCols (and where it does not apply) such products dequantize the weights for cuBLAS
+// (CudaOps::matmul): at 64 columns that was faster (3359 t/s against 1941 with the wide kernel).
+constexpr int kQ8WideMaxCols = 32;
 bool gemv_q8_mma_wide_applies(const GemvArgs& a);
 void launch_gemv_q8_mma_wide(const GemvArgs& a, const void* scratch, cudaStream_t stream);
 void set_q8_mma_wide(std::optional<bool> on);

@@ -241,7 +241,7 @@ void CudaOps::matmul(Stream& s, const Tensor& W, const Tensor& x, const Tensor& 
   mma.seg[0].w_ld = W.nb[1];
   mma.seg[0].N = N;
   const int64_t quant_cols = !dense && gemv_q8_mma_applies(mma) ? kQ8MmaMaxCols : kQuantGemvMaxRows;
-  if (!dense && !batch_invariant_ && T > quant_cols) {  // 17..64 columns in one launch (TANDEM_Q8_MMA_WIDE=1)
+  if (!dense && !batch_invariant_ && T > quant_cols) {  // 17..kQ8WideMaxCols columns in one launch (TANDEM_Q8_MMA_WIDE)
     GemvArgs wide = mma;
     wide.T = T;
     wide.seg[0].y = yp;

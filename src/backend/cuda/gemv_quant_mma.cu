@@ -102,7 +102,7 @@ __device__ __forceinline__ void mma_s8_16816_acc(int (&c)[4], const uint32_t (&a
 }
 
 // One launch: columns 0 .. T-1 (T <= 8 NT) of the activations xq / xds (launch_quantize_q8's layout for T
-// columns of K values), one tile of 16 weight rows per block of threads. kWide (TANDEM_Q8_MMA_WIDE=1, 17..64
+// columns of K values), one tile of 16 weight rows per block of threads. kWide (TANDEM_Q8_MMA_WIDE, 17..kQ8WideMaxCols
 // columns, calls that need not be batch-invariant): one accumulator a warp instead of 8 slots, so that 8
 // column tiles fit the registers; a block's 32-value block adds d_w d_x (lo + hi) to it, and the 4 warps'
 // sums are added in warp order at the end. A column's value then does not depend on the other columns of the
@@ -272,7 +272,8 @@ void launch_epi(const GemvArgs& a, const void* scratch, cudaStream_t stream) {
   }
 }
 
-// The plain product of 17..64 columns (matmul, not batch-invariant) in one launch: 8 column tiles.
+// The plain product of 17..kQ8WideMaxCols columns (matmul, not batch-invariant) in one launch: up to 8 column
+// tiles.
 void launch_wide(const GemvArgs& a, const void* scratch, cudaStream_t stream) {
   const int64_t tiles = gemv_units<GemvEpilogue::Store, kTileRows>(a);
   const int64_t K = a.K, T = a.T;
@@ -297,8 +298,8 @@ void launch_wide(const GemvArgs& a, const void* scratch, cudaStream_t stream) {
   }
 }
 
-// Off until a GPU run has checked it (TANDEM_Q8_MMA_WIDE=1 turns it on).
-EnvSwitch g_q8_mma_wide{"TANDEM_Q8_MMA_WIDE", false};
+// On since the fifteenth session's GPU run (cuda_kernels.h); TANDEM_Q8_MMA_WIDE=0 turns it off.
+EnvSwitch g_q8_mma_wide{"TANDEM_Q8_MMA_WIDE", true};
 
 // On by default since the fourteenth session's GPU runs (H100: GpuQ8Mma bit for bit, the whole GPU test
 // binary with it on; Qwen3-8B-shape Q8_0 decode of 16 sequences 935 -> 1937 t/s); TANDEM_Q8_MMA=0 turns it

@@ -119,7 +119,8 @@ __global__ void __launch_bounds__(kBlock ? kBlockNormThreads : kWarpSize)
 // reductions, then the stores. The elements a thread owns (first, first + 256, ...) and the order it sums
 // them in are row_sum_squares's, and every expression is the kernels' above, so the values are the same bit
 // for bit. Rows of at most kRegsPer * kBlockNormThreads values (4096: gemma4's 2816, 3840 and 4096-wide
-// hidden states); longer rows, and more than kPrefetchMaxK experts, take the kernels above.
+// hidden states); longer rows take the kernels above, and so does a MoE tail with the experts' outputs unless
+// post_norm_residual_moe_tail_kernel (below) takes it.
 constexpr int kRegsPer = 16;
 
 
@@ -141,13 +142,13 @@ __device__ __forceinline__ float regs_sum_squares(const float (&v)[kRegsPer], in
   return block_sum(ss, red);
 }
 
-// post_norm_residual_kernel<true, *> with the row in registers. kMoe: moe given; kCombine: its values are the
-// experts' sum (ex.k <= kPrefetchMaxK).
-template <bool kMoe, bool kCombine>
+// post_norm_residual_kernel<true, *> with the row in registers, no experts' outputs (the attention tail: kMoe
+// false; a MoE tail whose sum is given: kMoe).
+template <bool kMoe>
 __global__ void __launch_bounds__(kBlockNormThreads)
-    post_norm_residual_regs_kernel(RowView x, RowView dense, const float* __restrict__ w_dense, ExpertOutputs ex,
-                                   RowView moe, const float* __restrict__ w_moe, const float* __restrict__ w_out,
-                                   float eps, float out_scale) {
+    post_norm_residual_regs_kernel(RowView x, RowView dense, const float* __restrict__ w_dense, RowView moe,
+                                   const float* __restrict__ w_moe, const float* __restrict__ w_out, float eps,
+                                   float out_scale) {
   __shared__ float red[32];
   pdl_trigger();  // pdl.cuh
   const int64_t r = blockIdx.x;
@@ -165,30 +166,8 @@ __global__ void __launch_bounds__(kBlockNormThreads)
   load_row_regs(yr, n, yv);
   load_row_regs(xr, n, xv);
   if constexpr (kMoe) {
-    float* mr = moe.row_as<float>(r);
     float mv[kRegsPer];
-    if constexpr (kCombine) {  // moe_combine_kernel's sum, in its order, every load before the first store
-      float wj[kPrefetchMaxK];
-#pragma unroll
-      for (int j = 0; j < kPrefetchMaxK; ++j) wj[j] = j < ex.k ? ex.weights[r * ex.k + j] : 0.0f;
-      const char* yr_ex = ex.y + r * ex.y_nb2;
-#pragma unroll
-      for (int e = 0; e < kRegsPer; ++e) {
-        const int i = int(threadIdx.x) + e * kBlockNormThreads;
-        float acc = 0.0f;
-#pragma unroll
-        for (int j = 0; j < kPrefetchMaxK; ++j)
-          if (j < ex.k && i < n) acc += wj[j] * reinterpret_cast<const float*>(yr_ex + j * ex.y_nb1)[i];
-        mv[e] = acc;
-      }
-#pragma unroll
-      for (int e = 0; e < kRegsPer; ++e) {
-        const int i = int(threadIdx.x) + e * kBlockNormThreads;
-        if (i < n) mr[i] = mv[e];
-      }
-    } else {
-      load_row_regs(mr, n, mv);
-    }
+    load_row_regs(moe.row_as<float>(r), n, mv);
     const float inv_d = rms_inverse(regs_sum_squares(yv, n, red), n, eps);
     const float inv_m = rms_inverse(regs_sum_squares(mv, n, red), n, eps);
 #pragma unroll
@@ -204,6 +183,97 @@ __global__ void __launch_bounds__(kBlockNormThreads)
     const int i = int(threadIdx.x) + e * kBlockNormThreads;
     const float v = __fadd_rn(xv[e], yv[e] * inv * wo[e]);
     if (i < n) xr[i] = out_scale != 1.0f ? __fmul_rn(v, out_scale) : v;
+  }
+}
+
+// The MoE tail with the experts' outputs (post_norm_residual_kernel<true, *> with ex.y given, k <=
+// kPrefetchMaxK, rows of at most kTailMaxN values) on kTailThreads threads. Its cost was the experts' sum:
+// k x n loads (8 x 2816 for the 26B-A4B shape), ~88 a thread on 256 threads, which no thread can keep in
+// flight at once (with the whole row in registers, post_norm_residual_regs_kernel's way, ptxas issued them a
+// few at a time: 41 us under ncu against the prefetch loop's 27). Here every thread sums kTailPer elements,
+// 8 loads each, all issued together; the sums and the dense branch go to shared memory, and the reductions are
+// row_sum_squares's: the threads of the first kBlockNormThreads sum the same elements in the same order (the
+// others add +0 to block_sum, which then sees the same 32 values), so the bits are the 256-thread kernel's.
+constexpr int kTailThreads = 512;
+constexpr int kTailMaxN = kRegsPer * kBlockNormThreads;  // 4096
+constexpr int kTailPer = kTailMaxN / kTailThreads;       // 8 elements a thread in the elementwise phases
+
+__global__ void __launch_bounds__(kTailThreads)
+    post_norm_residual_moe_tail_kernel(RowView x, RowView dense, const float* __restrict__ w_dense, ExpertOutputs ex, RowView moe,
+                    const float* __restrict__ w_moe, const float* __restrict__ w_out, float eps, float out_scale) {
+  __shared__ float m_s[kTailMaxN], y_s[kTailMaxN];
+  __shared__ float red[32];
+  pdl_trigger();  // pdl.cuh
+  const int64_t r = blockIdx.x;
+  const int n = int(x.ne0), tid = int(threadIdx.x);
+  float wd[kTailPer], wm[kTailPer], wo[kTailPer];
+#pragma unroll
+  for (int q = 0; q < kTailPer; ++q) {  // weights, before the wait
+    const int i = tid + q * kTailThreads;
+    wd[q] = i < n ? w_dense[i] : 0.0f;
+    wm[q] = i < n ? w_moe[i] : 0.0f;
+    wo[q] = i < n ? w_out[i] : 0.0f;
+  }
+  pdl_wait();
+  float* xr = x.row_as<float>(r);
+  float* yr = dense.row_as<float>(r);
+  float* mr = moe.row_as<float>(r);
+  float wj[kPrefetchMaxK];
+#pragma unroll
+  for (int j = 0; j < kPrefetchMaxK; ++j) wj[j] = j < ex.k ? ex.weights[r * ex.k + j] : 0.0f;
+  const char* yr_ex = ex.y + r * ex.y_nb2;
+  float xv[kTailPer], mv[kTailPer];
+#pragma unroll
+  for (int q = 0; q < kTailPer; ++q) {  // moe_combine_kernel's sum in its order; the dense branch; x
+    const int i = tid + q * kTailThreads;
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kPrefetchMaxK; ++j)
+      if (j < ex.k && i < n) acc += wj[j] * reinterpret_cast<const float*>(yr_ex + j * ex.y_nb1)[i];
+    mv[q] = acc;
+    xv[q] = i < n ? xr[i] : 0.0f;
+    if (i < n) {
+      m_s[i] = acc;
+      y_s[i] = yr[i];
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int q = 0; q < kTailPer; ++q) {
+    const int i = tid + q * kTailThreads;
+    if (i < n) mr[i] = mv[q];
+  }
+  // RMS of each branch: row_sum_squares<true>'s elements and order on the first 256 threads.
+  float ss_d = 0.0f, ss_m = 0.0f;
+  if (tid < kBlockNormThreads)
+    for (int i = tid; i < n; i += kBlockNormThreads) {
+      ss_d += y_s[i] * y_s[i];
+      ss_m += m_s[i] * m_s[i];
+    }
+  const float inv_d = rms_inverse(block_sum(ss_d, red), n, eps);
+  const float inv_m = rms_inverse(block_sum(ss_m, red), n, eps);
+  float yv[kTailPer] = {};
+#pragma unroll
+  for (int q = 0; q < kTailPer; ++q) {  // (a thread rewrites only the elements it read)
+    const int i = tid + q * kTailThreads;
+    if (i < n) {
+      yv[q] = __fadd_rn(y_s[i] * inv_d * wd[q], mv[q] * inv_m * wm[q]);
+      y_s[i] = yv[q];
+      yr[i] = yv[q];
+    }
+  }
+  __syncthreads();
+  float ss = 0.0f;
+  if (tid < kBlockNormThreads)
+    for (int i = tid; i < n; i += kBlockNormThreads) ss += y_s[i] * y_s[i];
+  const float inv = rms_inverse(block_sum(ss, red), n, eps);
+#pragma unroll
+  for (int q = 0; q < kTailPer; ++q) {
+    const int i = tid + q * kTailThreads;
+    if (i < n) {
+      const float v = __fadd_rn(xv[q], yv[q] * inv * wo[q]);
+      xr[i] = out_scale != 1.0f ? __fmul_rn(v, out_scale) : v;
+    }
   }
 }
 
@@ -235,14 +305,21 @@ __global__ void __launch_bounds__(kBlockNormThreads)
 
 // kPrefetch: on since the fourteenth session's GPU run (GpuGemma4, GpuMoe; TANDEM_COMBINE_PREFETCH=0 turns it off).
 EnvSwitch g_combine_prefetch{"TANDEM_COMBINE_PREFETCH", true};
-// The register-resident kernels: written in the fifteenth session, off until a GPU run passes the tests with
-// them (GpuDecodeFusion.*, GpuGemma4.*, GpuMoe.*).
-EnvSwitch g_norm_regs{"TANDEM_NORM_REGS", false};
+// The register-resident kernels: on since the fifteenth session's H100 run (GpuDecodeFusion and the whole GPU
+// test binary with them; under ncu the attention tail 13.2 -> 8.1 us and the MoE input norms 13.1 -> 4.6 us;
+// gemma4 26B-A4B shape, 30 layers, bf16 tg128 177.0 -> 182.8 t/s); TANDEM_NORM_REGS=0 turns them off.
+EnvSwitch g_norm_regs{"TANDEM_NORM_REGS", true};
+// post_norm_residual_moe_tail_kernel: written after that run, off until a GPU run passes the tests with it (TANDEM_MOE_TAIL=1).
+EnvSwitch g_moe_tail{"TANDEM_MOE_TAIL", false};
 
 }  // namespace
 
 void set_norm_regs(std::optional<bool> on) {
   g_norm_regs.set(on);
+}
+
+void set_moe_tail(std::optional<bool> on) {
+  g_moe_tail.set(on);
 }
 
 void launch_moe_input_norms(const Tensor& x, float eps, float r_factor, const float* r_scale, const Tensor& r,
@@ -280,13 +357,17 @@ void launch_post_norm_residual(const Tensor& x, const Tensor& dense, const float
   if (rows == 0) return;
   const bool prefetch = ex.y != nullptr && ex.k <= kPrefetchMaxK && g_combine_prefetch.on();
   const bool block = xv.ne0 >= kBlockNormMin;
-  if (block && xv.ne0 <= int64_t(kRegsPer) * kBlockNormThreads && (ex.y == nullptr || ex.k <= kPrefetchMaxK) &&
-      g_norm_regs.on()) {
-    const auto kernel = moe == nullptr   ? post_norm_residual_regs_kernel<false, false>
-                        : ex.y == nullptr ? post_norm_residual_regs_kernel<true, false>
-                                          : post_norm_residual_regs_kernel<true, true>;
-    launch_pdl(kernel, dim3(unsigned(rows)), dim3(kBlockNormThreads), 0, stream, xv, dv, w_dense, ex, mv, w_moe,
+  const bool fits = block && xv.ne0 <= kTailMaxN;
+  if (fits && ex.y != nullptr && ex.k <= kPrefetchMaxK && g_moe_tail.on()) {
+    launch_pdl(post_norm_residual_moe_tail_kernel, dim3(unsigned(rows)), dim3(kTailThreads), 0, stream, xv, dv, w_dense, ex, mv, w_moe,
                w_out, eps, out_scale);
+    TANDEM_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  if (fits && ex.y == nullptr && g_norm_regs.on()) {
+    const auto kernel = moe == nullptr ? post_norm_residual_regs_kernel<false> : post_norm_residual_regs_kernel<true>;
+    launch_pdl(kernel, dim3(unsigned(rows)), dim3(kBlockNormThreads), 0, stream, xv, dv, w_dense, mv, w_moe, w_out,
+               eps, out_scale);
     TANDEM_CUDA_CHECK_LAUNCH();
     return;
   }
