@@ -29,20 +29,24 @@ TEST_F(GpuDecodeFusion, QkNormRopeStoreMatchesTheOpsOneAtATime) {
   std::unique_ptr<KernelProfiler> prof = KernelProfiler::start(&why);
   ASSERT_NE(prof, nullptr) << why;
   uint32_t seed = 7;
-  const int64_t hd = 72, n_head = 6, n_kv = 3, bs = 4, n_blocks = 5;
+  const int64_t n_head = 6, n_kv = 3, bs = 4, n_blocks = 5;
+  // Head dims: 72 with 40 rotated (dims past n_rot pass through); 512 (gemma4's global heads, the longest row a
+  // lane keeps in registers) and 520 (the loop path) rotated whole: a lane's running theta over 8+ pairs.
+  for (int64_t hd : {int64_t(72), int64_t(512), int64_t(520)})
   for (DType ct : {DType::F32, DType::F16, DType::BF16})
     for (RopeMode mode : {RopeMode::Norm, RopeMode::Neox})
       for (int variant = 0; variant < 3; ++variant)
         for (int64_t T : {1, 5}) {
           SCOPED_TRACE(std::string(dtype_name(ct)) + (mode == RopeMode::Neox ? " neox" : " norm") + " variant " +
-                       std::to_string(variant) + " T=" + std::to_string(T));
+                       std::to_string(variant) + " T=" + std::to_string(T) + " hd=" + std::to_string(hd));
+          const int n_rot = hd == 72 ? 40 : int(hd);
           std::mt19937 rng(seed++);
           const bool norms = variant != 1, norm_v = variant == 2;  // 2: gemma4 (V normed without a weight)
           const auto qv = random_floats(size_t(hd * n_head * T), rng, -2, 2);
           const auto kv_ = random_floats(size_t(hd * n_kv * T), rng, -2, 2);
           const auto vv = random_floats(size_t(hd * n_kv * T), rng, -2, 2);
           const auto qn = random_floats(size_t(hd), rng, 0.5f, 1.5f), kn = random_floats(size_t(hd), rng, 0.5f, 1.5f);
-          const auto ffv = random_floats(20, rng, 1.0f, 4.0f);
+          const auto ffv = random_floats(size_t(n_rot / 2), rng, 1.0f, 4.0f);
           std::vector<int32_t> pos(static_cast<size_t>(T)), slots(static_cast<size_t>(T));
           for (int64_t t = 0; t < T; ++t) {
             pos[size_t(t)] = int32_t(100 + 37 * t);
@@ -52,13 +56,13 @@ TEST_F(GpuDecodeFusion, QkNormRopeStoreMatchesTheOpsOneAtATime) {
           Pair Q[2] = {make_f32({hd, n_head, T}, qv), make_f32({hd, n_head, T}, qv)};
           Pair K[2] = {make_f32({hd, n_kv, T}, kv_), make_f32({hd, n_kv, T}, kv_)};
           Pair V[2] = {make_f32({hd, n_kv, T}, vv), make_f32({hd, n_kv, T}, vv)};
-          Pair QN = make_f32({hd}, qn), KN = make_f32({hd}, kn), FF = make_f32({20}, ffv);
+          Pair QN = make_f32({hd}, qn), KN = make_f32({hd}, kn), FF = make_f32({n_rot / 2}, ffv);
           Pair P = make_i32({T}, pos), S = make_i32({T}, slots);
           std::vector<uint8_t> zeros(size_t(hd * n_kv * bs * n_blocks) * dtype_block_bytes(ct), 0);
           Pair KC[2] = {make(ct, {hd, n_kv, bs, n_blocks}, zeros.data()), make(ct, {hd, n_kv, bs, n_blocks}, zeros.data())};
           Pair VC[2] = {make(ct, {hd, n_kv, bs, n_blocks}, zeros.data()), make(ct, {hd, n_kv, bs, n_blocks}, zeros.data())};
           RopeParams rp;
-          rp.n_rot = 40;
+          rp.n_rot = n_rot;
           rp.mode = mode;
           rp.freq_base = 10000.0f;
           rp.freq_scale = 0.5f;

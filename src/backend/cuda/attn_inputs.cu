@@ -24,12 +24,40 @@ struct CacheDst {
   int block_size;
 };
 
+// Where head g of cache slot `slot` starts.
+template <class Tag>
+__device__ __forceinline__ typename Tag::storage* cache_row(const CacheDst& c, int32_t slot, int64_t g) {
+  return reinterpret_cast<typename Tag::storage*>(c.base + size_t(slot % c.block_size) * c.nb2 +
+                                                  size_t(slot / c.block_size) * c.nb3 + size_t(g) * c.nb1);
+}
+
 template <class Tag>
 __device__ __forceinline__ void store_row(const CacheDst& c, int32_t slot, int64_t g, const float* src,
                                           int64_t n, int lane) {
-  auto* pd = reinterpret_cast<typename Tag::storage*>(c.base + size_t(slot % c.block_size) * c.nb2 +
-                                                      size_t(slot / c.block_size) * c.nb3 + size_t(g) * c.nb1);
+  auto* pd = cache_row<Tag>(c, slot, g);
   for (int64_t i = lane; i < n; i += kWarpSize) Tag::store(pd + i, src[i]);
+}
+
+// Head rows of at most kLaneMax * 32 values (gemma4's 512-wide global heads) are read into registers first, all
+// of a lane's loads at once: the loops above that store as they go (the V norm in place, the cache store from
+// global memory) may alias their next load, so a lane's 8 or 16 values were as many memory latencies one after
+// another. A lane's values are lane, lane + 32, ... in that order: row_sum_squares<false>'s, so the same bits.
+constexpr int kLaneMax = 16;
+
+__device__ __forceinline__ void load_lane_row(const float* p, int64_t n, int lane, float (&v)[kLaneMax]) {
+#pragma unroll
+  for (int e = 0; e < kLaneMax; ++e) {
+    const int64_t i = lane + int64_t(e) * kWarpSize;
+    v[e] = i < n ? p[i] : 0.0f;
+  }
+}
+
+__device__ __forceinline__ float lane_row_sum_squares(const float (&v)[kLaneMax], int64_t n, int lane) {
+  float ss = 0.0f;
+#pragma unroll
+  for (int e = 0; e < kLaneMax; ++e)
+    if (lane + int64_t(e) * kWarpSize < n) ss += v[e] * v[e];
+  return warp_sum(ss);
 }
 
 struct RopeArgs {
@@ -55,6 +83,30 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
     r -= nq + nk;
     const int64_t t = r / v.ne1, g = r % v.ne1;
     float* vr = v.row_as<float>(r);
+    const int64_t n = v.ne0;
+    if (n <= kLaneMax * kWarpSize) {  // the row in registers
+      const int32_t slot = slots[t];
+      float vv[kLaneMax];
+      load_lane_row(vr, n, lane, vv);
+      if (norm_v) {
+        const float inv = rms_inverse(lane_row_sum_squares(vv, n, lane), n, eps);
+#pragma unroll
+        for (int e = 0; e < kLaneMax; ++e) {
+          const int64_t i = lane + int64_t(e) * kWarpSize;
+          vv[e] = vv[e] * inv;
+          if (i < n) vr[i] = vv[e];
+        }
+      }
+      if (slot >= 0) {
+        auto* pd = cache_row<VTag>(vc, slot, g);
+#pragma unroll
+        for (int e = 0; e < kLaneMax; ++e) {
+          const int64_t i = lane + int64_t(e) * kWarpSize;
+          if (i < n) VTag::store(pd + i, vv[e]);
+        }
+      }
+      return;
+    }
     if (norm_v) {  // rms_norm_kernel's arithmetic with no weight, in place
       const float inv = rms_inverse(row_sum_squares<false>(vr, v.ne0, nullptr), v.ne0, eps);
       for (int64_t i = lane; i < v.ne0; i += kWarpSize) vr[i] = vr[i] * inv;
@@ -72,7 +124,25 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   float* xr = x.row_as<float>(r);
   float* s = rows_s + warp * x.ne0;
   const int64_t n = x.ne0;
-  if (w) {  // rms_norm_kernel's arithmetic
+  if (n <= kLaneMax * kWarpSize) {  // the row (and the norm's weights) in registers
+    float xv[kLaneMax], wv[kLaneMax];
+    load_lane_row(xr, n, lane, xv);
+    if (w) {  // rms_norm_kernel's arithmetic
+      load_lane_row(w, n, lane, wv);
+      const float inv = rms_inverse(lane_row_sum_squares(xv, n, lane), n, eps);
+#pragma unroll
+      for (int e = 0; e < kLaneMax; ++e) {
+        const int64_t i = lane + int64_t(e) * kWarpSize;
+        if (i < n) s[i] = xv[e] * inv * wv[e];
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < kLaneMax; ++e) {
+        const int64_t i = lane + int64_t(e) * kWarpSize;
+        if (i < n) s[i] = xv[e];
+      }
+    }
+  } else if (w) {  // rms_norm_kernel's arithmetic
     const float inv = rms_inverse(row_sum_squares<false>(xr, n, nullptr), n, eps);
     for (int64_t i = lane; i < n; i += kWarpSize) s[i] = xr[i] * inv * w[i];
   } else {
