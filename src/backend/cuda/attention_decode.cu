@@ -401,8 +401,34 @@ int head_split_for(int gqa, int64_t hd_k) {
   return gqa % s == 0 ? s : 1;
 }
 
+// A long context whose splits make a little more than a whole number of waves of blocks (the last one less than
+// half full) takes longer splits instead, so that its blocks fit one wave fewer: at 32768 positions the Qwen3-8B
+// shape's 131 splits x 8 KV heads were 1048 blocks where an H100 holds 792 (ncu, fifteenth session: 1.32
+// waves, DRAM at 36%). Decided by the row count 1 (the blocks one row of the call makes), never by how many
+// rows come with it, so a row's result does not depend on its batch; only lengthens splits (so the scratch
+// sized by n_splits_bound holds), up to kMaxFittedSplit positions; TANDEM_ATTN_SPLIT and
+// TANDEM_ATTN_WAVE_FIT=0 keep the plain schedule.
+constexpr int kMaxFittedSplit = 512;
+EnvSwitch g_wave_fit{"TANDEM_ATTN_WAVE_FIT", true};
+
+template <class SmemFor, class WaveFor>
+void fit_splits_to_waves(DecodeShape& sh, int64_t max_seq_len, const SmemFor& smem_for, const WaveFor& wave_for) {
+  if (split_override() || !g_wave_fit.on()) return;
+  const int64_t per_split = sh.n_kv_head * sh.n_hsplit;  // the blocks a split makes for one row
+  const int64_t blocks = per_split * sh.n_splits, wave = wave_for(smem_for(sh.split_len));
+  if (wave <= 0 || blocks <= wave) return;
+  const int64_t waves = (blocks + wave - 1) / wave, last = blocks - (waves - 1) * wave;
+  if (2 * last >= wave) return;
+  const int64_t max_splits = (waves - 1) * wave / per_split;
+  if (max_splits <= 0) return;
+  const int64_t L = ((max_seq_len + max_splits - 1) / max_splits + 15) / 16 * 16;
+  if (L <= sh.split_len || L > kMaxFittedSplit || wave_for(smem_for(int(L))) < wave) return;
+  sh.split_len = int(L);
+  sh.n_splits = int((max_seq_len + L - 1) / L);
+}
+
 template <class KTag, class VTag, int G>
-void launch_split(const AttentionArgs& a, const DecodeShape& sh, int gqa, float* part_o, float2* part_ml,
+void launch_split(const AttentionArgs& a, DecodeShape& sh, int gqa, float* part_o, float2* part_ml,
                   cudaStream_t stream) {
   // The paired P.V path (see the kernel) needs [n_pg][gqa][hd_v] floats after the scores: 2 x kThreads x gqa.
   const bool v16 = a.kv.v.type == DType::F16 || a.kv.v.type == DType::BF16;
@@ -420,9 +446,15 @@ void launch_split(const AttentionArgs& a, const DecodeShape& sh, int gqa, float*
   const size_t red_floats = v_oct    ? size_t(kThreads / n_do) * size_t(gqa) * size_t(sh.hd_v)
                             : v_pair ? size_t(kThreads / n_dp) * size_t(gqa) * size_t(sh.hd_v)
                                      : 0;
-  const size_t smem = size_t(gqa) * size_t(sh.hd_k) * 4 + size_t(gqa) * size_t(sh.split_len) * 4 +
-                      red_floats * 4 + size_t(sh.split_len) * 8;
+  auto smem_for = [&](int split_len) {
+    return size_t(gqa) * size_t(sh.hd_k) * 4 + size_t(gqa) * size_t(split_len) * 4 + red_floats * 4 +
+           size_t(split_len) * 8;
+  };
   allow_dynamic_smem(attention_split_kernel<KTag, VTag, G>, 160 * 1024);  // kernel_smem.h: per device
+  fit_splits_to_waves(sh, a.max_seq_len, smem_for, [&](size_t bytes) {
+    return bytes <= 160 * 1024 ? resident_blocks(attention_split_kernel<KTag, VTag, G>, kThreads, bytes) : 0;
+  });
+  const size_t smem = smem_for(sh.split_len);
   check(smem <= 160 * 1024, "CUDA attention: too many query heads per KV head for the decode kernel");
   const dim3 grid(unsigned(sh.n_splits), unsigned(sh.n_kv_head * sh.n_hsplit), unsigned(a.q.ne[2]));
   const bool k_vec = sh.hd_k % 8 == 0 && (reinterpret_cast<uintptr_t>(a.kv.k.data) & 15) == 0 &&
@@ -435,7 +467,7 @@ void launch_split(const AttentionArgs& a, const DecodeShape& sh, int gqa, float*
 }
 
 template <class KTag, class VTag>
-void launch_group(const AttentionArgs& a, const DecodeShape& sh, int gqa, float* part_o, float2* part_ml,
+void launch_group(const AttentionArgs& a, DecodeShape& sh, int gqa, float* part_o, float2* part_ml,
                   cudaStream_t stream) {
   if (gqa <= 1) return launch_split<KTag, VTag, 1>(a, sh, gqa, part_o, part_ml, stream);
   if (gqa <= 2) return launch_split<KTag, VTag, 2>(a, sh, gqa, part_o, part_ml, stream);
@@ -446,7 +478,7 @@ void launch_group(const AttentionArgs& a, const DecodeShape& sh, int gqa, float*
 }
 
 template <class KTag>
-void launch_v(const AttentionArgs& a, const DecodeShape& sh, int gqa, float* part_o, float2* part_ml,
+void launch_v(const AttentionArgs& a, DecodeShape& sh, int gqa, float* part_o, float2* part_ml,
               cudaStream_t stream) {
   switch (a.kv.v.type) {
     case DType::F32:
