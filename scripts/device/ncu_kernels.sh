@@ -4,7 +4,7 @@
 #   attn32k  the split decode attention at a 32768-token context (Qwen3-8B-shape bf16: issue 19's depth goal)
 #   q8mma16  the tensor-core Q8_0 product at 16 columns (a batch-16 decode step: issue 18's verify pass)
 #   g4tail   gemma4's MoE tail and input norms (post_norm_residual*, moe_input_norms*), 26B-A4B shape, 4 layers,
-#            then again with TANDEM_NORM_REGS=1 (g4tail_regs)
+#            then again with G4_NCU_AB (one VAR=value; default TANDEM_MOE_TAIL=0) (g4tail_ab)
 # NCU_CASES picks cases (default all three); each writes $OUT/<case>.txt (the sections' details of a few launches
 # after the warm-up). Files: the Qwen3-8B-shape files of bench/models.sh in MODELS
 # (/dev/shm/tandem-models, PREP_MODELS=1), the 8B Q8_0 of q8_mma_bench.sh, gemma4's template made here.
@@ -47,9 +47,11 @@ for c in ${NCU_CASES:-attn32k q8mma16 g4tail}; do
         "$BIN/tandem" bench -m "$T" --random-weights bf16 --to "$f" >/dev/null 2>&1 ||
         { echo "FAIL g4tail files"; status=1; continue; }
       run_case g4tail "post_norm_residual|moe_input_norms|attn_inputs" 24 8 "$BIN/tandem" bench -m "$f" -p 0 -n 3 -b 1 -r 1
-      # the same launches with the register-resident kernels (post_norm.cu), for their durations side by side
-      TANDEM_NORM_REGS=1 run_case g4tail_regs "post_norm_residual|moe_input_norms|attn_inputs" 24 8 \
+      # the same launches with the other way of G4_NCU_AB (default: the MoE tail of the 256-thread kernel), side by side
+      export ${G4_NCU_AB:-TANDEM_MOE_TAIL=0}
+      run_case g4tail_ab "post_norm_residual|moe_input_norms|attn_inputs" 24 8 \
         "$BIN/tandem" bench -m "$f" -p 0 -n 3 -b 1 -r 1
+      unset "$(echo "${G4_NCU_AB:-TANDEM_MOE_TAIL=0}" | cut -d= -f1)"
       rm -f "$f" ;;
     *) echo "unknown case $c"; status=1 ;;
   esac

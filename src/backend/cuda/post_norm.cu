@@ -186,56 +186,60 @@ __global__ void __launch_bounds__(kBlockNormThreads)
   }
 }
 
-// The MoE tail with the experts' outputs (post_norm_residual_kernel<true, *> with ex.y given, k <=
-// kPrefetchMaxK, rows of at most kTailMaxN values) on kTailThreads threads. Its cost was the experts' sum:
-// k x n loads (8 x 2816 for the 26B-A4B shape), ~88 a thread on 256 threads, which no thread can keep in
-// flight at once (with the whole row in registers, post_norm_residual_regs_kernel's way, ptxas issued them a
-// few at a time: 41 us under ncu against the prefetch loop's 27). Here every thread sums kTailPer elements,
-// 8 loads each, all issued together; the sums and the dense branch go to shared memory, and the reductions are
-// row_sum_squares's: the threads of the first kBlockNormThreads sum the same elements in the same order (the
-// others add +0 to block_sum, which then sees the same 32 values), so the bits are the 256-thread kernel's.
+// The MoE tail with the experts' outputs (post_norm_residual_kernel<true, *> with ex.y given, K = k <=
+// kPrefetchMaxK experts, rows of at most kTailMaxN values) on kTailThreads threads. Its cost is the experts'
+// sum: K x n loads (8 x 2816 for the 26B-A4B shape), ~88 a thread on 256 threads. Here every thread sums
+// kTailPer elements, K loads each, and no load waits for a branch: K is a template parameter and the loads
+// past the row's end read its last element instead (their results are never stored), so that all of a
+// thread's loads can be in flight together (with a per-load `j < k && i < n` test, ncu measured 26 us for
+// ~6 us of memory round trips: the loads went one branch at a time). The sums and the dense branch go to
+// shared memory, and the reductions are row_sum_squares's: the first kBlockNormThreads threads sum the same
+// elements in the same order (the others add +0 to block_sum, which then sees the same 32 values), so the
+// bits are the 256-thread kernel's.
 constexpr int kTailThreads = 512;
 constexpr int kTailMaxN = kRegsPer * kBlockNormThreads;  // 4096
 constexpr int kTailPer = kTailMaxN / kTailThreads;       // 8 elements a thread in the elementwise phases
 
+template <int K>
 __global__ void __launch_bounds__(kTailThreads)
-    post_norm_residual_moe_tail_kernel(RowView x, RowView dense, const float* __restrict__ w_dense, ExpertOutputs ex, RowView moe,
-                    const float* __restrict__ w_moe, const float* __restrict__ w_out, float eps, float out_scale) {
-  __shared__ float m_s[kTailMaxN], y_s[kTailMaxN];
+    post_norm_residual_moe_tail_kernel(RowView x, RowView dense, const float* __restrict__ w_dense,
+                                       ExpertOutputs ex, RowView moe, const float* __restrict__ w_moe,
+                                       const float* __restrict__ w_out, float eps, float out_scale) {
+  __shared__ float m_s[kTailMaxN], y_s[kTailMaxN];  // (elements n.. hold copies of the last: never read)
   __shared__ float red[32];
   pdl_trigger();  // pdl.cuh
   const int64_t r = blockIdx.x;
-  const int n = int(x.ne0), tid = int(threadIdx.x);
+  const int n = int(x.ne0), tid = int(threadIdx.x), last = n - 1;
   float wd[kTailPer], wm[kTailPer], wo[kTailPer];
 #pragma unroll
   for (int q = 0; q < kTailPer; ++q) {  // weights, before the wait
-    const int i = tid + q * kTailThreads;
-    wd[q] = i < n ? w_dense[i] : 0.0f;
-    wm[q] = i < n ? w_moe[i] : 0.0f;
-    wo[q] = i < n ? w_out[i] : 0.0f;
+    const int ic = min(tid + q * kTailThreads, last);
+    wd[q] = w_dense[ic];
+    wm[q] = w_moe[ic];
+    wo[q] = w_out[ic];
   }
   pdl_wait();
   float* xr = x.row_as<float>(r);
   float* yr = dense.row_as<float>(r);
   float* mr = moe.row_as<float>(r);
-  float wj[kPrefetchMaxK];
+  float wj[K];
+  const float* yj[K];
 #pragma unroll
-  for (int j = 0; j < kPrefetchMaxK; ++j) wj[j] = j < ex.k ? ex.weights[r * ex.k + j] : 0.0f;
-  const char* yr_ex = ex.y + r * ex.y_nb2;
+  for (int j = 0; j < K; ++j) {
+    wj[j] = ex.weights[r * K + j];
+    yj[j] = reinterpret_cast<const float*>(ex.y + r * ex.y_nb2 + j * ex.y_nb1);
+  }
   float xv[kTailPer], mv[kTailPer];
 #pragma unroll
   for (int q = 0; q < kTailPer; ++q) {  // moe_combine_kernel's sum in its order; the dense branch; x
-    const int i = tid + q * kTailThreads;
+    const int i = tid + q * kTailThreads, ic = min(i, last);
     float acc = 0.0f;
 #pragma unroll
-    for (int j = 0; j < kPrefetchMaxK; ++j)
-      if (j < ex.k && i < n) acc += wj[j] * reinterpret_cast<const float*>(yr_ex + j * ex.y_nb1)[i];
+    for (int j = 0; j < K; ++j) acc += wj[j] * yj[j][ic];
     mv[q] = acc;
-    xv[q] = i < n ? xr[i] : 0.0f;
-    if (i < n) {
-      m_s[i] = acc;
-      y_s[i] = yr[i];
-    }
+    xv[q] = xr[ic];
+    m_s[i] = acc;
+    y_s[i] = yr[ic];
   }
   __syncthreads();
 #pragma unroll
@@ -252,15 +256,13 @@ __global__ void __launch_bounds__(kTailThreads)
     }
   const float inv_d = rms_inverse(block_sum(ss_d, red), n, eps);
   const float inv_m = rms_inverse(block_sum(ss_m, red), n, eps);
-  float yv[kTailPer] = {};
+  float yv[kTailPer];
 #pragma unroll
   for (int q = 0; q < kTailPer; ++q) {  // (a thread rewrites only the elements it read)
     const int i = tid + q * kTailThreads;
-    if (i < n) {
-      yv[q] = __fadd_rn(y_s[i] * inv_d * wd[q], mv[q] * inv_m * wm[q]);
-      y_s[i] = yv[q];
-      yr[i] = yv[q];
-    }
+    yv[q] = __fadd_rn(y_s[i] * inv_d * wd[q], mv[q] * inv_m * wm[q]);
+    y_s[i] = yv[q];
+    if (i < n) yr[i] = yv[q];
   }
   __syncthreads();
   float ss = 0.0f;
@@ -270,10 +272,8 @@ __global__ void __launch_bounds__(kTailThreads)
 #pragma unroll
   for (int q = 0; q < kTailPer; ++q) {
     const int i = tid + q * kTailThreads;
-    if (i < n) {
-      const float v = __fadd_rn(xv[q], yv[q] * inv * wo[q]);
-      xr[i] = out_scale != 1.0f ? __fmul_rn(v, out_scale) : v;
-    }
+    const float v = __fadd_rn(xv[q], yv[q] * inv * wo[q]);
+    if (i < n) xr[i] = out_scale != 1.0f ? __fmul_rn(v, out_scale) : v;
   }
 }
 
@@ -309,8 +309,10 @@ EnvSwitch g_combine_prefetch{"TANDEM_COMBINE_PREFETCH", true};
 // test binary with them; under ncu the attention tail 13.2 -> 8.1 us and the MoE input norms 13.1 -> 4.6 us;
 // gemma4 26B-A4B shape, 30 layers, bf16 tg128 177.0 -> 182.8 t/s); TANDEM_NORM_REGS=0 turns them off.
 EnvSwitch g_norm_regs{"TANDEM_NORM_REGS", true};
-// post_norm_residual_moe_tail_kernel: written after that run, off until a GPU run passes the tests with it (TANDEM_MOE_TAIL=1).
-EnvSwitch g_moe_tail{"TANDEM_MOE_TAIL", false};
+// post_norm_residual_moe_tail_kernel: on since the fifteenth session's second H100 run (GpuDecodeFusion and the
+// whole GPU test binary with it; gemma4 26B-A4B shape, 30 layers, bf16 tg128 196.6 -> 201.5 t/s); its loads
+// without branches were written after that run. TANDEM_MOE_TAIL=0 turns it off.
+EnvSwitch g_moe_tail{"TANDEM_MOE_TAIL", true};
 
 }  // namespace
 
@@ -358,8 +360,14 @@ void launch_post_norm_residual(const Tensor& x, const Tensor& dense, const float
   const bool prefetch = ex.y != nullptr && ex.k <= kPrefetchMaxK && g_combine_prefetch.on();
   const bool block = xv.ne0 >= kBlockNormMin;
   const bool fits = block && xv.ne0 <= kTailMaxN;
-  if (fits && ex.y != nullptr && ex.k <= kPrefetchMaxK && g_moe_tail.on()) {
-    launch_pdl(post_norm_residual_moe_tail_kernel, dim3(unsigned(rows)), dim3(kTailThreads), 0, stream, xv, dv, w_dense, ex, mv, w_moe,
+  if (fits && ex.y != nullptr && ex.k >= 1 && ex.k <= kPrefetchMaxK && g_moe_tail.on()) {
+    using Kernel = decltype(&post_norm_residual_moe_tail_kernel<1>);
+    static constexpr Kernel kByK[kPrefetchMaxK] = {
+        post_norm_residual_moe_tail_kernel<1>, post_norm_residual_moe_tail_kernel<2>,
+        post_norm_residual_moe_tail_kernel<3>, post_norm_residual_moe_tail_kernel<4>,
+        post_norm_residual_moe_tail_kernel<5>, post_norm_residual_moe_tail_kernel<6>,
+        post_norm_residual_moe_tail_kernel<7>, post_norm_residual_moe_tail_kernel<8>};
+    launch_pdl(kByK[ex.k - 1], dim3(unsigned(rows)), dim3(kTailThreads), 0, stream, xv, dv, w_dense, ex, mv, w_moe,
                w_out, eps, out_scale);
     TANDEM_CUDA_CHECK_LAUNCH();
     return;
