@@ -52,6 +52,9 @@ struct Case {
   // Also run the decode kernel with the query heads of a group split over blocks (TANDEM_ATTN_HEAD_SPLIT) and
   // without: the same bits.
   bool head_split_bitwise = false;
+  // Decode with the in-place combine (TANDEM_ATTN_FUSED_COMBINE): no combine kernel may run, and a second call
+  // with another query (-q) must get its own answer (the counters left at zero), then q again the same bits.
+  bool fused_combine = false;
 };
 
 class GpuAttention : public GpuTest {
@@ -229,6 +232,20 @@ class GpuAttention : public GpuTest {
       return b;
     };
     const float scale = 1.0f / std::sqrt(float(c.hd_k));
+    struct FusedCombine {  // the switch for this case only
+      explicit FusedCombine(bool on) { if (on) cuda::set_attn_fused_combine(true); }
+      ~FusedCombine() { cuda::set_attn_fused_combine(std::nullopt); }
+    } fused_combine(c.fused_combine);
+    if (c.fused_combine) {
+      std::string why;
+      std::unique_ptr<KernelProfiler> prof = KernelProfiler::start(&why);
+      ASSERT_NE(prof, nullptr) << why;
+      Pair o_probe = make_out(DType::F32, {c.hd_v, c.n_head, T});
+      EXPECT_EQ(launches_of(*gpu_, *prof, "attention_combine",
+                            [&] { gops().attention(gs(), q.dev, kv_g, batch_for(true), scale, o_probe.dev); }),
+                0)
+          << "the combine kernel ran although the split kernel combines";
+    }
     if (c.expect_kernel.empty()) {
       gops().attention(gs(), q.dev, kv_g, batch_for(true), scale, out.dev);
     } else {
@@ -272,6 +289,17 @@ class GpuAttention : public GpuTest {
       cuda::set_attn_head_split(std::nullopt);
       EXPECT_EQ(outs[0], outs[1]) << "splitting the query heads of a group over blocks changed the output";
       EXPECT_LT(rel_l2(outs[1], ref), c.tol);
+    }
+    if (c.fused_combine) {  // another query, then q again: the counters were left at zero by each call
+      std::vector<float> qneg = host_f32(q);
+      for (float& v : qneg) v = -v;
+      Pair q2 = make_f32({c.hd_k, c.n_head, T}, qneg);
+      Pair o2 = make_out(DType::F32, {c.hd_v, c.n_head, T}), o3 = make_out(DType::F32, {c.hd_v, c.n_head, T});
+      gops().attention(gs(), q2.dev, kv_g, batch_for(true), scale, o2.dev);
+      gops().attention(gs(), q.dev, kv_g, batch_for(true), scale, o3.dev);
+      cops().attention(cs(), q2.cpu, kv_c, batch_for(false), scale, o2.cpu);
+      EXPECT_LT(rel_l2(download_f32(o2), host_f32(o2)), c.tol) << "a second call (query -q)";
+      EXPECT_EQ(download_f32(o3), g) << "the third call (q again) differs from the first";
     }
     if (c.project != DType::F32) check_projection(c, q, kv_g, kv_c, batch_for(true), batch_for(false), scale, g, rng);
     if (c.evict) {  // the same batch over the full block tables gives the same result
@@ -377,6 +405,29 @@ TEST_F(GpuAttention, DecodeLongContextsEverySplitLength) {
     c.tol = 1e-4;
     run(c, seed++);
   }
+}
+
+// The split decode kernel combining its splits in place (TANDEM_ATTN_FUSED_COMBINE, attention_decode.cu): every
+// cache dtype, head dims 64 / 128 / 512 (gemma4's global heads, split over blocks), a padding row, a sliding
+// window, the quantized output for the projection, and long contexts of up to 67 splits (the last block of a
+// group reads the others' partials), against the CPU.
+TEST_F(GpuAttention, DecodeCombinesInTheLastSplitBlock) {
+  uint32_t seed = 9100;
+  const std::vector<Seq> seqs = {{0, 5}, {9, 1}, {3, 3}, {300, 2}, {700, 1}};
+  for (DType cache : {DType::F16, DType::BF16, DType::F32})
+    for (auto [nh, nkv, hd] : {std::tuple<int, int, int>{8, 2, 128}, {16, 2, 512}, {4, 4, 64}}) {
+      Case c{MaskKind::Causal, nh, nkv, hd, hd, cache, seqs};
+      c.fused_combine = true;
+      c.expect_kernel = "attention_split";
+      c.padding_row = cache == DType::F16;
+      c.sliding_window = cache == DType::BF16 ? 200 : 0;
+      if (cache == DType::F16 && hd == 128) c.project = DType::Q8_0;
+      run(c, seed++);
+    }
+  Case c{MaskKind::Causal, 8, 2, 128, 128, DType::BF16, {{17000, 1}, {16383, 1}}};
+  c.fused_combine = true;
+  c.tol = 1e-4;
+  run(c, seed++);
 }
 
 TEST_F(GpuAttention, PrefillKernelTensorCores) {

@@ -34,11 +34,13 @@ struct DecodeShape {
   int n_hsplit = 1;  // blocks per KV head and split: its query heads divided among them (head_split_for)
 };
 
+// One block's split: its partial output and (max, sum) for the gqa query heads it takes (attention_split_kernel
+// below is this, then the in-place combine when that is on).
 template <class KTag, class VTag, int G>
-__global__ void __launch_bounds__(kThreads)
-    attention_split_kernel(RowView q, const char* kc, size_t k_nb1, size_t k_slot, const char* vc,
-                           size_t v_nb1, size_t v_slot, AttnMeta meta, DecodeShape sh, int gqa, bool k_vec,
-                           bool v_pair, bool v_oct, float* part_o, float2* part_ml) {
+__device__ __forceinline__ void split_partials(RowView q, const char* kc, size_t k_nb1, size_t k_slot,
+                                               const char* vc, size_t v_nb1, size_t v_slot, const AttnMeta& meta,
+                                               const DecodeShape& sh, int gqa, bool k_vec, bool v_pair, bool v_oct,
+                                               float* part_o, float2* part_ml) {
   // (No __restrict__ on the cache and the partials: the previous kernel writes them while a PDL grid runs, so
   // they must not go through the non-coherent read-only path.)
   extern __shared__ int64_t smem_i64[];
@@ -46,8 +48,6 @@ __global__ void __launch_bounds__(kThreads)
   int64_t* slot_s = smem_i64;                         // [L]
   float* q_s = reinterpret_cast<float*>(slot_s + L);  // [gqa][hd_k]
   float* p_s = q_s + gqa * sh.hd_k;                   // [gqa][L]
-  pdl_trigger();  // pdl.cuh
-  pdl_wait();     // q and the cache rows of this step come from the previous kernel
 
   const int split = blockIdx.x;
   const int g = blockIdx.y / sh.n_hsplit;  // the KV head; this block takes gqa of its query heads, from head0
@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t r = blockIdx.z;
   const int tid = threadIdx.x;
   const RowRange rr = row_range(meta, r);
-  if (rr.seq < 0) return;  // padding row: the combine kernel writes zeros
+  if (rr.seq < 0) return;  // padding row: the combine writes zeros
   const int j0 = max(rr.lo, split * L);
   const int j1 = min(rr.hi, (split + 1) * L);
   const int64_t part_base =
@@ -344,6 +344,91 @@ __global__ void attention_combine_kernel(const float* part_o, const float2* part
   }
 }
 
+// Written in the fifteenth session without a GPU run: off until one passes the tests with it
+// (TANDEM_ATTN_FUSED_COMBINE=1).
+EnvSwitch g_fused_combine{"TANDEM_ATTN_FUSED_COMBINE", false};
+
+// The in-place combine (TANDEM_ATTN_FUSED_COMBINE): each block of attention_split_kernel counts itself done in
+// counters[(row, blockIdx.y)] after its partials; the last of the n_splits blocks of a (row, KV head, head
+// part) then does attention_combine_kernel's work for its gqa heads (reading the others' partials from L2), and
+// sets the counter back to 0 for the next launch (a recorded graph replays it). One launch a layer fewer. The
+// splits' weights and the denominator are the combine kernel's, summed by this block's 128 threads (the
+// combine kernel has min(256, hd_v) threads): the bits equal its for hd_v <= 128.
+__device__ void combine_when_last(const float* part_o, const float2* part_ml, const AttnMeta& meta,
+                                  const DecodeShape& sh, int gqa, int* counters, RowView out, int8_t* xq,
+                                  float2* xds) {
+  extern __shared__ int64_t smem_i64[];
+  __shared__ float red[32];
+  __shared__ int last;
+  const int g = blockIdx.y / sh.n_hsplit;
+  const int64_t head0 = int64_t(g) * (sh.n_head / sh.n_kv_head) + int64_t(blockIdx.y % sh.n_hsplit) * gqa;
+  const int64_t r = blockIdx.z;
+  const int tid = threadIdx.x;
+  if (meta.seq_slot[r] < 0) {  // padding row: zeros, written once (by split 0)
+    if (blockIdx.x == 0)
+      for (int hh = 0; hh < gqa; ++hh) {
+        float* o = out.row_as<float>(r * sh.n_head + head0 + hh);
+        for (int64_t d = tid; d < sh.hd_v; d += blockDim.x)
+          emit_output(o, d, 0.0f, xq, xds, (r * sh.n_head + head0 + hh) * sh.hd_v);
+      }
+    return;
+  }
+  __threadfence();  // this block's partials, visible before it counts itself done
+  __syncthreads();
+  int* counter = counters + (r * gridDim.y + blockIdx.y);
+  if (tid == 0) last = atomicAdd(counter, 1) == sh.n_splits - 1;
+  __syncthreads();
+  if (!last) return;
+  __threadfence();
+  float* wts = reinterpret_cast<float*>(smem_i64);  // [n_splits] (launch_split sizes the shared memory for it)
+  for (int hh = 0; hh < gqa; ++hh) {
+    const int64_t h = head0 + hh, base = (r * sh.n_head + h) * sh.n_splits, q_base = (r * sh.n_head + h) * sh.hd_v;
+    float* o = out.row_as<float>(r * sh.n_head + h);
+    float M = -INFINITY;
+    for (int s = tid; s < sh.n_splits; s += blockDim.x) {
+      const float2 ml = __ldcg(&part_ml[base + s]);
+      if (ml.y > 0.0f) M = fmaxf(M, ml.x);
+    }
+    M = block_max(M, red);
+    if (M == -INFINITY) {  // a row that sees no position, or whose every score is -inf
+      for (int64_t d = tid; d < sh.hd_v; d += blockDim.x) emit_output(o, d, 0.0f, xq, xds, q_base);
+      continue;
+    }
+    float den = 0.0f;
+    for (int s = tid; s < sh.n_splits; s += blockDim.x) {
+      const float2 ml = __ldcg(&part_ml[base + s]);
+      const float w = ml.y > 0.0f ? expf(ml.x - M) : 0.0f;
+      wts[s] = w;
+      den += w * ml.y;
+    }
+    den = block_sum(den, red);  // (its barrier also publishes wts)
+    const float inv = 1.0f / den;
+    for (int64_t d = tid; d < sh.hd_v; d += blockDim.x) {
+      float num = 0.0f;
+      for (int s = 0; s < sh.n_splits; ++s)
+        if (wts[s] > 0.0f) num += wts[s] * __ldcg(&part_o[(base + s) * sh.hd_v + d]);
+      emit_output(o, d, num * inv, xq, xds, q_base);
+    }
+    __syncthreads();  // wts is the next head's
+  }
+  if (tid == 0) *counter = 0;
+}
+
+// Grid: (split, KV head x head parts, row). counters == nullptr: the partials only, combined by
+// attention_combine_kernel; otherwise combined here by the last block (combine_when_last).
+template <class KTag, class VTag, int G>
+__global__ void __launch_bounds__(kThreads)
+    attention_split_kernel(RowView q, const char* kc, size_t k_nb1, size_t k_slot, const char* vc,
+                           size_t v_nb1, size_t v_slot, AttnMeta meta, DecodeShape sh, int gqa, bool k_vec,
+                           bool v_pair, bool v_oct, float* part_o, float2* part_ml, int* counters, RowView out,
+                           int8_t* xq, float2* xds) {
+  pdl_trigger();  // pdl.cuh
+  pdl_wait();     // q and the cache rows of this step come from the previous kernel
+  split_partials<KTag, VTag, G>(q, kc, k_nb1, k_slot, vc, v_nb1, v_slot, meta, sh, gqa, k_vec, v_pair, v_oct,
+                                part_o, part_ml);
+  if (counters != nullptr) combine_when_last(part_o, part_ml, meta, sh, gqa, counters, out, xq, xds);
+}
+
 // Positions per split for a launch over up to max_seq_len positions: 64 up to 4096 positions, 128 up to
 // 16384, 256 beyond (kDecodeSplit). Short splits keep the GPU busy at short and middle contexts (8 KV heads x
 // 33 splits of 256 were 264 blocks at 8k, each walking its positions mostly one memory round trip after
@@ -427,9 +512,18 @@ void fit_splits_to_waves(DecodeShape& sh, int64_t max_seq_len, const SmemFor& sm
   sh.n_splits = int((max_seq_len + L - 1) / L);
 }
 
+// Where a launch writes: the partials, and with counters (the in-place combine) the output rows too.
+struct SplitOutputs {
+  float* part_o;
+  float2* part_ml;
+  int* counters;  // null: attention_combine_kernel combines
+  RowView out;
+  int8_t* xq;
+  float2* xds;
+};
+
 template <class KTag, class VTag, int G>
-void launch_split(const AttentionArgs& a, DecodeShape& sh, int gqa, float* part_o, float2* part_ml,
-                  cudaStream_t stream) {
+void launch_split(const AttentionArgs& a, DecodeShape& sh, int gqa, const SplitOutputs& o, cudaStream_t stream) {
   // The paired P.V path (see the kernel) needs [n_pg][gqa][hd_v] floats after the scores: 2 x kThreads x gqa.
   const bool v16 = a.kv.v.type == DType::F16 || a.kv.v.type == DType::BF16;
   const int64_t n_dp = sh.hd_v / 2;
@@ -447,8 +541,10 @@ void launch_split(const AttentionArgs& a, DecodeShape& sh, int gqa, float* part_
                             : v_pair ? size_t(kThreads / n_dp) * size_t(gqa) * size_t(sh.hd_v)
                                      : 0;
   auto smem_for = [&](int split_len) {
-    return size_t(gqa) * size_t(sh.hd_k) * 4 + size_t(gqa) * size_t(split_len) * 4 + red_floats * 4 +
-           size_t(split_len) * 8;
+    const size_t split = size_t(gqa) * size_t(sh.hd_k) * 4 + size_t(gqa) * size_t(split_len) * 4 +
+                         red_floats * 4 + size_t(split_len) * 8;
+    const size_t wts = o.counters ? size_t((a.max_seq_len + split_len - 1) / split_len) * 4 : 0;
+    return std::max(split, wts);  // (the in-place combine's split weights reuse the split's shared memory)
   };
   allow_dynamic_smem(attention_split_kernel<KTag, VTag, G>, 160 * 1024);  // kernel_smem.h: per device
   fit_splits_to_waves(sh, a.max_seq_len, smem_for, [&](size_t bytes) {
@@ -462,31 +558,29 @@ void launch_split(const AttentionArgs& a, DecodeShape& sh, int gqa, float* part_
   launch_pdl(attention_split_kernel<KTag, VTag, G>, grid, dim3(kThreads), smem, stream, row_view(a.q),
              static_cast<const char*>(a.kv.k.data), a.kv.k.nb[1], a.kv.k.nb[2],
              static_cast<const char*>(a.kv.v.data), a.kv.v.nb[1], a.kv.v.nb[2], make_meta(a), sh, gqa, k_vec,
-             v_pair, v_oct, part_o, part_ml);
+             v_pair, v_oct, o.part_o, o.part_ml, o.counters, o.out, o.xq, o.xds);
   TANDEM_CUDA_CHECK_LAUNCH();
 }
 
 template <class KTag, class VTag>
-void launch_group(const AttentionArgs& a, DecodeShape& sh, int gqa, float* part_o, float2* part_ml,
-                  cudaStream_t stream) {
-  if (gqa <= 1) return launch_split<KTag, VTag, 1>(a, sh, gqa, part_o, part_ml, stream);
-  if (gqa <= 2) return launch_split<KTag, VTag, 2>(a, sh, gqa, part_o, part_ml, stream);
-  if (gqa <= 4) return launch_split<KTag, VTag, 4>(a, sh, gqa, part_o, part_ml, stream);
-  if (gqa <= 8) return launch_split<KTag, VTag, 8>(a, sh, gqa, part_o, part_ml, stream);
-  if (gqa <= 16) return launch_split<KTag, VTag, 16>(a, sh, gqa, part_o, part_ml, stream);
+void launch_group(const AttentionArgs& a, DecodeShape& sh, int gqa, const SplitOutputs& o, cudaStream_t stream) {
+  if (gqa <= 1) return launch_split<KTag, VTag, 1>(a, sh, gqa, o, stream);
+  if (gqa <= 2) return launch_split<KTag, VTag, 2>(a, sh, gqa, o, stream);
+  if (gqa <= 4) return launch_split<KTag, VTag, 4>(a, sh, gqa, o, stream);
+  if (gqa <= 8) return launch_split<KTag, VTag, 8>(a, sh, gqa, o, stream);
+  if (gqa <= 16) return launch_split<KTag, VTag, 16>(a, sh, gqa, o, stream);
   throw Error("CUDA attention: more than 16 query heads per KV head are not supported");
 }
 
 template <class KTag>
-void launch_v(const AttentionArgs& a, DecodeShape& sh, int gqa, float* part_o, float2* part_ml,
-              cudaStream_t stream) {
+void launch_v(const AttentionArgs& a, DecodeShape& sh, int gqa, const SplitOutputs& o, cudaStream_t stream) {
   switch (a.kv.v.type) {
     case DType::F32:
-      return launch_group<KTag, F32Tag>(a, sh, gqa, part_o, part_ml, stream);
+      return launch_group<KTag, F32Tag>(a, sh, gqa, o, stream);
     case DType::F16:
-      return launch_group<KTag, F16Tag>(a, sh, gqa, part_o, part_ml, stream);
+      return launch_group<KTag, F16Tag>(a, sh, gqa, o, stream);
     case DType::BF16:
-      return launch_group<KTag, BF16Tag>(a, sh, gqa, part_o, part_ml, stream);
+      return launch_group<KTag, BF16Tag>(a, sh, gqa, o, stream);
     default:
       throw Error(std::string("CUDA attention: unsupported V cache dtype ") + dtype_name(a.kv.v.type));
   }
@@ -499,8 +593,12 @@ size_t attention_decode_scratch_bytes(int64_t T, int64_t n_head, int64_t hd_v, i
   return align256(n * size_t(hd_v) * 4) + align256(n * sizeof(float2));
 }
 
+size_t attention_decode_counters(int64_t T, int64_t n_head) {
+  return size_t(T) * size_t(n_head);
+}
+
 void launch_attention_decode(const AttentionArgs& a, void* partials, size_t partials_bytes, cudaStream_t stream,
-                             int8_t* xq, float2* xds) {
+                             int8_t* xq, float2* xds, int* counters, size_t n_counters) {
   const int64_t T = a.q.ne[2];
   if (T == 0) return;
   DecodeShape sh;
@@ -521,23 +619,27 @@ void launch_attention_decode(const AttentionArgs& a, void* partials, size_t part
   float* part_o = static_cast<float*>(partials);
   float2* part_ml =
       reinterpret_cast<float2*>(static_cast<char*>(partials) + align256(n * size_t(sh.hd_v) * 4));
+  check(xq == nullptr || (xds != nullptr && sh.hd_v % 32 == 0 && a.out.is_contiguous()),
+        "CUDA attention: a quantized output needs head_dim_v % 32 == 0 and a contiguous output");
+  const bool in_place =
+      counters != nullptr && n_counters >= attention_decode_counters(T, sh.n_head) && g_fused_combine.on();
+  const SplitOutputs o{part_o, part_ml, in_place ? counters : nullptr, row_view(a.out), xq, xds};
   switch (a.kv.k.type) {
     case DType::F32:
-      launch_v<F32Tag>(a, sh, gqa, part_o, part_ml, stream);
+      launch_v<F32Tag>(a, sh, gqa, o, stream);
       break;
     case DType::F16:
-      launch_v<F16Tag>(a, sh, gqa, part_o, part_ml, stream);
+      launch_v<F16Tag>(a, sh, gqa, o, stream);
       break;
     case DType::BF16:
-      launch_v<BF16Tag>(a, sh, gqa, part_o, part_ml, stream);
+      launch_v<BF16Tag>(a, sh, gqa, o, stream);
       break;
     default:
       throw Error(std::string("CUDA attention: unsupported K cache dtype ") + dtype_name(a.kv.k.type));
   }
+  if (in_place) return;
   const dim3 grid(unsigned(sh.n_head), unsigned(T));
   const int threads = int(std::min<int64_t>(256, (sh.hd_v + 31) / 32 * 32));
-  check(xq == nullptr || (xds != nullptr && sh.hd_v % 32 == 0 && a.out.is_contiguous()),
-        "CUDA attention: a quantized output needs head_dim_v % 32 == 0 and a contiguous output");
   launch_pdl(attention_combine_kernel, grid, dim3(threads), size_t(sh.n_splits) * sizeof(float), stream,
              part_o, part_ml, make_meta(a), sh.n_head, sh.hd_v, sh.n_splits, row_view(a.out), xq, xds);
   TANDEM_CUDA_CHECK_LAUNCH();
@@ -545,6 +647,10 @@ void launch_attention_decode(const AttentionArgs& a, void* partials, size_t part
 
 void set_attn_head_split(std::optional<bool> on) {
   g_head_split.set(on);
+}
+
+void set_attn_fused_combine(std::optional<bool> on) {
+  g_fused_combine.set(on);
 }
 
 int attention_head_split_for(int gqa, int64_t hd_k) {

@@ -211,8 +211,13 @@ size_t attention_decode_scratch_bytes(int64_t T, int64_t n_head, int64_t hd_v, i
 // xq / xds (both or neither): the output also quantized to 8 bits per 32 values, launch_quantize_q8's layout
 // for K = n_head * hd_v values and T rows (xq at the scratch's start, xds after align256(K * T) bytes); needs
 // hd_v % 32 == 0 and a contiguous out. Ops::attention_project_add hands them to the output projection.
+// counters (n_counters >= attention_decode_counters(T, n_head) ints, zero, left zero): the splits are combined
+// in the split kernel by each group's last block (TANDEM_ATTN_FUSED_COMBINE), not by a second launch.
+size_t attention_decode_counters(int64_t T, int64_t n_head);
 void launch_attention_decode(const AttentionArgs& a, void* partials, size_t partials_bytes, cudaStream_t stream,
-                             int8_t* xq = nullptr, float2* xds = nullptr);
+                             int8_t* xq = nullptr, float2* xds = nullptr, int* counters = nullptr,
+                             size_t n_counters = 0);
+void set_attn_fused_combine(std::optional<bool> on);  // tests: TANDEM_ATTN_FUSED_COMBINE (attention_decode.cu)
 // Tensor-core flash attention for many rows (prefill); needs F16/BF16 K and V with equal head dims, a
 // multiple of 16 and <= 256. attention_prefill_supported says whether it applies.
 bool attention_prefill_supported(const AttentionArgs& a);

@@ -150,6 +150,8 @@ void CudaOps::reserve(const WorkspacePlan& p) {
       m.max_routed_rows > kMoeGemvMaxSlots ? kMoeOffsetsBytes + al(size_t(m.max_routed_rows) * 4) : 0;
   r.act2_bytes = m.max_matmul_in > 0 ? al(q8_activation_bytes(k_in, std::min(rows, kQuantGemvMaxRows))) : 0;
   r.counters_bytes = m.max_matmul_in > 0 ? al(size_t(k_in / 32) * sizeof(int)) : 0;
+  r.attn_counters_bytes =
+      m.max_n_head > 0 ? al(attention_decode_counters(std::min(rows, kDecodeRowChunk), m.max_n_head) * sizeof(int)) : 0;
   r.act = 0;
   r.dequant = r.act + r.act_bytes;
   r.lt = r.dequant + r.dequant_bytes;
@@ -157,7 +159,8 @@ void CudaOps::reserve(const WorkspacePlan& p) {
   r.moe = r.attn + r.attn_bytes;
   r.act2 = r.moe + r.moe_bytes;
   r.counters = r.act2 + r.act2_bytes;
-  const size_t total = r.counters + r.counters_bytes;
+  r.attn_counters = r.counters + r.counters_bytes;  // (right after counters: one memset zeroes both)
+  const size_t total = r.attn_counters + r.attn_counters_bytes;
   plan_ = m;
   if (total > ws_bytes_) {
     DeviceGuard g(index_);
@@ -182,10 +185,11 @@ void CudaOps::reserve(const WorkspacePlan& p) {
   } else if (!(r == regions_)) {
     ++ws_generation_;  // the regions moved inside the same buffer: recordings pointing into them are stale
   }
-  if (!(r == regions_) && r.counters_bytes > 0) {  // counters start at zero (the kernels leave them so)
-    DeviceGuard g(index_);
+  if (!(r == regions_) && r.counters_bytes + r.attn_counters_bytes > 0) {  // counters start at zero (the
+    DeviceGuard g(index_);                                                    // kernels leave them so)
     TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
-    TANDEM_CUDA_CHECK(cudaMemset(static_cast<char*>(ws_) + r.counters, 0, r.counters_bytes));
+    TANDEM_CUDA_CHECK(
+        cudaMemset(static_cast<char*>(ws_) + r.counters, 0, r.counters_bytes + r.attn_counters_bytes));
     TANDEM_CUDA_CHECK(cudaDeviceSynchronize());
   }
   regions_ = r;
@@ -838,7 +842,9 @@ void CudaOps::attention_impl(Stream& s, const Tensor& q, const KvLayerView& kv, 
       xq = static_cast<int8_t*>(q8) + r0 * K;
       xds = reinterpret_cast<float2*>(static_cast<char*>(q8) + q8_scales_offset(K, T)) + r0 * (K / 32);
     }
-    launch_attention_decode(c, region(regions_.attn), regions_.attn_bytes, st, xq, xds);
+    launch_attention_decode(c, region(regions_.attn), regions_.attn_bytes, st, xq, xds,
+                            reinterpret_cast<int*>(region(regions_.attn_counters)),
+                            regions_.attn_counters_bytes / sizeof(int));
   }
 }
 

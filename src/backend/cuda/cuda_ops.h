@@ -120,6 +120,7 @@ class CudaOps final : public Ops {
     // while they are written), and the per-32-output counters of that product (zero between launches).
     size_t act2 = 0, act2_bytes = 0;
     size_t counters = 0, counters_bytes = 0;
+    size_t attn_counters = 0, attn_counters_bytes = 0;  // the decode attention's in-place combine (zero too)
     bool operator==(const Regions&) const = default;
   };
   void check_matmul(const Tensor& W, const Tensor& x, const Tensor& y) const;
