@@ -300,6 +300,13 @@ class GpuAttention : public GpuTest {
       cops().attention(cs(), q2.cpu, kv_c, batch_for(false), scale, o2.cpu);
       EXPECT_LT(rel_l2(download_f32(o2), host_f32(o2)), c.tol) << "a second call (query -q)";
       EXPECT_EQ(download_f32(o3), g) << "the third call (q again) differs from the first";
+      if (c.hd_v == 128) {  // the combine kernel's 128 threads take the splits as the split kernel's do
+        cuda::set_attn_fused_combine(false);
+        Pair o4 = make_out(DType::F32, {c.hd_v, c.n_head, T});
+        gops().attention(gs(), q.dev, kv_g, batch_for(true), scale, o4.dev);
+        cuda::set_attn_fused_combine(true);
+        EXPECT_EQ(download_f32(o4), g) << "in place and by the combine kernel: other bits at hd_v 128";
+      }
     }
     if (c.project != DType::F32) check_projection(c, q, kv_g, kv_c, batch_for(true), batch_for(false), scale, g, rng);
     if (c.evict) {  // the same batch over the full block tables gives the same result

@@ -121,7 +121,7 @@ TEST_F(GpuDecodeFusion, PostNormResidualAddsMatchTheOpsOneAtATime) {
   // kept in registers, or the MoE tail with <= 8 experts' outputs on 512 threads; 5000 values and 9 experts
   // fall back to the loop kernels.
   for (bool regs : {false, true})
-  for (int64_t n : {72, 2816, 4096, 5000})  // a warp per row; a block per row (>= 1024 values)
+  for (int64_t n : {72, 2816, 3000, 4096, 5000})  // a warp per row; a block per row (>= 1024 values)
     for (int64_t T : {1, 3})
       for (float out_scale : {1.0f, 0.37f})
         for (int variant : {0, 1, 2, 3, 4}) {  // dense; MoE with the sum given; MoE from 3, 8 or 9 experts' outputs

@@ -3,9 +3,10 @@
 // Grid: (split, kv head, row). A block takes the cache positions [split * L, +L) of one row that the row may
 // see (L = split_len_for(max_seq_len): 64 positions up to 4k, 128 up to 16k, 256 beyond, so that a short
 // context still spreads over enough blocks — 512 positions and 8 KV heads were 16 blocks with L = 256 on 132
-// SMs), for all query heads that share the KV head (GQA: K/V are read once per group,
+// SMs; longer where fit_splits_to_waves saves a wave), for all query heads that share the KV head (GQA: K/V are read once per group,
 // never repeated in memory), and writes an unnormalised partial output with its running max and sum. A second
-// kernel combines the splits of each (row, head). Scores are f32 (plus the Explicit mask's bias); softmax is
+// kernel combines the splits of each (row, head) (or, TANDEM_ATTN_FUSED_COMBINE, the last block of a group does:
+// combine_when_last). Scores are f32 (plus the Explicit mask's bias); softmax is
 // the usual max-subtracted exp. Block-table entries are read only for the positions [lo, hi) a row sees.
 #include <cuda_runtime.h>
 
@@ -29,7 +30,7 @@ constexpr int kThreads = 128;
 struct DecodeShape {
   int64_t n_head, n_kv_head, hd_k, hd_v;
   int n_splits;
-  int split_len;  // cache positions per split, <= kDecodeSplit
+  int split_len;  // cache positions per split, <= kDecodeSplit (<= kMaxFittedSplit after fit_splits_to_waves)
   float scale;
   int n_hsplit = 1;  // blocks per KV head and split: its query heads divided among them (head_split_for)
 };
@@ -353,7 +354,8 @@ EnvSwitch g_fused_combine{"TANDEM_ATTN_FUSED_COMBINE", false};
 // part) then does attention_combine_kernel's work for its gqa heads (reading the others' partials from L2), and
 // sets the counter back to 0 for the next launch (a recorded graph replays it). One launch a layer fewer. The
 // splits' weights and the denominator are the combine kernel's, summed by this block's 128 threads (the
-// combine kernel has min(256, hd_v) threads): the bits equal its for hd_v <= 128.
+// combine kernel has min(256, hd_v rounded up to 32) threads): the bits equal its only while each thread of both
+// takes at most one split, or hd_v == 128.
 __device__ void combine_when_last(const float* part_o, const float2* part_ml, const AttnMeta& meta,
                                   const DecodeShape& sh, int gqa, int* counters, RowView out, int8_t* xq,
                                   float2* xds) {
@@ -414,9 +416,11 @@ __device__ void combine_when_last(const float* part_o, const float2* part_ml, co
   if (tid == 0) *counter = 0;
 }
 
-// Grid: (split, KV head x head parts, row). counters == nullptr: the partials only, combined by
-// attention_combine_kernel; otherwise combined here by the last block (combine_when_last).
-template <class KTag, class VTag, int G>
+// Grid: (split, KV head x head parts, row). kInPlace false: the partials only, combined by
+// attention_combine_kernel; true: combined here by the last block (combine_when_last). A template parameter, so
+// that the plain kernel's code (registers, occupancy, hence fit_splits_to_waves's schedule) is not the
+// in-place one's.
+template <class KTag, class VTag, int G, bool kInPlace>
 __global__ void __launch_bounds__(kThreads)
     attention_split_kernel(RowView q, const char* kc, size_t k_nb1, size_t k_slot, const char* vc,
                            size_t v_nb1, size_t v_slot, AttnMeta meta, DecodeShape sh, int gqa, bool k_vec,
@@ -426,7 +430,7 @@ __global__ void __launch_bounds__(kThreads)
   pdl_wait();     // q and the cache rows of this step come from the previous kernel
   split_partials<KTag, VTag, G>(q, kc, k_nb1, k_slot, vc, v_nb1, v_slot, meta, sh, gqa, k_vec, v_pair, v_oct,
                                 part_o, part_ml);
-  if (counters != nullptr) combine_when_last(part_o, part_ml, meta, sh, gqa, counters, out, xq, xds);
+  if constexpr (kInPlace) combine_when_last(part_o, part_ml, meta, sh, gqa, counters, out, xq, xds);
 }
 
 // Positions per split for a launch over up to max_seq_len positions: 64 up to 4096 positions, 128 up to
@@ -546,16 +550,18 @@ void launch_split(const AttentionArgs& a, DecodeShape& sh, int gqa, const SplitO
     const size_t wts = o.counters ? size_t((a.max_seq_len + split_len - 1) / split_len) * 4 : 0;
     return std::max(split, wts);  // (the in-place combine's split weights reuse the split's shared memory)
   };
-  allow_dynamic_smem(attention_split_kernel<KTag, VTag, G>, 160 * 1024);  // kernel_smem.h: per device
+  const auto kernel = o.counters ? attention_split_kernel<KTag, VTag, G, true>
+                                 : attention_split_kernel<KTag, VTag, G, false>;
+  allow_dynamic_smem(kernel, 160 * 1024);  // kernel_smem.h: per device
   fit_splits_to_waves(sh, a.max_seq_len, smem_for, [&](size_t bytes) {
-    return bytes <= 160 * 1024 ? resident_blocks(attention_split_kernel<KTag, VTag, G>, kThreads, bytes) : 0;
+    return bytes <= 160 * 1024 ? resident_blocks(kernel, kThreads, bytes) : 0;
   });
   const size_t smem = smem_for(sh.split_len);
   check(smem <= 160 * 1024, "CUDA attention: too many query heads per KV head for the decode kernel");
   const dim3 grid(unsigned(sh.n_splits), unsigned(sh.n_kv_head * sh.n_hsplit), unsigned(a.q.ne[2]));
   const bool k_vec = sh.hd_k % 8 == 0 && (reinterpret_cast<uintptr_t>(a.kv.k.data) & 15) == 0 &&
                      a.kv.k.nb[1] % 16 == 0 && a.kv.k.nb[2] % 16 == 0;
-  launch_pdl(attention_split_kernel<KTag, VTag, G>, grid, dim3(kThreads), smem, stream, row_view(a.q),
+  launch_pdl(kernel, grid, dim3(kThreads), smem, stream, row_view(a.q),
              static_cast<const char*>(a.kv.k.data), a.kv.k.nb[1], a.kv.k.nb[2],
              static_cast<const char*>(a.kv.v.data), a.kv.v.nb[1], a.kv.v.nb[2], make_meta(a), sh, gqa, k_vec,
              v_pair, v_oct, o.part_o, o.part_ml, o.counters, o.out, o.xq, o.xds);
@@ -621,8 +627,11 @@ void launch_attention_decode(const AttentionArgs& a, void* partials, size_t part
       reinterpret_cast<float2*>(static_cast<char*>(partials) + align256(n * size_t(sh.hd_v) * 4));
   check(xq == nullptr || (xds != nullptr && sh.hd_v % 32 == 0 && a.out.is_contiguous()),
         "CUDA attention: a quantized output needs head_dim_v % 32 == 0 and a contiguous output");
-  const bool in_place =
-      counters != nullptr && n_counters >= attention_decode_counters(T, sh.n_head) && g_fused_combine.on();
+  // (The caller's row chunks fit the counters: a fallback chosen by T would make a row's bits depend on its
+  // batch, since the two combines sum the denominator over different thread partitions.)
+  const bool in_place = counters != nullptr && g_fused_combine.on();
+  check(!in_place || n_counters >= attention_decode_counters(T, sh.n_head),
+        "CUDA attention: " + std::to_string(T) + " rows need more combine counters than the workspace has");
   const SplitOutputs o{part_o, part_ml, in_place ? counters : nullptr, row_view(a.out), xq, xds};
   switch (a.kv.k.type) {
     case DType::F32:

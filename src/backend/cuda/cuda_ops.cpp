@@ -818,9 +818,13 @@ void CudaOps::attention_impl(Stream& s, const Tensor& q, const KvLayerView& kv, 
     return;
   }
   // Split-K decoding, in chunks of rows that fit the reserved partials.
+  // (and, where the workspace has the in-place combine's counters, whose rows they cover: whether a call
+  // combines in place must not depend on its row count)
+  const size_t n_counters = regions_.attn_counters_bytes / sizeof(int);
   int64_t chunk = std::min<int64_t>(T, kDecodeRowChunk);
   while (chunk > 1 &&
-         attention_decode_scratch_bytes(chunk, n_head, hd_v, a.max_seq_len) > regions_.attn_bytes)
+         (attention_decode_scratch_bytes(chunk, n_head, hd_v, a.max_seq_len) > regions_.attn_bytes ||
+          (n_counters > 0 && attention_decode_counters(chunk, n_head) > n_counters)))
     chunk /= 2;
   need(regions_.attn_bytes, attention_decode_scratch_bytes(chunk, n_head, hd_v, a.max_seq_len),
        "attention partials");
@@ -843,8 +847,8 @@ void CudaOps::attention_impl(Stream& s, const Tensor& q, const KvLayerView& kv, 
       xds = reinterpret_cast<float2*>(static_cast<char*>(q8) + q8_scales_offset(K, T)) + r0 * (K / 32);
     }
     launch_attention_decode(c, region(regions_.attn), regions_.attn_bytes, st, xq, xds,
-                            reinterpret_cast<int*>(region(regions_.attn_counters)),
-                            regions_.attn_counters_bytes / sizeof(int));
+                            n_counters > 0 ? reinterpret_cast<int*>(region(regions_.attn_counters)) : nullptr,
+                            n_counters);
   }
 }
 
