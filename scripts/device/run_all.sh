@@ -146,7 +146,7 @@ for spec in ${TOPICS:-}; do
   if [ "${PEER_WAIT:-1}" = 1 ]; then
     [ "${topic#peer_}" != "$topic" ] || [ "$topic" = serve ] || [ "${topic#gemma4}" != "$topic" ] && wait_peer
   fi
-  case "$topic" in *bench*|*speed*) wait_background; wait_models ;; serve_load) wait_models ;; esac
+  case "$topic" in *bench*|*speed*|depth_ab) wait_background; wait_models ;; serve_load) wait_models ;; esac
   mkdir -p "$WORK/$topic"
   echo "=== $(date +%T) topic $topic (budget ${budget}s)"
   t0=$SECONDS
