@@ -15,6 +15,9 @@ NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/
 echo "ncu: $NCU ($("$NCU" --version | tail -1))"
 SECTIONS="--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
 --section WarpStateStats --section SchedulerStats --section SourceCounters"
+# NCU_SET=full: every section (shared-memory bank conflicts, the memory tables, stall sampling by source line);
+# several times slower a launch.
+[ -n "${NCU_SET:-}" ] && SECTIONS="--set $NCU_SET"
 M=${MODELS:-/dev/shm/tandem-models}
 status=0
 run_case() {  # name, kernel regex, launches skipped, launches profiled, then the command
