@@ -311,7 +311,8 @@ EnvSwitch g_combine_prefetch{"TANDEM_COMBINE_PREFETCH", true};
 EnvSwitch g_norm_regs{"TANDEM_NORM_REGS", true};
 // post_norm_residual_moe_tail_kernel: on since the fifteenth session's second H100 run (GpuDecodeFusion and the
 // whole GPU test binary with it; gemma4 26B-A4B shape, 30 layers, bf16 tg128 196.6 -> 201.5 t/s); its loads
-// without branches, written after that run, passed the next one (the whole binary; 205.7 t/s).
+// without branches, written after that run, passed the next one (every GPU test but an unrelated attention
+// case; 205.7 t/s).
 // TANDEM_MOE_TAIL=0 turns it off.
 EnvSwitch g_moe_tail{"TANDEM_MOE_TAIL", true};
 
