@@ -299,10 +299,57 @@ __device__ __forceinline__ void emit_output(float* o, int64_t d, float v, int8_t
   if (xq != nullptr) warp_quantize_q8(v, &xq[row_base + d], &xds[(row_base + d) / 32]);
 }
 
-// One block per (head, row): the splits' weights exp(m_s - M) once into shared memory (threads over the
-// splits, block reductions for M and the denominator; a thread per output dim walked every split twice,
-// serially), then each output dim sums its splits' partial outputs. xq / xds (or null): the output rows also
-// quantized for the output projection (Ops::attention_project_add), K = n_head * hd_v values a row.
+// A partial result, read through L2 (kL2: written by other blocks of the same grid, which this SM's L1 may
+// hold stale) or plainly.
+template <bool kL2, class T>
+__device__ __forceinline__ T load_partial(const T* p) {
+  if constexpr (kL2) {
+    return __ldcg(p);
+  } else {
+    return *p;
+  }
+}
+
+// The combine of one (row, head), by the calling block: the splits' weights exp(m_s - M) once into wts
+// ([n_splits] of shared memory; threads over the splits, block reductions for M and the denominator), then
+// each output dim sums its splits' partial outputs. seen false (a padding row), a row that sees no position,
+// or whose every score is -inf: zeros. The block reductions synchronize; wts may be reused after a barrier.
+template <bool kL2>
+__device__ __forceinline__ void combine_head(const float* part_o, const float2* part_ml, int64_t base,
+                                             int n_splits, int64_t hd_v, bool seen, float* o, int8_t* xq,
+                                             float2* xds, int64_t q_base, float* wts, float* red) {
+  float M = -INFINITY;
+  if (seen) {
+    for (int s = threadIdx.x; s < n_splits; s += blockDim.x) {
+      const float2 ml = load_partial<kL2>(&part_ml[base + s]);
+      if (ml.y > 0.0f) M = fmaxf(M, ml.x);
+    }
+  }
+  M = block_max(M, red);
+  if (M == -INFINITY) {
+    for (int64_t d = threadIdx.x; d < hd_v; d += blockDim.x) emit_output(o, d, 0.0f, xq, xds, q_base);
+    return;
+  }
+  float den = 0.0f;
+  for (int s = threadIdx.x; s < n_splits; s += blockDim.x) {
+    const float2 ml = load_partial<kL2>(&part_ml[base + s]);
+    const float w = ml.y > 0.0f ? expf(ml.x - M) : 0.0f;
+    wts[s] = w;
+    den += w * ml.y;
+  }
+  den = block_sum(den, red);  // (its barrier also publishes wts)
+  const float inv = 1.0f / den;
+  for (int64_t d = threadIdx.x; d < hd_v; d += blockDim.x) {
+    float num = 0.0f;
+    for (int s = 0; s < n_splits; ++s)
+      if (wts[s] > 0.0f) num += wts[s] * load_partial<kL2>(&part_o[(base + s) * hd_v + d]);
+    emit_output(o, d, num * inv, xq, xds, q_base);
+  }
+}
+
+// One block per (head, row): combine_head. xq / xds (or null): the output rows also quantized for the output
+// projection (Ops::attention_project_add), K = n_head * hd_v values a row; q_base is where this (row, head)'s
+// values sit in them (xq: K bytes a row; xds: K / 32 pairs a row).
 __global__ void attention_combine_kernel(const float* part_o, const float2* part_ml, AttnMeta meta,
                                          int64_t n_head, int64_t hd_v, int n_splits, RowView out, int8_t* xq,
                                          float2* xds) {
@@ -314,35 +361,8 @@ __global__ void attention_combine_kernel(const float* part_o, const float2* part
   float* o = out.row_as<float>(r * n_head + h);
   const int seq = meta.seq_slot[r];
   const int64_t base = (r * n_head + h) * n_splits;
-  float M = -INFINITY;
-  if (seq >= 0) {
-    for (int s = threadIdx.x; s < n_splits; s += blockDim.x) {
-      const float2 ml = part_ml[base + s];
-      if (ml.y > 0.0f) M = fmaxf(M, ml.x);
-    }
-  }
-  M = block_max(M, red);
-  // Where this (row, head)'s values sit in the quantized rows (xq: K bytes a row; xds: K / 32 pairs a row).
-  const int64_t q_base = (r * n_head + h) * hd_v;
-  if (M == -INFINITY) {  // padding row, a row that sees no position, or whose every score is -inf
-    for (int64_t d = threadIdx.x; d < hd_v; d += blockDim.x) emit_output(o, d, 0.0f, xq, xds, q_base);
-    return;
-  }
-  float den = 0.0f;
-  for (int s = threadIdx.x; s < n_splits; s += blockDim.x) {
-    const float2 ml = part_ml[base + s];
-    const float w = ml.y > 0.0f ? expf(ml.x - M) : 0.0f;
-    wts[s] = w;
-    den += w * ml.y;
-  }
-  den = block_sum(den, red);  // (its barrier also publishes wts)
-  const float inv = 1.0f / den;
-  for (int64_t d = threadIdx.x; d < hd_v; d += blockDim.x) {
-    float num = 0.0f;
-    for (int s = 0; s < n_splits; ++s)
-      if (wts[s] > 0.0f) num += wts[s] * part_o[(base + s) * hd_v + d];
-    emit_output(o, d, num * inv, xq, xds, q_base);
-  }
+  combine_head<false>(part_o, part_ml, base, n_splits, hd_v, seq >= 0, o, xq, xds, (r * n_head + h) * hd_v,
+                      wts, red);
 }
 
 // Off: measured slower than the combine launch it saves (fifteenth session, H100: gemma4 26B-A4B 30 layers bf16
@@ -388,33 +408,10 @@ __device__ void combine_when_last(const float* part_o, const float2* part_ml, co
   __threadfence();
   float* wts = reinterpret_cast<float*>(smem_i64);  // [n_splits] (launch_split sizes the shared memory for it)
   for (int hh = 0; hh < gqa; ++hh) {
-    const int64_t h = head0 + hh, base = (r * sh.n_head + h) * sh.n_splits, q_base = (r * sh.n_head + h) * sh.hd_v;
-    float* o = out.row_as<float>(r * sh.n_head + h);
-    float M = -INFINITY;
-    for (int s = tid; s < sh.n_splits; s += blockDim.x) {
-      const float2 ml = __ldcg(&part_ml[base + s]);
-      if (ml.y > 0.0f) M = fmaxf(M, ml.x);
-    }
-    M = block_max(M, red);
-    if (M == -INFINITY) {  // a row that sees no position, or whose every score is -inf
-      for (int64_t d = tid; d < sh.hd_v; d += blockDim.x) emit_output(o, d, 0.0f, xq, xds, q_base);
-      continue;
-    }
-    float den = 0.0f;
-    for (int s = tid; s < sh.n_splits; s += blockDim.x) {
-      const float2 ml = __ldcg(&part_ml[base + s]);
-      const float w = ml.y > 0.0f ? expf(ml.x - M) : 0.0f;
-      wts[s] = w;
-      den += w * ml.y;
-    }
-    den = block_sum(den, red);  // (its barrier also publishes wts)
-    const float inv = 1.0f / den;
-    for (int64_t d = tid; d < sh.hd_v; d += blockDim.x) {
-      float num = 0.0f;
-      for (int s = 0; s < sh.n_splits; ++s)
-        if (wts[s] > 0.0f) num += wts[s] * __ldcg(&part_o[(base + s) * sh.hd_v + d]);
-      emit_output(o, d, num * inv, xq, xds, q_base);
-    }
+    const int64_t h = head0 + hh;
+    combine_head<true>(part_o, part_ml, (r * sh.n_head + h) * sh.n_splits, sh.n_splits, sh.hd_v, true,
+                       out.row_as<float>(r * sh.n_head + h), xq, xds, (r * sh.n_head + h) * sh.hd_v, wts,
+                       red);
     __syncthreads();  // wts is the next head's
   }
   if (tid == 0) *counter = 0;

@@ -42,22 +42,15 @@ __device__ __forceinline__ void store_row(const CacheDst& c, int32_t slot, int64
 // of a lane's loads at once: the loops above that store as they go (the V norm in place, the cache store from
 // global memory) may alias their next load, so a lane's 8 or 16 values were as many memory latencies one after
 // another. A lane's values are lane, lane + 32, ... in that order: row_sum_squares<false>'s, so the same bits.
+// (row_norm.cuh's load_row_strided / strided_sum_squares with a warp's stride.)
 constexpr int kLaneMax = 16;
 
 __device__ __forceinline__ void load_lane_row(const float* p, int64_t n, int lane, float (&v)[kLaneMax]) {
-#pragma unroll
-  for (int e = 0; e < kLaneMax; ++e) {
-    const int64_t i = lane + int64_t(e) * kWarpSize;
-    v[e] = i < n ? p[i] : 0.0f;
-  }
+  load_row_strided<kLaneMax, kWarpSize>(p, n, lane, v);
 }
 
 __device__ __forceinline__ float lane_row_sum_squares(const float (&v)[kLaneMax], int64_t n, int lane) {
-  float ss = 0.0f;
-#pragma unroll
-  for (int e = 0; e < kLaneMax; ++e)
-    if (lane + int64_t(e) * kWarpSize < n) ss += v[e] * v[e];
-  return warp_sum(ss);
+  return warp_sum(strided_sum_squares<kLaneMax, kWarpSize>(v, n, lane));
 }
 
 struct RopeArgs {

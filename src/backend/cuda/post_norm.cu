@@ -118,28 +118,20 @@ __global__ void __launch_bounds__(kBlock ? kBlockNormThreads : kWarpSize)
 // loads are issued first (the norm weights, model constants, even before pdl_wait), then the three block
 // reductions, then the stores. The elements a thread owns (first, first + 256, ...) and the order it sums
 // them in are row_sum_squares's, and every expression is the kernels' above, so the values are the same bit
-// for bit. Rows of at most kRegsPer * kBlockNormThreads values (4096: gemma4's 2816, 3840 and 4096-wide
+// for bit. Rows of at most kRegsMaxN values (4096: gemma4's 2816, 3840 and 4096-wide
 // hidden states); longer rows take the kernels above, and so does a MoE tail with the experts' outputs unless
 // post_norm_residual_moe_tail_kernel (below) takes it.
 constexpr int kRegsPer = 16;
+constexpr int kRegsMaxN = kRegsPer * kBlockNormThreads;  // 4096
 
-
-// Loads a thread's elements of a row (0 past its end).
+// A thread's elements of a row (0 past its end): row_norm.cuh's load_row_strided for a block row.
 __device__ __forceinline__ void load_row_regs(const float* __restrict__ p, int n, float (&v)[kRegsPer]) {
-#pragma unroll
-  for (int e = 0; e < kRegsPer; ++e) {
-    const int i = int(threadIdx.x) + e * kBlockNormThreads;
-    v[e] = i < n ? p[i] : 0.0f;
-  }
+  load_row_strided<kRegsPer, kBlockNormThreads>(p, n, int(threadIdx.x), v);
 }
 
 // row_sum_squares<true> over the thread's registers: the same elements in the same order.
 __device__ __forceinline__ float regs_sum_squares(const float (&v)[kRegsPer], int n, float* red) {
-  float ss = 0.0f;
-#pragma unroll
-  for (int e = 0; e < kRegsPer; ++e)
-    if (int(threadIdx.x) + e * kBlockNormThreads < n) ss += v[e] * v[e];
-  return block_sum(ss, red);
+  return block_sum(strided_sum_squares<kRegsPer, kBlockNormThreads>(v, n, int(threadIdx.x)), red);
 }
 
 // post_norm_residual_kernel<true, *> with the row in registers, no experts' outputs (the attention tail: kMoe
@@ -187,7 +179,7 @@ __global__ void __launch_bounds__(kBlockNormThreads)
 }
 
 // The MoE tail with the experts' outputs (post_norm_residual_kernel<true, *> with ex.y given, K = k <=
-// kPrefetchMaxK experts, rows of at most kTailMaxN values) on kTailThreads threads. Its cost is the experts'
+// kPrefetchMaxK experts, rows of at most kRegsMaxN values) on kTailThreads threads. Its cost is the experts'
 // sum: K x n loads (8 x 2816 for the 26B-A4B shape), ~88 a thread on 256 threads. Here every thread sums
 // kTailPer elements, K loads each, and no load waits for a branch: K is a template parameter and the loads
 // past the row's end read its last element instead (their results are never stored), so that all of a
@@ -197,15 +189,14 @@ __global__ void __launch_bounds__(kBlockNormThreads)
 // elements in the same order (the others add +0 to block_sum, which then sees the same 32 values), so the
 // bits are the 256-thread kernel's.
 constexpr int kTailThreads = 512;
-constexpr int kTailMaxN = kRegsPer * kBlockNormThreads;  // 4096
-constexpr int kTailPer = kTailMaxN / kTailThreads;       // 8 elements a thread in the elementwise phases
+constexpr int kTailPer = kRegsMaxN / kTailThreads;  // 8 elements a thread in the elementwise phases
 
 template <int K>
 __global__ void __launch_bounds__(kTailThreads)
     post_norm_residual_moe_tail_kernel(RowView x, RowView dense, const float* __restrict__ w_dense,
                                        ExpertOutputs ex, RowView moe, const float* __restrict__ w_moe,
                                        const float* __restrict__ w_out, float eps, float out_scale) {
-  __shared__ float m_s[kTailMaxN], y_s[kTailMaxN];  // (elements n.. hold copies of the last: never read)
+  __shared__ float m_s[kRegsMaxN], y_s[kRegsMaxN];  // (elements n.. hold copies of the last: never read)
   __shared__ float red[32];
   pdl_trigger();  // pdl.cuh
   const int64_t r = blockIdx.x;
@@ -331,7 +322,7 @@ void launch_moe_input_norms(const Tensor& x, float eps, float r_factor, const fl
   const RowView xv = row_view(x), rv = row_view(r), hv = row_view(h);
   const int64_t rows = xv.n_rows();
   if (rows == 0) return;
-  if (xv.ne0 >= kBlockNormMin && xv.ne0 <= int64_t(kRegsPer) * kBlockNormThreads && g_norm_regs.on()) {
+  if (xv.ne0 >= kBlockNormMin && xv.ne0 <= kRegsMaxN && g_norm_regs.on()) {
     launch_pdl(moe_input_norms_regs_kernel, dim3(unsigned(rows)), dim3(kBlockNormThreads), 0, stream, xv, eps, r_factor,
                r_scale, rv, h_norm, hv);
   } else if (xv.ne0 >= kBlockNormMin) {
@@ -361,7 +352,7 @@ void launch_post_norm_residual(const Tensor& x, const Tensor& dense, const float
   if (rows == 0) return;
   const bool prefetch = ex.y != nullptr && ex.k <= kPrefetchMaxK && g_combine_prefetch.on();
   const bool block = xv.ne0 >= kBlockNormMin;
-  const bool fits = block && xv.ne0 <= kTailMaxN;
+  const bool fits = block && xv.ne0 <= kRegsMaxN;
   if (fits && ex.y != nullptr && ex.k >= 1 && ex.k <= kPrefetchMaxK && g_moe_tail.on()) {
     using Kernel = decltype(&post_norm_residual_moe_tail_kernel<1>);
     static constexpr Kernel kByK[kPrefetchMaxK] = {

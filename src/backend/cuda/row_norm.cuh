@@ -32,6 +32,30 @@ __device__ __forceinline__ float row_sum_squares(const float* xr, int64_t n, flo
   }
 }
 
+// A row held in registers (the kernels whose loops would otherwise store as they go, one memory latency an
+// element: post_norm.cu, attn_inputs.cu): a thread's values first, first + kStride, ... (kPer of them, 0 past
+// n), every load issued at once, and their sum of squares in that order: the thread's part of
+// row_sum_squares (kStride = the block's threads or the warp's 32), for block_sum / warp_sum to finish.
+// Index: the type of the element indices (the callers' own, so that their address arithmetic stays as it
+// was).
+template <int kPer, int kStride, class Index>
+__device__ __forceinline__ void load_row_strided(const float* p, Index n, int first, float (&v)[kPer]) {
+#pragma unroll
+  for (int e = 0; e < kPer; ++e) {
+    const Index i = first + Index(e) * kStride;
+    v[e] = i < n ? p[i] : 0.0f;
+  }
+}
+
+template <int kPer, int kStride, class Index>
+__device__ __forceinline__ float strided_sum_squares(const float (&v)[kPer], Index n, int first) {
+  float ss = 0.0f;
+#pragma unroll
+  for (int e = 0; e < kPer; ++e)
+    if (first + Index(e) * kStride < n) ss += v[e] * v[e];
+  return ss;
+}
+
 // 1 / rms: the factor every value of the row is multiplied by (then by its weight, if any).
 __device__ __forceinline__ float rms_inverse(float ss, int64_t n, float eps) {
   return 1.0f / sqrtf(ss / float(n) + eps);
