@@ -9,6 +9,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -21,6 +22,20 @@
 namespace tandem::gpu_test {
 
 inline bool have_gpu() { return device_count(DeviceKind::CUDA) > 0; }
+
+// A kernel-path switch (an EnvSwitch, src/core/env_switch.h, through its cuda::set_* setter) forced for the
+// rest of the scope (nullopt: left to the environment until the test sets it), then given back to the
+// environment.
+class ForcedSwitch {
+ public:
+  ForcedSwitch(void (*set)(std::optional<bool>), std::optional<bool> on) : set_(set) { set_(on); }
+  ~ForcedSwitch() { set_(std::nullopt); }
+  ForcedSwitch(const ForcedSwitch&) = delete;
+  ForcedSwitch& operator=(const ForcedSwitch&) = delete;
+
+ private:
+  void (*set_)(std::optional<bool>);
+};
 
 // Executions of kernels whose short names contain `part` while work() runs (the device finishing it), counted by
 // the kernel profiler: how a test sees that a fused path launched what it should (src/backend/kernel_profile.h).

@@ -232,10 +232,8 @@ class GpuAttention : public GpuTest {
       return b;
     };
     const float scale = 1.0f / std::sqrt(float(c.hd_k));
-    struct FusedCombine {  // the switch for this case only
-      explicit FusedCombine(bool on) { if (on) cuda::set_attn_fused_combine(true); }
-      ~FusedCombine() { cuda::set_attn_fused_combine(std::nullopt); }
-    } fused_combine(c.fused_combine);
+    ForcedSwitch fused_combine(cuda::set_attn_fused_combine,  // for this case only
+                               c.fused_combine ? std::optional<bool>(true) : std::nullopt);
     if (c.fused_combine) {
       std::string why;
       std::unique_ptr<KernelProfiler> prof = KernelProfiler::start(&why);
@@ -272,11 +270,16 @@ class GpuAttention : public GpuTest {
         ASSERT_EQ(g[r * size_t(c.hd_v * c.n_head) + size_t(i)], 0.0f) << "GPU, all -inf row";
       }
     }
-    if (c.head_split_bitwise) {
-      std::vector<float> outs[2];
+    // Another query of the same shape (-q): a call with it leaves every partial result of the scratch wrong
+    // for q.
+    auto negated_query = [&] {
       std::vector<float> qneg = host_f32(q);
       for (float& v : qneg) v = -v;
-      Pair q2 = make_f32({c.hd_k, c.n_head, T}, qneg);
+      return make_f32({c.hd_k, c.n_head, T}, qneg);
+    };
+    if (c.head_split_bitwise) {
+      std::vector<float> outs[2];
+      Pair q2 = negated_query();
       for (int on = 0; on < 2; ++on) {
         cuda::set_attn_head_split(on == 1);
         Pair o2 = make_out(DType::F32, {c.hd_v, c.n_head, T});
@@ -291,9 +294,7 @@ class GpuAttention : public GpuTest {
       EXPECT_LT(rel_l2(outs[1], ref), c.tol);
     }
     if (c.fused_combine) {  // another query, then q again: the counters were left at zero by each call
-      std::vector<float> qneg = host_f32(q);
-      for (float& v : qneg) v = -v;
-      Pair q2 = make_f32({c.hd_k, c.n_head, T}, qneg);
+      Pair q2 = negated_query();
       Pair o2 = make_out(DType::F32, {c.hd_v, c.n_head, T}), o3 = make_out(DType::F32, {c.hd_v, c.n_head, T});
       gops().attention(gs(), q2.dev, kv_g, batch_for(true), scale, o2.dev);
       gops().attention(gs(), q.dev, kv_g, batch_for(true), scale, o3.dev);
@@ -469,10 +470,7 @@ TEST_F(GpuAttention, PrefillKernelTensorCores) {
   run(k, seed++);
   // Head dim 512 (gemma4's global layers, DiffusionGemma's canvas rows): the 32 x 32 tiles (off by default:
   // TANDEM_FLASH_HD512, attention_prefill.cu).
-  cuda::set_flash_hd512(true);
-  struct Restore {
-    ~Restore() { cuda::set_flash_hd512(std::nullopt); }
-  } restore;
+  ForcedSwitch hd512(cuda::set_flash_hd512, true);
   for (MaskKind mask : {MaskKind::Causal, MaskKind::Bidirectional, MaskKind::Explicit}) {
     Case g{mask, 16, 2, 512, 512, DType::F16, seqs};
     g.tol = 2e-3;

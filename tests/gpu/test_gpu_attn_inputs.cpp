@@ -125,8 +125,7 @@ TEST_F(GpuDecodeFusion, PostNormResidualAddsMatchTheOpsOneAtATime) {
     for (int64_t T : {1, 3})
       for (float out_scale : {1.0f, 0.37f})
         for (int variant : {0, 1, 2, 3, 4}) {  // dense; MoE with the sum given; MoE from 3, 8 or 9 experts' outputs
-          cuda::set_norm_regs(regs);
-          cuda::set_moe_tail(regs);
+          ForcedSwitch norm_regs(cuda::set_norm_regs, regs), moe_tail(cuda::set_moe_tail, regs);
           const bool moe = variant > 0, combine = variant >= 2;
           const int64_t k = variant == 3 ? 8 : variant == 4 ? 9 : 3;
           SCOPED_TRACE("n=" + std::to_string(n) + " T=" + std::to_string(T) + " scale " + std::to_string(out_scale) +
@@ -184,8 +183,6 @@ TEST_F(GpuDecodeFusion, PostNormResidualAddsMatchTheOpsOneAtATime) {
           EXPECT_LT(rel_l2(download_f32(X[0]), host_f32(X[1])), 1e-6) << "x vs CPU";
           // The residual must have changed (the branch is not a no-op) and stayed finite.
           EXPECT_GT(rel_l2(download_f32(X[0]), xv), 1e-2);
-          cuda::set_norm_regs(std::nullopt);
-          cuda::set_moe_tail(std::nullopt);
         }
 }
 
@@ -197,7 +194,7 @@ TEST_F(GpuDecodeFusion, MoeInputNormsMatchTheOpsOneAtATime) {
   for (bool regs : {false, true})  // TANDEM_NORM_REGS off and on (4096 values the longest row it keeps)
   for (int64_t n : {72, 2816, 4096, 5000})
     for (int64_t T : {1, 4}) {
-      cuda::set_norm_regs(regs);
+      ForcedSwitch norm_regs(cuda::set_norm_regs, regs);
       SCOPED_TRACE("n=" + std::to_string(n) + " T=" + std::to_string(T) + (regs ? " TANDEM_NORM_REGS=1" : ""));
       std::mt19937 rng(seed++);
       const auto xv = random_floats(size_t(n * T), rng, -2, 2);
@@ -220,7 +217,6 @@ TEST_F(GpuDecodeFusion, MoeInputNormsMatchTheOpsOneAtATime) {
       EXPECT_EQ(download(H[0]), download(H[1])) << "expert input: fused vs the CUDA ops one at a time";
       EXPECT_LT(rel_l2(download_f32(R[0]), host_f32(R[1])), 1e-6) << "router input vs CPU";
       EXPECT_LT(rel_l2(download_f32(H[0]), host_f32(H[1])), 1e-6) << "expert input vs CPU";
-      cuda::set_norm_regs(std::nullopt);
     }
 }
 

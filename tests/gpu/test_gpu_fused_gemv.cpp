@@ -267,10 +267,7 @@ TEST_F(GpuFusedGemv, NormFusedMatchesExactProductAndCpu) {
 // gate, up and gelu_tanh(gate) * up in one fused product, no gelu_mul launch (counted), against the exact GeGLU
 // of the double products and the CPU composition; T = 9 runs the composition on CUDA.
 TEST_F(GpuFusedGemv, GegluEpilogueMatchesExactProductAndCpu) {
-  cuda::set_geglu_epilogue(true);
-  struct Restore {
-    ~Restore() { cuda::set_geglu_epilogue(std::nullopt); }
-  } restore;
+  ForcedSwitch geglu_epilogue(cuda::set_geglu_epilogue, true);
   std::string why;
   std::unique_ptr<KernelProfiler> prof = KernelProfiler::start(&why);
   ASSERT_NE(prof, nullptr) << why;
@@ -492,10 +489,7 @@ TEST_F(GpuFusedGemv, MisalignedQuantizedRows) {
 // quantization launch fewer (counted with the kernel profiler), and close to the CPU's composition. Q6_K gate/up
 // (not on the direct kernel) and F16 take the composition.
 TEST_F(GpuFusedGemv, SwigluFfnHandsTheDownProductItsQuantizedInput) {
-  cuda::set_ffn_swiglu_q8(true);  // (off by default: slower, cuda_ops.cpp)
-  struct Restore {
-    ~Restore() { cuda::set_ffn_swiglu_q8(std::nullopt); }
-  } restore;
+  ForcedSwitch swiglu_q8(cuda::set_ffn_swiglu_q8, true);  // (off by default: slower, cuda_ops.cpp)
   std::mt19937 rng(77);
   std::string why;
   for (DType t : {DType::Q8_0, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::F16})

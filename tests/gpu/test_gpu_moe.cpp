@@ -133,10 +133,7 @@ TEST_F(GpuMoe, MatmulIdMatchesTheCpuForEveryDtypeOnBothPaths) {
 // launch of the GeGLU kernel (counted), close to the CPU's composition. Q6_K (no direct kernel) and a grouped
 // batch (90 rows x 4 experts) take the composition: no GeGLU launch.
 TEST_F(GpuMoe, GegluRoutedProductEqualsTheComposition) {
-  cuda::set_id_geglu(true);
-  struct Restore {
-    ~Restore() { cuda::set_id_geglu(std::nullopt); }
-  } restore;
+  ForcedSwitch id_geglu(cuda::set_id_geglu, true);
   std::string why;
   std::unique_ptr<KernelProfiler> prof = KernelProfiler::start(&why);
   ASSERT_NE(prof, nullptr) << why;
@@ -242,9 +239,7 @@ TEST_F(GpuMoe, TensorCoreGroupedGemmMatchesARoundedReference) {
 // (3) and of 16; N past a 128-feature tile; experts with more than 32 rows (expert 0: every token, 5 chunks)
 // and with fewer than 16 (the warps of rows 16..31 idle). And close to the CPU.
 TEST_F(GpuMoe, PipelinedGroupedGemmEqualsTheRegisterStagedOne) {
-  struct Restore {
-    ~Restore() { cuda::set_moe_pipeline(std::nullopt); }
-  } restore;
+  ForcedSwitch pipeline(cuda::set_moe_pipeline, std::nullopt);  // (set below, each way)
   std::string why;
   std::unique_ptr<KernelProfiler> prof = KernelProfiler::start(&why);
   ASSERT_NE(prof, nullptr) << why;

@@ -129,9 +129,7 @@ TEST_F(GpuOps, GatedActivationsAndElementwise) {
 // and a row with -inf entries (masked logits); with TANDEM_WIDE_ROWS on (softmax_long_kernel) and off
 // (softmax_kernel): both within rounding of the CPU.
 TEST_F(GpuOps, SoftmaxOfLongRows) {
-  struct Restore {
-    ~Restore() { cuda::set_wide_rows(std::nullopt); }
-  } restore;
+  ForcedSwitch wide_rows(cuda::set_wide_rows, std::nullopt);  // (set below, each way)
   std::mt19937 rng(606);
   for (bool wide : {false, true})
   for (int64_t n : {int64_t(262144), int64_t(20001)}) {
@@ -156,9 +154,7 @@ TEST_F(GpuOps, SoftmaxOfLongRows) {
 // (TANDEM_WIDE_ROWS): add, scale and rms_norm (decode-sized rows over many blocks; many rows over one block
 // each) equal the CPU, on and off.
 TEST_F(GpuOps, RowKernelsPastTheGridLimitAndWide) {
-  struct Restore {
-    ~Restore() { cuda::set_wide_rows(std::nullopt); }
-  } restore;
+  ForcedSwitch wide_rows(cuda::set_wide_rows, std::nullopt);  // (set below, each way)
   std::mt19937 rng(707);
   for (bool wide : {false, true}) {
     cuda::set_wide_rows(wide);

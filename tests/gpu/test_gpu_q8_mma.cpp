@@ -123,11 +123,7 @@ TEST_F(GpuQ8Mma, ColumnsEqualTheOneColumnProductBitForBit) {
 // columns of the call (the first 17 columns of a 40- or 64-column call equal a 17-column call's, bit for
 // bit); and a batch-invariant session does not take it (the exact 16-column launches instead).
 TEST_F(GpuQ8Mma, WideColumnsAreCloseAndIndependentOfTheOthers) {
-  cuda::set_q8_mma(true);
-  cuda::set_q8_mma_wide(true);
-  struct Restore {
-    ~Restore() { cuda::set_q8_mma_wide(std::nullopt); }
-  } restore;
+  ForcedSwitch q8_mma(cuda::set_q8_mma, true), q8_mma_wide(cuda::set_q8_mma_wide, true);
   std::string why;
   std::unique_ptr<KernelProfiler> prof = KernelProfiler::start(&why);
   ASSERT_NE(prof, nullptr) << why;
